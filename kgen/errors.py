@@ -1,0 +1,95 @@
+"""KgenError and its subclasses.
+
+Each carries its fields and a ``remedy`` (what the user can do), and pickles, so that an
+error raised in a worker process reaches the driver whole.
+
+>>> err = ShapeError("inner dimensions differ: a is 4x3, b is 5x2", remedy="pass b with 3 rows")
+>>> "remedy" in str(err)
+True
+"""
+
+from __future__ import annotations
+
+
+class KgenError(Exception):
+    """Base of every error kgen raises on purpose."""
+
+    default_remedy = ""
+
+    def __init__(self, message: str, remedy: str | None = None, **fields):
+        self.message = message
+        self.remedy = remedy if remedy is not None else self.default_remedy
+        self.fields = fields
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        if self.remedy:
+            return f"{self.message} (remedy: {self.remedy})"
+        return self.message
+
+    def __reduce__(self):
+        return (_rebuild, (type(self), self.message, self.remedy, self.fields))
+
+
+def _rebuild(cls, message, remedy, fields):
+    err = cls.__new__(cls)
+    KgenError.__init__(err, message, remedy, **fields)
+    return err
+
+
+class SettingError(KgenError):
+    """A KGEN_* environment variable holds a value of the wrong type."""
+
+    def __init__(self, env: str, raw: str, why: str):
+        super().__init__(f"{env}={raw!r} is not valid: {why}",
+                         remedy=f"unset {env} or give it a valid value (kgen info lists them)",
+                         env=env, raw=raw)
+
+
+class InputError(KgenError):
+    """The arrays or arguments handed to a kernel cannot be used as they are."""
+
+
+class DeviceError(InputError):
+    default_remedy = "move the arrays to one CUDA device (cupy.asarray / tensor.cuda())"
+
+
+class DtypeError(InputError):
+    pass
+
+
+class ShapeError(InputError):
+    pass
+
+
+class LayoutError(InputError):
+    default_remedy = "pass a contiguous array (.copy()) or a transposed view of one"
+
+
+class SpaceError(KgenError):
+    """A space, parameter or configuration is malformed."""
+
+
+class UnknownFamilyError(KgenError):
+    default_remedy = "register the KernelSpec first (kgen.register) or check the name (kgen info)"
+
+
+class TemplateError(KgenError):
+    """A template does not render or does not compile, whatever the configuration."""
+
+
+class CompileError(KgenError):
+    """A kernel did not compile (the source is saved under ``fields['source_path']``)."""
+
+
+class NoDeviceError(KgenError):
+    default_remedy = ("run on a machine with an NVIDIA GPU and driver, or use the replay "
+                      "runner (--replay FILE) to tune from recorded measurements")
+
+
+class DatabaseError(KgenError):
+    """The tuning database cannot be read or written."""
+
+
+class NoConfigError(KgenError):
+    """No valid configuration exists for a problem (or strict mode forbids a fallback)."""

@@ -1,0 +1,263 @@
+"""GEMM on CUDA cores: C = alpha * op(A) * op(B) + beta * C.
+
+The problem: ``m, n, k``, ``dtype`` (float32, float64, or float16 storage with float32
+accumulation), ``layout`` (two letters, A's then B's: N = as is, T = transposed storage;
+read from the arrays' strides, never made by a copy), and ``align_a`` / ``align_b``: the
+widest vector (in elements) that the pointer and leading dimension of A / B allow.
+
+>>> from kgen.problem import Target
+>>> spec = GemmSimt()
+>>> p = gemm_problem(256, 256, 256, "float32", "NN")
+>>> spec.default_config(p, Target.h200()).name
+'gemm_simt_f32_nn_128x128x8_t8x8_va4_vb4_db1_u0_g1_sk1_mb1'
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+import numpy as np
+
+from kgen.errors import NoConfigError
+from kgen.problem import Problem, Target
+from kgen.space import Config, Constraint, Param, Space
+from kgen.spec import KernelSpec, Launch, register
+
+# storage C type, compute C type, storage bytes, compute bytes, short name, tolerance
+DTYPES: dict[str, tuple[str, str, int, int, str, float]] = {
+    "float32": ("float", "float", 4, 4, "f32", 1e-4),
+    "float64": ("double", "double", 8, 8, "f64", 1e-11),
+    "float16": ("unsigned short", "float", 2, 4, "f16", 4e-3),
+}
+LAYOUTS = ("NN", "NT", "TN", "TT")
+
+
+def gemm_problem(m: int, n: int, k: int, dtype: str = "float32", layout: str = "NN",
+                 align_a: int | None = None, align_b: int | None = None) -> Problem:
+    """A GEMM problem; alignment defaults to the widest 16-byte vector the shapes allow."""
+    size = DTYPES[dtype][2]
+    widest = 16 // size
+
+    def natural(ld: int) -> int:
+        v = widest
+        while v > 1 and ld % v:
+            v //= 2
+        return v
+
+    lda = k if layout[0] == "N" else m
+    ldb = n if layout[1] == "N" else k
+    return Problem.of("gemm", m=m, n=n, k=k, dtype=dtype, layout=layout,
+                      align_a=align_a if align_a is not None else natural(lda),
+                      align_b=align_b if align_b is not None else natural(ldb))
+
+
+def _pow2_at_least(x: int) -> int:
+    return 1 << max(0, math.ceil(math.log2(max(1, x))))
+
+
+class GemmSimt(KernelSpec):
+    family = "gemm"
+    template = "gemm/simt.cu.j2"
+    shape_params = ("m", "n", "k")
+    outputs = ("c",)
+    options = ("--std=c++17",)
+
+    # ---- space ------------------------------------------------------------------------
+    def space(self, problem: Problem, target: Target) -> Space:
+        dtype, layout = problem["dtype"], problem["layout"]
+        st, ct, st_size, ct_size, short, _ = DTYPES[dtype]
+        widest = 16 // st_size
+        vecs = tuple(v for v in (1, 2, 4, 8) if v <= widest)
+        m, n, k = problem["m"], problem["n"], problem["k"]
+        align_a, align_b = problem["align_a"], problem["align_b"]
+        a_contig_k, b_contig_k = layout[0] == "N", layout[1] == "T"
+        frag = 16 // ct_size
+        pad = 16 // ct_size
+
+        def threads(v):
+            return (v["BM"] // v["TM"]) * (v["BN"] // v["TN"])
+
+        def loads(v, tile, vec):
+            return tile * v["BK"] // (vec * threads(v))
+
+        def smem(v):
+            return (2 if v["DB"] else 1) * v["BK"] * (v["BM"] + pad + v["BN"] + pad) * ct_size
+
+        def regs(v):
+            words = ct_size // 4 or 1
+            acc = v["TM"] * v["TN"] * words
+            frags = (v["TM"] + v["TN"]) * words
+            prefetch = (loads(v, v["BM"], v["VA"]) * v["VA"] + loads(v, v["BN"], v["VB"]) * v["VB"]) \
+                * max(1, st_size // 4)
+            return acc + frags + prefetch + 28
+
+        def blocks(v):
+            return math.ceil(m / v["BM"]) * math.ceil(n / v["BN"])
+
+        params = [
+            Param("BM", (16, 32, 64, 128, 256)),
+            Param("BN", (16, 32, 64, 128, 256)),
+            Param("TM", (2, 4, 8, 16)),
+            Param("TN", (2, 4, 8, 16)),
+            Param("BK", (8, 16, 32)),
+            Param("VA", vecs),
+            Param("VB", vecs),
+            Param("DB", (0, 1)),
+            Param("UNROLL", (1, 4, 0)),          # 0: unroll the whole BK loop
+            Param("GM", (1, 8)),
+            Param("SK", (1, 2, 4, 8, 16)),
+            Param("MINB", (1, 2)),
+        ]
+        constraints = [
+            Constraint("block tile fits the problem", lambda v: v["BM"] <= max(16, _pow2_at_least(m))
+                       and v["BN"] <= max(16, _pow2_at_least(n)), ("BM", "BN")),
+            Constraint("thread tile divides block tile", lambda v: v["BM"] % v["TM"] == 0
+                       and v["BN"] % v["TN"] == 0, ("BM", "BN", "TM", "TN")),
+            Constraint("64 <= threads per block <= 512", lambda v: 64 <= threads(v) <= 512
+                       and threads(v) <= target.max_threads_per_block, ("BM", "BN", "TM", "TN")),
+            Constraint("accumulators fit in registers", lambda v: v["TM"] * v["TN"] * (ct_size // 4) <= 128,
+                       ("TM", "TN")),
+            Constraint("A vector fits alignment and tile", lambda v: v["VA"] <= align_a and
+                       (v["BK"] if a_contig_k else v["BM"]) % v["VA"] == 0, ("BM", "BK", "VA")),
+            Constraint("every thread loads whole A vectors", lambda v: loads(v, v["BM"], v["VA"]) >= 1 and
+                       (v["BM"] * v["BK"]) % (v["VA"] * threads(v)) == 0,
+                       ("BM", "BN", "TM", "TN", "BK", "VA")),
+            Constraint("B vector fits alignment and tile", lambda v: v["VB"] <= align_b and
+                       (v["BK"] if b_contig_k else v["BN"]) % v["VB"] == 0, ("BN", "BK", "VB")),
+            Constraint("every thread loads whole B vectors", lambda v: loads(v, v["BN"], v["VB"]) >= 1 and
+                       (v["BN"] * v["BK"]) % (v["VB"] * threads(v)) == 0,
+                       ("BM", "BN", "TM", "TN", "BK", "VB")),
+            Constraint("shared memory fits the device", lambda v: smem(v) <= target.smem_per_block_optin,
+                       ("BM", "BN", "BK", "DB")),
+            Constraint("unroll within BK", lambda v: v["UNROLL"] < v["BK"], ("BK", "UNROLL")),
+            Constraint("grouping only with several block rows",
+                       lambda v: v["GM"] == 1 or v["GM"] < math.ceil(m / v["BM"]), ("BM", "GM")),
+            Constraint("split-K needs fp32/fp64 output, >= 4 k-tiles per split, and too few blocks",
+                       lambda v: v["SK"] == 1 or (dtype != "float16" and k >= 4 * v["SK"] * v["BK"]
+                                                  and blocks(v) * v["SK"] <= 4 * target.sm_count),
+                       ("BM", "BN", "BK", "SK")),
+            Constraint("register estimate fits MINB blocks", lambda v: regs(v) <= 255 and
+                       regs(v) * threads(v) * v["MINB"] <= target.regs_per_sm and
+                       smem(v) * v["MINB"] <= target.smem_per_sm,
+                       tuple(p.name for p in params)),
+        ]
+        derived = {
+            "THREADS": threads,
+            "LA": lambda v: loads(v, v["BM"], v["VA"]),
+            "LB": lambda v: loads(v, v["BN"], v["VB"]),
+            "FVM": lambda v: min(v["TM"], frag),
+            "FVN": lambda v: min(v["TN"], frag),
+            "CM": lambda v: v["TM"] // min(v["TM"], frag),
+            "CN": lambda v: v["TN"] // min(v["TN"], frag),
+            "SA": lambda v: v["BM"] + pad,
+            "SB": lambda v: v["BN"] + pad,
+            "SVA": lambda v: min(v["VA"], frag),
+            "SVB": lambda v: min(v["VB"], frag),
+            "SMEM": smem,
+            "REGS_EST": regs,
+        }
+
+        def namer(v):
+            return (f"gemm_simt_{short}_{layout.lower()}_{v['BM']}x{v['BN']}x{v['BK']}"
+                    f"_t{v['TM']}x{v['TN']}_va{v['VA']}_vb{v['VB']}_db{v['DB']}_u{v['UNROLL']}"
+                    f"_g{v['GM']}_sk{v['SK']}_mb{v['MINB']}")
+
+        return Space(params, constraints, derived, namer)
+
+    def context(self, problem: Problem, config: Config, space: Space) -> dict[str, Any]:
+        # Only what changes the binary: the shapes are run-time arguments.
+        st, ct, st_size, ct_size, _, _ = DTYPES[problem["dtype"]]
+        ctx = space.full_values(config.as_dict())
+        ctx.update(entry=config.name, dtype=problem["dtype"], layout=problem["layout"],
+                   st_t=st, ct_t=ct, out_t=st, st_size=st_size, ct_size=ct_size, out_size=st_size)
+        return ctx
+
+    def default_config(self, problem: Problem, target: Target) -> Config:
+        """A well-rounded tile for the problem's size, else the first valid config."""
+        space = self.space(problem, target)
+        widest = 16 // DTYPES[problem["dtype"]][2]
+        m, n = problem["m"], problem["n"]
+        big = min(128, max(16, _pow2_at_least(m))), min(128, max(16, _pow2_at_least(n)))
+        for bm, bn, tm, tn in ((big[0], big[1], 8, 8), (big[0], big[1], 4, 4), (64, 64, 4, 4),
+                               (32, 64, 2, 4), (16, 64, 2, 2), (64, 16, 2, 2), (16, 16, 2, 2)):
+            for va in (min(widest, problem["align_a"], 4), 1):
+                for vb in (min(widest, problem["align_b"], 4), 1):
+                    v = dict(BM=bm, BN=bn, TM=tm, TN=tn, BK=8, VA=va, VB=vb, DB=1, UNROLL=0,
+                             GM=8, SK=1, MINB=1)
+                    for gm in (8, 1):
+                        v["GM"] = gm
+                        if space.is_valid(v):
+                            return space.make(v)
+        configs = space.configs()
+        if not configs:
+            raise NoConfigError(f"no valid gemm config for {problem.key}")
+        return configs[0]
+
+    # ---- launch -----------------------------------------------------------------------
+    def launch(self, problem: Problem, config: Config) -> Launch:
+        bm, bn, tm, tn = config["BM"], config["BN"], config["TM"], config["TN"]
+        grid = (math.ceil(problem["m"] / bm) * math.ceil(problem["n"] / bn), config["SK"], 1)
+        ct_size = DTYPES[problem["dtype"]][3]
+        pad = 16 // ct_size
+        smem = (2 if config["DB"] else 1) * config["BK"] * (bm + pad + bn + pad) * ct_size
+        return Launch(grid, ((bm // tm) * (bn // tn), 1, 1), smem)
+
+    def args(self, problem: Problem, config: Config, operands: Mapping[str, Any]) -> list:
+        from kgen.arrays import describe
+
+        a, b, c = (describe(operands[x]) for x in ("a", "b", "c"))
+        ct = np.float64 if problem["dtype"] == "float64" else np.float32
+        lda = a.strides[0] if problem["layout"][0] == "N" else a.strides[1]
+        ldb = b.strides[0] if problem["layout"][1] == "N" else b.strides[1]
+        return [np.uint64(a.ptr), np.uint64(b.ptr), np.uint64(c.ptr),
+                np.int32(problem["m"]), np.int32(problem["n"]), np.int32(problem["k"]),
+                np.int64(lda), np.int64(ldb), np.int64(c.strides[0]),
+                ct(operands.get("alpha", 1.0)), ct(operands.get("beta", 0.0))]
+
+    def run(self, kernel, problem: Problem, config: Config, operands: Mapping[str, Any]) -> None:
+        if config["SK"] > 1:  # partial sums are added atomically into beta * C
+            kernel.scale(operands["c"], operands.get("beta", 0.0))
+        super().run(kernel, problem, config, operands)
+
+    # ---- measurement (GPU) --------------------------------------------------------------
+    def inputs(self, problem: Problem, seed: int) -> dict[str, Any]:
+        import cupy
+
+        rng = cupy.random.default_rng(seed)
+        m, n, k, dtype, layout = (problem[x] for x in ("m", "n", "k", "dtype", "layout"))
+
+        def operand(rows, cols, transposed):
+            shape = (cols, rows) if transposed else (rows, cols)
+            x = (rng.random(shape, dtype=cupy.float64) * 2 - 1).astype(dtype)
+            return x.T if transposed else x
+
+        a = operand(m, k, layout[0] == "T")
+        b = operand(k, n, layout[1] == "T")
+        c = cupy.full((m, n), cupy.nan, dtype=dtype)
+        return {"a": a, "b": b, "c": c, "alpha": 1.0, "beta": 0.0}
+
+    def reference(self, problem: Problem, operands: Mapping[str, Any]) -> dict[str, Any]:
+        import cupy
+
+        a = operands["a"].astype(cupy.float64)
+        b = operands["b"].astype(cupy.float64)
+        ref = operands.get("alpha", 1.0) * (a @ b)
+        beta = operands.get("beta", 0.0)
+        if beta:
+            ref += beta * operands["c"].astype(cupy.float64)
+        return {"c": ref}
+
+    def tolerance(self, problem: Problem) -> float:
+        return DTYPES[problem["dtype"]][5]
+
+    def flops(self, problem: Problem) -> float:
+        return 2.0 * problem["m"] * problem["n"] * problem["k"]
+
+    def bytes(self, problem: Problem) -> float:
+        size = DTYPES[problem["dtype"]][2]
+        m, n, k = problem["m"], problem["n"], problem["k"]
+        return float(size * (m * k + k * n + m * n))
+
+
+register(GemmSimt())

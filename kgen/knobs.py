@@ -1,0 +1,89 @@
+"""Every KGEN_* setting, typed, with its default.
+
+No other module reads the environment: they ask ``knobs``. Values are read at access time,
+so a test (or a user) may change ``os.environ`` and see the change at once.
+
+>>> from kgen.knobs import knobs
+>>> knobs.bench_runs >= 20
+True
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Generic, TypeVar
+
+T = TypeVar("T")
+
+
+def _parse_bool(text: str) -> bool:
+    return text.strip().lower() in {"1", "true", "yes", "on"}
+
+
+@dataclass(frozen=True)
+class _EnvKnob(Generic[T]):
+    env: str
+    parse: Callable[[str], T]
+    default: Callable[[], T]
+    doc: str
+
+    def __get__(self, obj, owner=None) -> T:
+        if obj is None:
+            return self  # type: ignore[return-value]
+        raw = os.environ.get(self.env)
+        if raw is None or raw == "":
+            return self.default()
+        try:
+            return self.parse(raw)
+        except ValueError as exc:
+            from kgen.errors import SettingError
+
+            raise SettingError(self.env, raw, str(exc)) from None
+
+
+def _home() -> Path:
+    return Path(os.path.expanduser("~")) / ".kgen"
+
+
+class Knobs:
+    """The settings, one attribute each; ``Knobs.describe()`` lists them."""
+
+    home = _EnvKnob("KGEN_HOME", lambda s: Path(s).expanduser(), _home,
+                    "folder of the local database, cubin cache and logs")
+    db_url = _EnvKnob("KGEN_DB_URL", str, lambda: "",
+                      "SQLAlchemy URL of the local database (default: SQLite under KGEN_HOME)")
+    cache_dir = _EnvKnob("KGEN_CACHE_DIR", lambda s: Path(s).expanduser(),
+                         lambda: knobs.home / "cubins", "on-disk cubin cache")
+    use_shipped_db = _EnvKnob("KGEN_USE_SHIPPED_DB", _parse_bool, lambda: True,
+                              "read the tuning records shipped with kgen as the last layer")
+    arch = _EnvKnob("KGEN_ARCH", str, lambda: "",
+                    "compile for this arch (sm_90, sm_90a, ...) instead of the device's")
+    compile_workers = _EnvKnob("KGEN_COMPILE_WORKERS", int, lambda: max(1, os.cpu_count() or 1),
+                               "processes compiling in parallel during a tune")
+    trial_timeout_s = _EnvKnob("KGEN_TRIAL_TIMEOUT", float, lambda: 60.0,
+                               "seconds one measurement may take before its worker is killed")
+    bench_warmup = _EnvKnob("KGEN_BENCH_WARMUP", int, lambda: 3, "untimed runs before timing")
+    bench_runs = _EnvKnob("KGEN_BENCH_RUNS", int, lambda: 25, "timed runs; the median is kept (>= 20)")
+    bench_min_ms = _EnvKnob("KGEN_BENCH_MIN_MS", float, lambda: 0.0,
+                            "keep timing past bench_runs until this many ms were timed")
+    l2_flush = _EnvKnob("KGEN_L2_FLUSH", _parse_bool, lambda: True,
+                        "overwrite a buffer twice the L2 size before each timed run")
+    strict = _EnvKnob("KGEN_STRICT", _parse_bool, lambda: False,
+                      "dispatch raises instead of compiling or falling back to an untuned config")
+    record_host = _EnvKnob("KGEN_RECORD_HOST", _parse_bool, lambda: False,
+                           "store this machine's host name with each measurement")
+    seed = _EnvKnob("KGEN_SEED", int, lambda: 0, "seed of the search sampler and of test inputs")
+
+    @classmethod
+    def describe(cls) -> list[tuple[str, str, str]]:
+        """(variable, current value, meaning) for every knob."""
+        rows = []
+        for name, knob in vars(cls).items():
+            if isinstance(knob, _EnvKnob):
+                rows.append((knob.env, str(getattr(knobs, name)), knob.doc))
+        return rows
+
+
+knobs = Knobs()

@@ -1,0 +1,80 @@
+"""Render a spec's Jinja2 template for one config into a CUDA Source (pure, no GPU).
+
+Templates are found under the shipped template root (``templates/`` in a source tree,
+``kgen/_data/templates`` when installed) or at an absolute path a user's spec gives.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import jinja2
+
+from kgen.errors import TemplateError
+from kgen.problem import Problem, Target
+
+
+@dataclass(frozen=True)
+class Source:
+    code: str
+    entry: str
+    options: tuple[str, ...]
+    arch: str
+    digest: str          # sha256 of code + options + arch: the compile cache key (with NVRTC's version)
+
+
+def data_root() -> Path:
+    """Folder holding templates/ and tuning_db/ for an installed or a source tree."""
+    here = Path(__file__).resolve().parent
+    installed = here / "_data"
+    if (installed / "templates").is_dir():
+        return installed
+    return here.parent
+
+
+def templates_root() -> Path:
+    return data_root() / "templates"
+
+
+def _template_path(spec) -> Path:
+    path = Path(spec.template)
+    return path if path.is_absolute() else templates_root() / path
+
+
+def template_files(spec) -> list[Path]:
+    """The spec's template and every shared piece it could include, in a stable order."""
+    main = _template_path(spec)
+    if not main.is_file():
+        raise TemplateError(f"template {main} of family {spec.family!r} does not exist",
+                            remedy="give KernelSpec.template as a path under templates/ or an absolute path")
+    common = sorted((templates_root() / "common").glob("*.cuh"))
+    return [main] + common
+
+
+@lru_cache(maxsize=16)
+def _environment(folder: str) -> jinja2.Environment:
+    loader = jinja2.FileSystemLoader([folder, str(templates_root())])
+    return jinja2.Environment(loader=loader, undefined=jinja2.StrictUndefined,
+                              keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
+
+
+def render(spec, problem: Problem, config, target: Target, space=None) -> Source:
+    """The CUDA source of one config of ``spec`` for ``problem`` on ``target``."""
+    path = _template_path(spec)
+    space = space or spec.space(problem, target)
+    env = _environment(str(path.parent))
+    try:
+        template = env.get_template(path.name)
+        code = template.render(**spec.context(problem, config, space))
+    except jinja2.TemplateError as exc:
+        raise TemplateError(f"template {path.name} failed to render for {config.name}: "
+                            f"{type(exc).__name__}: {exc}",
+                            remedy="fix the template or the variables KernelSpec.context gives it",
+                            template=str(path), config=config.name) from None
+    options = tuple(spec.options)
+    arch = target.arch
+    digest = hashlib.sha256("\0".join([code, *options, arch]).encode()).hexdigest()
+    return Source(code=code, entry=config.name, options=options, arch=arch, digest=digest)

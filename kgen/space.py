@@ -1,0 +1,216 @@
+"""Search spaces: parameters with choices, derived values, constraints, configurations.
+
+A ``Space`` is built for one problem on one target, so constraints may close over both.
+Constraints are checked before anything is compiled.
+
+>>> space = Space([Param("block", (64, 128, 256)), Param("vec", (1, 2, 4))],
+...               constraints=[Constraint("block*vec <= 512", lambda v: v["block"] * v["vec"] <= 512)],
+...               namer=lambda v: f"add_b{v['block']}_v{v['vec']}")
+>>> len(space.configs())
+8
+>>> space.config(block=128, vec=4).name
+'add_b128_v4'
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+from kgen.errors import SpaceError
+
+Values = Mapping[str, Any]
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class Param:
+    """One tunable parameter and the values it may take (ints, floats, strings or bools)."""
+
+    name: str
+    choices: tuple
+
+    def __post_init__(self):
+        object.__setattr__(self, "choices", tuple(self.choices))
+        if not _IDENTIFIER.match(self.name):
+            raise SpaceError(f"parameter name {self.name!r} is not an identifier")
+        if not self.choices:
+            raise SpaceError(f"parameter {self.name!r} has no choices")
+        if len(set(self.choices)) != len(self.choices):
+            raise SpaceError(f"parameter {self.name!r} repeats a choice: {self.choices}")
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """A named predicate over a config's values.
+
+    ``params`` names the parameters it reads: enumeration then prunes as soon as those are
+    set. Leave it ``None`` when it reads derived values (checked on the full config).
+    """
+
+    name: str
+    holds: Callable[[Values], bool]
+    params: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Config:
+    """Ordered parameter values plus a procedural name that is the config's identity.
+
+    The name is the database key and the kernel's CUDA symbol.
+    """
+
+    name: str
+    values: tuple[tuple[str, Any], ...]
+
+    def __getitem__(self, key: str) -> Any:
+        for k, v in self.values:
+            if k == key:
+                return v
+        raise KeyError(key)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.values)
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Config) and other.name == self.name
+
+
+def _default_namer(values: Values) -> str:
+    parts = []
+    for k, v in values.items():
+        text = str(v).replace(".", "p").replace("-", "m")
+        parts.append(f"{k}{text}")
+    return "k_" + "_".join(parts)
+
+
+@dataclass(frozen=True)
+class Space:
+    """Parameters, constraints, derived values and a namer.
+
+    ``derived`` maps a name to a function of the parameter values; derived values are visible
+    to constraints and templates but are not part of the identity.
+    """
+
+    params: Sequence[Param]
+    constraints: Sequence[Constraint] = ()
+    derived: Mapping[str, Callable[[Values], Any]] = field(default_factory=dict)
+    namer: Callable[[Values], str] = _default_namer
+
+    def __post_init__(self):
+        object.__setattr__(self, "params", tuple(self.params))
+        object.__setattr__(self, "constraints", tuple(self.constraints))
+        names = [p.name for p in self.params]
+        if len(set(names)) != len(names):
+            raise SpaceError(f"parameter names repeat: {names}")
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.params)
+
+    def size(self) -> int:
+        n = 1
+        for p in self.params:
+            n *= len(p.choices)
+        return n
+
+    def full_values(self, values: Values) -> dict[str, Any]:
+        """Parameter values plus every derived value."""
+        full = dict(values)
+        for name, fn in self.derived.items():
+            full[name] = fn(full)
+        return full
+
+    def violations(self, values: Values) -> list[str]:
+        """Names of the constraints the values break; empty when the config is valid."""
+        missing = [n for n in self.names if n not in values]
+        unknown = [k for k in values if k not in self.names]
+        if missing or unknown:
+            raise SpaceError(f"config values do not match the space: missing {missing}, unknown {unknown}")
+        for p in self.params:
+            if values[p.name] not in p.choices:
+                return [f"{p.name}={values[p.name]!r} is not one of {p.choices}"]
+        full = self.full_values(values)
+        broken = []
+        for c in self.constraints:
+            try:
+                ok = bool(c.holds(full))
+            except (ZeroDivisionError, ValueError, KeyError, TypeError) as exc:
+                ok = False
+                broken.append(f"{c.name} ({type(exc).__name__})")
+                continue
+            if not ok:
+                broken.append(c.name)
+        return broken
+
+    def is_valid(self, values: Values) -> bool:
+        return not self.violations(values)
+
+    def make(self, values: Values) -> Config:
+        """A Config from values, valid or not (the name never depends on validity)."""
+        ordered = {n: values[n] for n in self.names}
+        name = self.namer(ordered)
+        if not _IDENTIFIER.match(name):
+            raise SpaceError(f"the namer gave {name!r}, which is not a C identifier")
+        return Config(name=name, values=tuple(ordered.items()))
+
+    def config(self, **values) -> Config:
+        """A valid Config; raises SpaceError naming the broken constraints otherwise."""
+        broken = self.violations(values)
+        if broken:
+            raise SpaceError(f"invalid config {values}: breaks {broken}")
+        return self.make(values)
+
+    def _staged_constraints(self) -> tuple[list[list[Constraint]], list[Constraint]]:
+        """Constraints grouped by the depth at which their last parameter is set."""
+        position = {n: i for i, n in enumerate(self.names)}
+        stages: list[list[Constraint]] = [[] for _ in self.params]
+        final = []
+        for c in self.constraints:
+            if c.params is None or any(p not in position for p in c.params):
+                final.append(c)
+            else:
+                stages[max((position[p] for p in c.params), default=0)].append(c)
+        return stages, final
+
+    @staticmethod
+    def _holds(c: Constraint, values: Values) -> bool:
+        try:
+            return bool(c.holds(values))
+        except (ZeroDivisionError, ValueError, KeyError, TypeError):
+            return False
+
+    def iter_values(self) -> Iterator[dict[str, Any]]:
+        """Every valid config's values, depth first, pruning on early constraints."""
+        stages, final = self._staged_constraints()
+        names = self.names
+        values: dict[str, Any] = {}
+
+        def walk(depth: int) -> Iterator[dict[str, Any]]:
+            if depth == len(names):
+                full = self.full_values(values)
+                if all(self._holds(c, full) for c in final):
+                    yield dict(values)
+                return
+            for choice in self.params[depth].choices:
+                values[names[depth]] = choice
+                if all(self._holds(c, values) for c in stages[depth]):
+                    yield from walk(depth + 1)
+            values.pop(names[depth], None)
+
+        yield from walk(0)
+
+    def configs(self) -> list[Config]:
+        """Every valid config, in a stable order."""
+        return [self.make(v) for v in self.iter_values()]
+
+    def sample(self, n: int, seed: int = 0) -> list[Config]:
+        """Up to n distinct valid configs drawn uniformly from the valid ones."""
+        valid = self.configs()
+        rng = random.Random(seed)
+        return rng.sample(valid, min(n, len(valid)))

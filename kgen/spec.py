@@ -1,0 +1,155 @@
+"""KernelSpec: a template, its space, launch geometry, inputs and reference; the registry.
+
+A family (built in, or a user's) subclasses ``KernelSpec`` and is registered by name; the
+tuner, the measure workers and the dispatcher see nothing else of it. See the README for a
+complete user kernel (a vector add); the built-in GEMM is ``kgen.kernels.gemm``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from kgen.errors import UnknownFamilyError
+from kgen.problem import Problem, Target
+from kgen.space import Config, Space
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Grid, block and dynamic shared memory of one kernel launch."""
+
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_mem: int = 0
+
+
+@dataclass(frozen=True)
+class Check:
+    """Outcome of comparing a kernel's outputs with the reference."""
+
+    ok: bool
+    error: float
+    detail: str = ""
+
+
+class KernelSpec:
+    """Everything kgen needs to know about one kernel family.
+
+    Override ``space``, ``launch``, ``args``, ``inputs``, ``reference``; the rest has
+    defaults. ``template`` is a path relative to a template root, or a ``Path``.
+    """
+
+    family: str = ""
+    template: str | Path = ""
+    shape_params: tuple[str, ...] = ()
+    outputs: tuple[str, ...] = ("out",)
+    options: tuple[str, ...] = ("--std=c++17",)
+
+    # --- what the tuner searches -------------------------------------------------------
+    def space(self, problem: Problem, target: Target) -> Space:
+        raise NotImplementedError
+
+    def default_config(self, problem: Problem, target: Target) -> Config:
+        """A sensible untuned config: the first valid one (families override)."""
+        from kgen.errors import NoConfigError
+
+        configs = self.space(problem, target).configs()
+        if not configs:
+            raise NoConfigError(f"no valid {self.family} config for {problem.key}")
+        return configs[0]
+
+    def context(self, problem: Problem, config: Config, space: Space) -> dict[str, Any]:
+        """Variables the template sees: problem parameters, config and derived values."""
+        ctx = problem.as_dict()
+        ctx.update(space.full_values(config.as_dict()))
+        ctx["entry"] = config.name
+        return ctx
+
+    # --- how it runs ---------------------------------------------------------------------
+    def launch(self, problem: Problem, config: Config) -> Launch:
+        raise NotImplementedError
+
+    def args(self, problem: Problem, config: Config, arrays: Mapping[str, Any]) -> Sequence[Any]:
+        raise NotImplementedError
+
+    def run(self, kernel, problem: Problem, config: Config, arrays: Mapping[str, Any]) -> None:
+        """Launch once on the current stream; families needing more steps override this."""
+        geo = self.launch(problem, config)
+        kernel.launch(geo.grid, geo.block, self.args(problem, config, arrays), geo.shared_mem)
+
+    # --- how it is checked (GPU side) ----------------------------------------------------
+    def inputs(self, problem: Problem, seed: int) -> dict[str, Any]:
+        """Random (never zero) device arrays, outputs included."""
+        raise NotImplementedError
+
+    def reference(self, problem: Problem, arrays: Mapping[str, Any]) -> dict[str, Any]:
+        """Expected outputs, computed from the inputs before the kernel runs."""
+        raise NotImplementedError
+
+    def tolerance(self, problem: Problem) -> float:
+        return 1e-5
+
+    def check(self, problem: Problem, arrays: Mapping[str, Any], expected: Mapping[str, Any]) -> Check:
+        """Max abs error over max abs reference, per output; NaN or Inf never passes."""
+        import cupy
+
+        tol = self.tolerance(problem)
+        worst = 0.0
+        for name, want in expected.items():
+            got = arrays[name].astype(cupy.float64)
+            want = want.astype(cupy.float64)
+            if not bool(cupy.isfinite(got).all()):
+                return Check(False, float("inf"), f"{name} holds NaN or Inf (unwritten or overflowed)")
+            scale = float(cupy.abs(want).max()) or 1.0
+            err = float(cupy.abs(got - want).max()) / scale
+            worst = max(worst, err)
+            if not err <= tol:
+                return Check(False, err, f"{name}: max error {err:.3g} over tolerance {tol:.1g}")
+        return Check(True, worst)
+
+    def flops(self, problem: Problem) -> float:
+        return 0.0
+
+    def bytes(self, problem: Problem) -> float:
+        return 0.0
+
+    # --- identity ------------------------------------------------------------------------
+    def template_digest(self) -> str:
+        """sha256 of the template and the shared pieces it may include (first 16 hex)."""
+        from kgen.render import template_files
+
+        h = hashlib.sha256()
+        for path in template_files(self):
+            h.update(path.name.encode())
+            h.update(path.read_bytes())
+        return h.hexdigest()[:16]
+
+
+_REGISTRY: dict[str, KernelSpec] = {}
+
+
+def register(spec: KernelSpec) -> KernelSpec:
+    """Make a family known to the tuner, the CLI and dispatch; returns the spec."""
+    if not spec.family:
+        raise UnknownFamilyError("a KernelSpec needs a non-empty family name",
+                                 remedy="set the class attribute `family`")
+    _REGISTRY[spec.family] = spec
+    return spec
+
+
+def get_spec(family: str) -> KernelSpec:
+    import kgen.kernels  # noqa: F401  registers the built-in families
+
+    try:
+        return _REGISTRY[family]
+    except KeyError:
+        raise UnknownFamilyError(f"no kernel family named {family!r}; known: {sorted(_REGISTRY)}") from None
+
+
+def families() -> list[str]:
+    import kgen.kernels  # noqa: F401
+
+    return sorted(_REGISTRY)
