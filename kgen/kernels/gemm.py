@@ -260,4 +260,92 @@ class GemmSimt(KernelSpec):
         return float(size * (m * k + k * n + m * n))
 
 
-register(GemmSimt())
+
+# ---- call-time entry point ----------------------------------------------------------------
+
+def _operand_layout(info, rows: int, cols: int, name: str) -> tuple[str, int]:
+    """('N', ld) for row-major storage, ('T', ld) for column-major (a transposed view)."""
+    from kgen.errors import LayoutError
+
+    s0, s1 = info.strides
+    if cols <= 1 or s1 == 1:
+        ld = s0 if rows > 1 else max(cols, 1)
+        if ld >= max(cols, 1):
+            return "N", ld
+    if rows <= 1 or s0 == 1:
+        ld = s1 if cols > 1 else max(rows, 1)
+        if ld >= max(rows, 1):
+            return "T", ld
+    raise LayoutError(f"{name} has strides {info.strides} (elements) for shape {info.shape}: "
+                      "neither row-major nor a transposed view of a row-major array",
+                      remedy=f"pass {name}.copy()")
+
+
+def _alignment(info, ld: int) -> int:
+    v = 16 // info.itemsize
+    while v > 1 and (ld % v or info.ptr % (v * info.itemsize)):
+        v //= 2
+    return v
+
+
+def problem_from_operands(a, b, c=None) -> tuple[Problem, int]:
+    """The GEMM problem of ``a @ b`` (into ``c``) and the device it runs on, from strides."""
+    from kgen.arrays import describe
+    from kgen.errors import DeviceError, DtypeError, LayoutError, ShapeError
+
+    ai, bi = describe(a, "a"), describe(b, "b")
+    if len(ai.shape) != 2 or len(bi.shape) != 2:
+        raise ShapeError(f"gemm takes 2-D arrays; got a{list(ai.shape)} and b{list(bi.shape)}",
+                         remedy="reshape to 2-D (batched GEMM is not supported yet)")
+    (m, k), (k2, n) = ai.shape, bi.shape
+    if k != k2:
+        raise ShapeError(f"inner dimensions differ: a is {m}x{k}, b is {k2}x{n}",
+                         remedy="pass b with as many rows as a has columns")
+    if ai.dtype != bi.dtype or ai.dtype not in DTYPES:
+        raise DtypeError(f"gemm needs a and b of one dtype among {sorted(DTYPES)}; got {ai.dtype} and {bi.dtype}",
+                         remedy="cast with .astype(...)")
+    if ai.device != bi.device:
+        raise DeviceError(f"a is on device {ai.device} and b on device {bi.device}")
+    if c is not None:
+        ci = describe(c, "c")
+        if ci.shape != (m, n):
+            raise ShapeError(f"c has shape {list(ci.shape)}, expected [{m}, {n}]")
+        if ci.dtype != ai.dtype:
+            raise DtypeError(f"c is {ci.dtype} but a and b are {ai.dtype}", remedy=f"pass c as {ai.dtype}")
+        if ci.device != ai.device:
+            raise DeviceError(f"c is on device {ci.device}, a and b on device {ai.device}")
+        if n > 1 and ci.strides[1] != 1 or (m > 1 and ci.strides[0] < n):
+            raise LayoutError(f"c must be row-major (strides [ldc, 1], ldc >= n); has strides {list(ci.strides)}",
+                              remedy="pass a C-contiguous c, and copy the result where it must go")
+    la, lda = _operand_layout(ai, m, k, "a")
+    lb, ldb = _operand_layout(bi, k, n, "b")
+    problem = gemm_problem(m, n, k, ai.dtype, la + lb, _alignment(ai, lda), _alignment(bi, ldb))
+    return problem, ai.device
+
+
+def gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0):
+    """C = alpha * a @ b + beta * c on the GPU, with the best kernel kgen knows for the shape.
+
+    ``a`` and ``b`` are CuPy arrays (or any ``__cuda_array_interface__`` arrays) of
+    float32, float64 or float16; a transposed view is read as such, never copied. Without
+    ``c`` a new array is returned. Runs on the current CuPy stream, without synchronising.
+
+    >>> # import cupy, kgen
+    >>> # a = cupy.random.rand(512, 256, dtype=cupy.float32); b = cupy.random.rand(256, 128, dtype=cupy.float32)
+    >>> # cupy.allclose(kgen.gemm(a, b), a @ b, rtol=1e-4)
+    """
+    from kgen.dispatch import default_dispatcher
+
+    problem, device = problem_from_operands(a, b, c)
+    dispatcher = default_dispatcher()
+    if c is None:
+        c = dispatcher.launcher.empty((problem["m"], problem["n"]), problem["dtype"], like=a)
+        beta = 0.0
+    if problem["m"] == 0 or problem["n"] == 0:
+        return c
+    dispatcher.call(_SPEC, problem, {"a": a, "b": b, "c": c, "alpha": alpha, "beta": beta}, device)
+    return c
+
+
+_SPEC = GemmSimt()
+register(_SPEC)

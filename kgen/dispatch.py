@@ -1,0 +1,153 @@
+"""The call-time path: operands -> Problem -> best Config -> loaded kernel -> launch.
+
+Policy for a problem, in order: the tuned best for this device and template (exact key);
+else the best config of the nearest tuned problem of the same family (distance on log2 of
+the shape parameters, everything else equal) when it is valid here; else the family's
+default config. ``KGEN_STRICT=1`` raises instead of falling back. Everything after the first
+call of a problem is served from memory: no database, no compiler, no synchronisation.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from kgen.compile import compile_source
+from kgen.errors import CompileError, NoConfigError
+from kgen.knobs import knobs
+from kgen.problem import Problem, Target
+from kgen.render import render
+from kgen.space import Config
+
+
+@dataclass(frozen=True)
+class Choice:
+    config: Config
+    how: str                 # "tuned" | "nearest" | "default"
+    time_ms: float | None = None
+    from_problem: str = ""
+
+
+@dataclass
+class _Loaded:
+    spec: Any
+    problem: Problem
+    choice: Choice
+    kernel: Any
+
+
+class Dispatcher:
+    """Chooses, compiles, caches and launches; one per process (``default_dispatcher()``)."""
+
+    def __init__(self, db=None, launcher=None, targets: Mapping[int, Target] | None = None):
+        self._db = db
+        self._launcher = launcher
+        self._targets: dict[int, Target] = dict(targets or {})
+        self._loaded: dict[tuple[str, str, int], _Loaded] = {}
+        self._lock = threading.Lock()
+
+    # ---- collaborators, made on first use ---------------------------------------------------
+    @property
+    def db(self):
+        if self._db is None:
+            from kgen.db import open_default
+
+            self._db = open_default()
+        return self._db
+
+    @property
+    def launcher(self):
+        if self._launcher is None:
+            from kgen.measure.launch import CupyLauncher
+
+            self._launcher = CupyLauncher()
+        return self._launcher
+
+    def target(self, device: int) -> Target:
+        t = self._targets.get(device)
+        if t is None:
+            t = self._targets[device] = Target.detect(device)
+        return t
+
+    # ---- policy -------------------------------------------------------------------------------
+    def choose(self, spec, problem: Problem, target: Target) -> Choice:
+        digest = spec.template_digest()
+        best = self.db.best(spec.family, problem.key, target.name, digest)
+        if best is not None:
+            m = best.measurement
+            return Choice(spec.space(problem, target).make(m.config), "tuned", m.time_ms, problem.key)
+        if knobs.strict:
+            raise NoConfigError(f"KGEN_STRICT=1 and {problem.key} is not tuned for {target.name}",
+                                remedy=f"tune it (kgen tune {spec.family} ...) or unset KGEN_STRICT")
+        nearest = self._nearest(spec, problem, target, digest)
+        if nearest is not None:
+            return nearest
+        return Choice(spec.default_config(problem, target), "default")
+
+    def _nearest(self, spec, problem: Problem, target: Target, digest: str) -> Choice | None:
+        ranked = []
+        for key in self.db.problems(spec.family, target.name, digest):
+            try:
+                other = Problem.from_key(key)
+            except Exception:
+                continue
+            d = problem.distance(other, tuple(spec.shape_params))
+            if d != float("inf"):
+                ranked.append((d, key))
+        space = None
+        for _, key in sorted(ranked):
+            best = self.db.best(spec.family, key, target.name, digest)
+            if best is None:
+                continue
+            space = space or spec.space(problem, target)
+            values = dict(best.measurement.config)
+            if set(values) == set(space.names) and space.is_valid(values):
+                return Choice(space.make(values), "nearest", None, key)
+        return None
+
+    # ---- the hot path ---------------------------------------------------------------------------
+    def prepare(self, spec, problem: Problem, device: int) -> _Loaded:
+        key = (spec.family, problem.key, device)
+        loaded = self._loaded.get(key)
+        if loaded is not None:
+            return loaded
+        with self._lock:
+            loaded = self._loaded.get(key)
+            if loaded is None:
+                target = self.target(device)
+                choice = self.choose(spec, problem, target)
+                source = render(spec, problem, choice.config, target)
+                result = compile_source(source)
+                if result.failure is not None:
+                    raise CompileError(f"{choice.config.name} did not compile: {result.failure.detail[:2000]}",
+                                       remedy="report it with the saved source; meanwhile tune the problem",
+                                       config=choice.config.name)
+                loaded = _Loaded(spec, problem, choice, self.launcher.load(result.binary))
+                self._loaded[key] = loaded
+        return loaded
+
+    def call(self, spec, problem: Problem, operands: Mapping[str, Any], device: int) -> None:
+        loaded = self.prepare(spec, problem, device)
+        spec.run(loaded.kernel, problem, loaded.choice.config, operands)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._loaded.clear()
+
+
+_default: Dispatcher | None = None
+
+
+def default_dispatcher() -> Dispatcher:
+    global _default
+    if _default is None:
+        _default = Dispatcher()
+    return _default
+
+
+def set_default_dispatcher(dispatcher: Dispatcher | None) -> Dispatcher | None:
+    """Swap the process-wide dispatcher (tests; a custom launcher); returns the old one."""
+    global _default
+    old, _default = _default, dispatcher
+    return old

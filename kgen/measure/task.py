@@ -1,0 +1,23 @@
+"""What a GPU worker is asked to do: one config of one problem, compiled."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kgen.measurement import Timing
+from kgen.problem import Problem
+from kgen.space import Config
+
+
+@dataclass(frozen=True)
+class MeasureTask:
+    spec: object            # a KernelSpec (pickled to the worker)
+    problem: Problem
+    config: Config
+    cubin: bytes
+    entry: str
+    resources: dict
+    timing: Timing
+    seed: int = 0
+    compile_s: float = 0.0
+    planted_fault: str = ""   # tests only: "hang" | "crash" | "wrong" makes the worker misbehave

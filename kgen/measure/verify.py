@@ -1,0 +1,28 @@
+"""Run once on NaN-poisoned outputs and compare with the reference."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from kgen.spec import Check
+
+
+def poison(operands: Mapping[str, Any], outputs) -> None:
+    import cupy
+
+    for name in outputs:
+        arr = operands[name]
+        if cupy.dtype(arr.dtype).kind == "f":
+            arr.fill(cupy.nan)
+        else:
+            arr.fill(-1)
+
+
+def verify(spec, problem, config, kernel, operands: Mapping[str, Any], expected: Mapping[str, Any]) -> Check:
+    """Poison the outputs, run, synchronize, check against ``expected``."""
+    import cupy
+
+    poison(operands, spec.outputs)
+    spec.run(kernel, problem, config, operands)
+    cupy.cuda.get_current_stream().synchronize()
+    return spec.check(problem, operands, expected)

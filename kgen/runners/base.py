@@ -1,0 +1,26 @@
+"""The runner interface: a concurrent.futures-style executor of MeasureTasks."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+
+from kgen.measure.task import MeasureTask
+
+
+class Runner:
+    """Measures compiled configs. ``slots`` is how many measurements may run at once."""
+
+    slots: int = 1
+    needs_binaries: bool = True   # False: the runner answers without compiled code (replay)
+
+    def submit(self, task: MeasureTask) -> Future:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,325 @@
+"""The tuning driver: Optuna ask -> render -> compile -> measure -> tell -> database.
+
+One driver owns the study; compiling runs ahead in a process pool while the runner
+measures. Every outcome is stored, failures too. Configs already in the database for this
+problem, device and template are told from there and never run again, so an interrupted
+tune resumes where it stopped; the best configs of the nearest tuned problems are tried
+first (warm start).
+
+>>> # tune(spec, problem, target, runner=LocalGPURunner(), db=open_default(), trials=300)
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections import Counter
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import dataclass, field
+from typing import Callable
+
+import warnings
+
+import optuna
+
+warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+
+from kgen.compile import CompilePool, CompileResult
+from kgen.errors import KgenError, TemplateError
+from kgen.knobs import knobs
+from kgen.measure.task import MeasureTask
+from kgen.measurement import Failure, Measurement, Record, Timing
+from kgen.problem import Problem, Target
+from kgen.provenance import provenance_for
+from kgen.render import render
+from kgen.space import Config, Space
+
+log = logging.getLogger("kgen.search")
+SAMPLERS = ("tpe", "random", "gp", "cmaes", "exhaustive")
+_PENALTY = 10.0       # a failed trial is told as this many times the worst success
+_MAX_WASTED_ASKS = 64  # invalid or repeated proposals in a row before a random valid config
+
+
+@dataclass
+class TuneProgress:
+    """What a live display shows; sent after each finished trial."""
+
+    problem: Problem
+    done: int
+    budget: int
+    best: Measurement | None
+    last: Measurement | None
+    failures: Counter
+    elapsed_s: float
+    in_flight: int = 0
+
+
+@dataclass
+class TuneResult:
+    problem: Problem
+    best: Measurement | None
+    measured: int                  # new measurements made by this run
+    known: int                     # answered from the database
+    failures: Counter
+    seconds: float
+    compile_s: float = 0.0
+    measure_s: float = 0.0
+    trials: list[Measurement] = field(default_factory=list)
+
+
+def make_sampler(name: str, seed: int, n_startup: int) -> optuna.samplers.BaseSampler:
+    if name == "tpe":
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=n_startup, constant_liar=True,
+                                          multivariate=True)
+    if name in ("random", "exhaustive"):
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "gp":
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            raise KgenError("the gp sampler needs PyTorch", remedy="pip install torch, or use --sampler tpe") from None
+        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=n_startup)
+    if name == "cmaes":
+        try:
+            import cmaes  # noqa: F401
+        except ImportError:
+            raise KgenError("the cmaes sampler needs the cmaes package",
+                            remedy="pip install cmaes, or use --sampler tpe") from None
+        return optuna.samplers.CmaEsSampler(seed=seed, n_startup_trials=n_startup,
+                                            independent_sampler=optuna.samplers.TPESampler(seed=seed),
+                                            warn_independent_sampling=False)
+    raise KgenError(f"unknown sampler {name!r}", remedy=f"use one of {', '.join(SAMPLERS)}")
+
+
+def _distributions(space: Space) -> dict[str, optuna.distributions.BaseDistribution]:
+    return {p.name: optuna.distributions.CategoricalDistribution(p.choices) for p in space.params}
+
+
+class Tuner:
+    """Tunes one problem of one family on one target."""
+
+    def __init__(self, spec, problem: Problem, target: Target, runner, db, sampler: str = "tpe",
+                 seed: int | None = None, pool: CompilePool | None = None, warm_start: bool = True,
+                 timing: Timing | None = None):
+        self.spec, self.problem, self.target, self.runner, self.db = spec, problem, target, runner, db
+        self.sampler_name = sampler
+        self.seed = knobs.seed if seed is None else seed
+        self.rng = random.Random(self.seed)
+        self.pool = pool
+        self.warm_start = warm_start
+        self.timing = timing or Timing(warmup=knobs.bench_warmup, runs=max(20, knobs.bench_runs),
+                                       l2="flushed" if knobs.l2_flush else "warm")
+        self.space = spec.space(problem, target)
+        self.digest = spec.template_digest()
+        self.provenance = provenance_for(target, self.digest)
+        self.known: dict[str, Measurement] = {}
+        self.failures: Counter = Counter()
+        self._valid: list[Config] | None = None
+        self._queue: list[dict] = []
+        self._worst_ms = 1.0
+
+    # ---- study set-up -------------------------------------------------------------------
+    def _valid_configs(self) -> list[Config]:
+        if self._valid is None:
+            self._valid = self.space.configs()
+        return self._valid
+
+    def _load_known(self) -> None:
+        for r in self.db.records(self.spec.family, self.problem.key, self.target.name, self.digest):
+            self.known[r.measurement.config_name] = r.measurement
+            if r.measurement.ok:
+                self._worst_ms = max(self._worst_ms, r.measurement.time_ms)
+
+    def _value(self, m: Measurement) -> float:
+        return m.time_ms if m.ok else _PENALTY * self._worst_ms
+
+    def _tell_known(self, study: optuna.Study, dists) -> None:
+        for m in self.known.values():
+            if set(m.config) == set(dists) and all(m.config[k] in dists[k].choices for k in dists):
+                study.add_trial(optuna.trial.create_trial(params=dict(m.config), distributions=dists,
+                                                          value=self._value(m)))
+
+    def _first_configs(self) -> list[dict]:
+        """Configs to try before the sampler's own proposals: warm start, default, a spread."""
+        first: list[dict] = []
+        if self.warm_start:
+            first.extend(self._warm_start_configs())
+        try:
+            first.append(self.spec.default_config(self.problem, self.target).as_dict())
+        except KgenError:
+            pass
+        if self.sampler_name == "exhaustive":
+            first.extend(c.as_dict() for c in self._valid_configs())
+        else:
+            first.extend(c.as_dict() for c in self.space.sample(8, seed=self.seed))
+        seen, out = set(self.known), []
+        for values in first:
+            name = self.space.make(values).name
+            if name not in seen and self.space.is_valid(values):
+                seen.add(name)
+                out.append(values)
+        return out
+
+    def _warm_start_configs(self, neighbours: int = 3) -> list[dict]:
+        shape = tuple(self.spec.shape_params)
+        keys = [k for k in self.db.problems(self.spec.family, self.target.name, self.digest) if k != self.problem.key]
+        ranked = []
+        for key in keys:
+            try:
+                other = Problem.from_key(key)
+            except (ValueError, KgenError):
+                continue
+            d = self.problem.distance(other, shape)
+            if d != float("inf"):
+                ranked.append((d, key))
+        out = []
+        for _, key in sorted(ranked)[:neighbours]:
+            best = self.db.best(self.spec.family, key, self.target.name, self.digest)
+            if best is not None:
+                out.append(dict(best.measurement.config))
+        return out
+
+    # ---- proposing ----------------------------------------------------------------------
+    def _ask(self, study: optuna.Study, dists, in_flight: set[str]) -> tuple[optuna.Trial, Config] | None:
+        wasted = 0
+        while True:
+            queued = False
+            while self._queue and not queued:
+                values = self._queue.pop(0)
+                name = self.space.make(values).name
+                if name not in self.known and name not in in_flight:
+                    study.enqueue_trial(values)
+                    queued = True
+            if self.sampler_name == "exhaustive" and not queued:
+                return None   # every valid config has been proposed
+            trial = study.ask(dists)
+            values = trial.params
+            config = self.space.make(values)
+            broken = self.space.violations(values)
+            if broken:
+                self.failures["constraints"] += 1
+                study.tell(trial, _PENALTY * self._worst_ms)
+            elif config.name in self.known:
+                study.tell(trial, self._value(self.known[config.name]))
+            elif config.name in in_flight:
+                study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+            else:
+                return trial, config
+            wasted += 1
+            if wasted >= _MAX_WASTED_ASKS:
+                fresh = [c for c in self._valid_configs() if c.name not in self.known and c.name not in in_flight]
+                if not fresh:
+                    return None
+                study.enqueue_trial(self.rng.choice(fresh).as_dict())
+                wasted = 0
+
+    # ---- the loop -----------------------------------------------------------------------
+    def run(self, trials: int, timeout_s: float | None = None,
+            on_progress: Callable[[TuneProgress], None] | None = None) -> TuneResult:
+        start = time.perf_counter()
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self._load_known()
+        dists = _distributions(self.space)
+        self._queue = self._first_configs()
+        n_startup = min(len(self._queue), 16) + len(self.known)
+        study = optuna.create_study(direction="minimize",
+                                    sampler=make_sampler(self.sampler_name, self.seed, max(n_startup, 10)))
+        self._tell_known(study, dists)
+
+        budget = trials
+        done_before = len(self.known)
+        new: list[Measurement] = []
+        inflight: dict[Future, tuple[str, optuna.Trial, Config, float]] = {}
+        window = max(2 * self.runner.slots, min(knobs.compile_workers, 16)) if self.runner.needs_binaries \
+            else self.runner.slots
+        own_pool = self.pool is None and self.runner.needs_binaries
+        pool = self.pool or (CompilePool() if self.runner.needs_binaries else None)
+        compile_s = measure_s = 0.0
+        template_failures = []
+        exhausted = False
+        try:
+            while True:
+                timed_out = timeout_s is not None and time.perf_counter() - start >= timeout_s
+                while (not timed_out and not exhausted and len(inflight) < window
+                       and done_before + len(new) + len(inflight) < budget):
+                    names = {c.name for _, _, c, _ in inflight.values()}
+                    asked = self._ask(study, dists, names)
+                    if asked is None:
+                        exhausted = True
+                        break
+                    trial, config = asked
+                    inflight[self._start(pool, config)] = ("compile", trial, config, time.perf_counter())
+                if not inflight:
+                    break
+                finished, _ = wait(list(inflight), timeout=1.0, return_when=FIRST_COMPLETED)
+                for fut in finished:
+                    stage, trial, config, t0 = inflight.pop(fut)
+                    if stage == "compile":
+                        result: CompileResult = fut.result()
+                        compile_s += result.seconds
+                        if result.failure is None:
+                            inflight[self.runner.submit(self._task(config, result))] = ("measure", trial, config, time.perf_counter())
+                            continue
+                        if result.failure.detail.startswith("template"):
+                            template_failures.append(result.failure.detail)
+                        m = Measurement(config_name=config.name, config=config.as_dict(),
+                                        problem_key=self.problem.key, failure=result.failure,
+                                        timing=self.timing, compile_s=result.seconds)
+                    else:
+                        m = fut.result()
+                        measure_s += m.measure_s
+                    self._finish(study, trial, m)
+                    new.append(m)
+                    if template_failures and len(template_failures) == len(new) >= min(4, budget):
+                        raise TemplateError(f"every config of {self.spec.family} so far failed to compile: "
+                                            f"{template_failures[0][:1500]}",
+                                            remedy="fix the template; the source of each failure is saved "
+                                                   "(path above)")
+                    if on_progress:
+                        on_progress(TuneProgress(self.problem, done_before + len(new), budget, self.best(),
+                                                 m, self.failures, time.perf_counter() - start, len(inflight)))
+        finally:
+            for fut in inflight:
+                fut.cancel()
+            if own_pool:
+                pool.close()
+        return TuneResult(self.problem, self.best(), len(new), done_before, self.failures,
+                          time.perf_counter() - start, compile_s, measure_s, new)
+
+    def _start(self, pool: CompilePool | None, config: Config) -> Future:
+        if pool is None:   # the runner needs no binary (replay)
+            fut: Future = Future()
+            fut.set_result(CompileResult(None, None))
+            return fut
+        return pool.submit(render(self.spec, self.problem, config, self.target, self.space))
+
+    def _task(self, config: Config, result: CompileResult) -> MeasureTask:
+        binary = result.binary
+        return MeasureTask(spec=self.spec, problem=self.problem, config=config,
+                           cubin=binary.cubin if binary else b"", entry=config.name,
+                           resources=dict(binary.resources) if binary else {}, timing=self.timing,
+                           seed=self.seed, compile_s=result.seconds)
+
+    def _finish(self, study: optuna.Study, trial: optuna.Trial, m: Measurement) -> None:
+        if m.ok:
+            self._worst_ms = max(self._worst_ms, m.time_ms)
+        else:
+            self.failures[m.failure.kind] += 1
+        self.known[m.config_name] = m
+        study.tell(trial, self._value(m))
+        self.db.commit([Record(self.spec.family, m, self.provenance)])
+
+    def best(self) -> Measurement | None:
+        ok = [m for m in self.known.values() if m.ok]
+        return min(ok, key=lambda m: (m.time_ms, m.config_name)) if ok else None
+
+
+def tune(spec, problem: Problem, target: Target, runner, db, trials: int = 100, timeout_s: float | None = None,
+         sampler: str = "tpe", seed: int | None = None, on_progress=None, pool: CompilePool | None = None,
+         warm_start: bool = True) -> TuneResult:
+    """Tune ``problem`` until ``trials`` configs are measured for it (stored ones count)."""
+    if sampler not in SAMPLERS:
+        raise KgenError(f"unknown sampler {sampler!r}", remedy=f"use one of {', '.join(SAMPLERS)}")
+    tuner = Tuner(spec, problem, target, runner, db, sampler=sampler, seed=seed, pool=pool, warm_start=warm_start)
+    return tuner.run(trials, timeout_s, on_progress)

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Everything that needs the GPU, in one call: install the carried wheels, run every `gpu`
+# test, run the benchmarks; logs and results go under $OUT (default ./gpu_out).
+#   scripts/gpu_check.sh                 # tests + the full GEMM benchmark
+#   scripts/gpu_check.sh tests           # tests only
+#   scripts/gpu_check.sh bench [ARGS]    # benchmark only (ARGS go to bench_gemm.py)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu_out}
+mkdir -p "$OUT"
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site:$PWD
+else
+  export PYTHONPATH=$PWD
+fi
+export PYTHONUNBUFFERED=1 KGEN_HOME=${KGEN_HOME:-/tmp/kgen-home}
+what=${1:-all}; shift || true
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
+status=0
+if [ "$what" = all ] || [ "$what" = tests ]; then
+  python3 -m pytest -q -m "gpu or multi_gpu" tests 2>&1 | tee "$OUT/gpu_tests.log"
+  status=${PIPESTATUS[0]}
+fi
+if [ "$what" = all ] || [ "$what" = bench ]; then
+  python3 scripts/bench_gemm.py --out "$OUT/bench_gemm.json" --export "$OUT/tuning_db.jsonl" \
+    --recording "$OUT/recording.jsonl" "$@" 2>&1 | tee "$OUT/bench_gemm.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+fi
+exit $status
