@@ -268,6 +268,8 @@ def _operand_layout(info, rows: int, cols: int, name: str) -> tuple[str, int]:
     from kgen.errors import LayoutError
 
     s0, s1 = info.strides
+    if rows == 0 or cols == 0:
+        return "N", max(cols, 1)
     if cols <= 1 or s1 == 1:
         ld = s0 if rows > 1 else max(cols, 1)
         if ld >= max(cols, 1):

@@ -7,20 +7,27 @@ import tempfile
 from typing import Any, Sequence
 
 
+_scratch: tempfile.TemporaryDirectory | None = None
+
+
+def _scratch_dir() -> str:
+    global _scratch
+    if _scratch is None:
+        _scratch = tempfile.TemporaryDirectory(prefix="kgen-cubins-")
+    return _scratch.name
+
+
 class CupyKernel:
     """One loaded kernel: ``launch`` on the current CuPy stream, ``scale`` an array in place."""
 
     def __init__(self, cubin: bytes | None, entry: str, path: str = ""):
         import cupy
 
-        if not path:
-            fd, path = tempfile.mkstemp(suffix=".cubin")
+        if not path:   # CuPy loads modules from files, lazily: keep the file for the process's life
+            fd, path = tempfile.mkstemp(suffix=".cubin", dir=_scratch_dir())
             with os.fdopen(fd, "wb") as f:
                 f.write(cubin)
-            self._module = cupy.RawModule(path=path)
-            os.unlink(path)
-        else:
-            self._module = cupy.RawModule(path=path)
+        self._module = cupy.RawModule(path=path)
         self.entry = entry
         self.function = self._module.get_function(entry)
         self._smem_limit = 48 * 1024
