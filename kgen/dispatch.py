@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 from kgen.compile import compile_source
 from kgen.errors import CompileError, NoConfigError
@@ -45,6 +45,7 @@ class Dispatcher:
         self._launcher = launcher
         self._targets: dict[int, Target] = dict(targets or {})
         self._loaded: dict[tuple[str, str, int], _Loaded] = {}
+        self.plans: dict = {}    # families' per-signature call plans (see kgen.kernels.gemm.gemm)
         self._lock = threading.Lock()
 
     # ---- collaborators, made on first use ---------------------------------------------------
@@ -134,6 +135,7 @@ class Dispatcher:
     def clear(self) -> None:
         with self._lock:
             self._loaded.clear()
+            self.plans.clear()
 
 
 _default: Dispatcher | None = None
@@ -151,3 +153,11 @@ def set_default_dispatcher(dispatcher: Dispatcher | None) -> Dispatcher | None:
     global _default
     old, _default = _default, dispatcher
     return old
+
+
+def run(spec, problem: Problem, operands: Mapping[str, Any], device: int = 0) -> None:
+    """Launch a registered family's best known kernel for ``problem`` on ``operands``.
+
+    The generic call path for user families (``kgen.gemm`` is the GEMM family's own).
+    """
+    default_dispatcher().call(spec, problem, operands, device)

@@ -114,11 +114,11 @@ class Target:
         return d
 
     @classmethod
-    def h200(cls) -> "Target":
-        """The NVIDIA H200 as a GPU-less target: for compiling and planning in CI."""
+    def h200(cls, name: str = "NVIDIA H200") -> "Target":
+        """The NVIDIA H200 (or a Hopper of that shape) as a GPU-less target: for CI and replay."""
         from kgen.compile import nvrtc_version
 
-        return cls(name="NVIDIA H200", cc=(9, 0), sm_count=132, smem_per_block=48 * 1024,
+        return cls(name=name, cc=(9, 0), sm_count=132, smem_per_block=48 * 1024,
                    smem_per_block_optin=227 * 1024, smem_per_sm=228 * 1024,
                    l2_bytes=60 * 1024 * 1024, nvrtc_version=nvrtc_version())
 

@@ -44,6 +44,11 @@ def _template_path(spec) -> Path:
     return path if path.is_absolute() else templates_root() / path
 
 
+def template_text(spec) -> str | None:
+    """The inline template of a spec that gives ``template_source`` instead of a file."""
+    return getattr(spec, "template_source", None) or None
+
+
 def template_files(spec) -> list[Path]:
     """The spec's template and every shared piece it could include, in a stable order."""
     main = _template_path(spec)
@@ -63,11 +68,12 @@ def _environment(folder: str) -> jinja2.Environment:
 
 def render(spec, problem: Problem, config, target: Target, space=None) -> Source:
     """The CUDA source of one config of ``spec`` for ``problem`` on ``target``."""
-    path = _template_path(spec)
+    inline = template_text(spec)
+    path = Path(f"<{spec.family} template_source>") if inline else _template_path(spec)
     space = space or spec.space(problem, target)
-    env = _environment(str(path.parent))
+    env = _environment(str(templates_root()) if inline else str(path.parent))
     try:
-        template = env.get_template(path.name)
+        template = env.from_string(inline) if inline else env.get_template(path.name)
         code = template.render(**spec.context(problem, config, space))
     except jinja2.TemplateError as exc:
         raise TemplateError(f"template {path.name} failed to render for {config.name}: "

@@ -117,13 +117,25 @@ class Tuner:
         self.failures: Counter = Counter()
         self._valid: list[Config] | None = None
         self._queue: list[dict] = []
+        self._allowed = runner.measurable(problem.key)
+        self._allowed_values = []
+        if self._allowed is not None and hasattr(runner, "recording"):
+            self._allowed_values = [m.config for (key, _), m in runner.recording.entries.items()
+                                    if key == problem.key]
         self._worst_ms = 1.0
 
     # ---- study set-up -------------------------------------------------------------------
     def _valid_configs(self) -> list[Config]:
         if self._valid is None:
-            self._valid = self.space.configs()
+            if self._allowed is not None:   # a replay: only the recorded configs exist
+                self._valid = [c for c in (self.space.make(dict(v)) for v in self._allowed_values)
+                               if self.space.is_valid(c.as_dict())]
+            else:
+                self._valid = self.space.configs()
         return self._valid
+
+    def _measurable(self, config: Config) -> bool:
+        return self._allowed is None or config.name in self._allowed
 
     def _load_known(self) -> None:
         for r in self.db.records(self.spec.family, self.problem.key, self.target.name, self.digest):
@@ -156,7 +168,7 @@ class Tuner:
         seen, out = set(self.known), []
         for values in first:
             name = self.space.make(values).name
-            if name not in seen and self.space.is_valid(values):
+            if name not in seen and self.space.is_valid(values) and self._measurable(self.space.make(values)):
                 seen.add(name)
                 out.append(values)
         return out
@@ -197,7 +209,7 @@ class Tuner:
             values = trial.params
             config = self.space.make(values)
             broken = self.space.violations(values)
-            if broken:
+            if broken or not self._measurable(config):
                 self.failures["constraints"] += 1
                 study.tell(trial, _PENALTY * self._worst_ms)
             elif config.name in self.known:
@@ -227,7 +239,7 @@ class Tuner:
                                     sampler=make_sampler(self.sampler_name, self.seed, max(n_startup, 10)))
         self._tell_known(study, dists)
 
-        budget = trials
+        budget = trials if self._allowed is None else min(trials, len(self._valid_configs()))
         done_before = len(self.known)
         new: list[Measurement] = []
         inflight: dict[Future, tuple[str, optuna.Trial, Config, float]] = {}

@@ -43,7 +43,8 @@ class KernelSpec:
     """
 
     family: str = ""
-    template: str | Path = ""
+    template: str | Path = ""        # a file under templates/, or an absolute path
+    template_source: str = ""        # or the Jinja2 template itself
     shape_params: tuple[str, ...] = ()
     outputs: tuple[str, ...] = ("out",)
     options: tuple[str, ...] = ("--std=c++17",)
@@ -89,6 +90,10 @@ class KernelSpec:
         """Expected outputs, computed from the inputs before the kernel runs."""
         raise NotImplementedError
 
+    def baseline(self, problem: Problem, operands: Mapping[str, Any]):
+        """A function running the library equivalent on ``operands`` (for ratios), or None."""
+        return None
+
     def tolerance(self, problem: Problem) -> float:
         return 1e-5
 
@@ -119,10 +124,13 @@ class KernelSpec:
     # --- identity ------------------------------------------------------------------------
     def template_digest(self) -> str:
         """sha256 of the template and the shared pieces it may include (first 16 hex)."""
-        from kgen.render import template_files
+        from kgen.render import template_files, template_text
 
         h = hashlib.sha256()
-        for path in template_files(self):
+        inline = template_text(self)
+        if inline:
+            h.update(inline.encode())
+        for path in ([] if inline else template_files(self)):
             h.update(path.name.encode())
             h.update(path.read_bytes())
         return h.hexdigest()[:16]

@@ -15,6 +15,7 @@ widest vector (in elements) that the pointer and leading dimension of A / B allo
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
@@ -248,6 +249,12 @@ class GemmSimt(KernelSpec):
             ref += beta * operands["c"].astype(cupy.float64)
         return {"c": ref}
 
+    def baseline(self, problem: Problem, operands: Mapping[str, Any]):
+        import cupy
+
+        a, b, c = operands["a"], operands["b"], operands["c"]
+        return lambda: cupy.matmul(a, b, out=c)
+
     def tolerance(self, problem: Problem) -> float:
         return DTYPES[problem["dtype"]][5]
 
@@ -325,12 +332,69 @@ def problem_from_operands(a, b, c=None) -> tuple[Problem, int]:
     return problem, ai.device
 
 
+@dataclass
+class _Plan:
+    """Everything a repeated call with the same signature needs, precomputed."""
+
+    problem: Problem
+    kernel: Any = None
+    config: Config | None = None
+    grid: tuple = ()
+    block: tuple = ()
+    shared_mem: int = 0
+    dims: tuple = ()          # m, n, k, lda, ldb, ldc as the kernel's scalar types
+    scalar: type = np.float32
+    split_k: bool = False
+
+
+def _device_id(x) -> int | None:
+    dev = getattr(x, "device", None)
+    if dev is None:
+        return None
+    ident = getattr(dev, "id", None)
+    return ident if ident is not None else getattr(dev, "index", None)
+
+
+def _signature(a, b, c, ia, ib, ic) -> tuple:
+    """A hashable key of everything that decides the plan."""
+    sig = (ia["shape"], ia["strides"], ia["typestr"], ia["data"][0] & 15, _device_id(a),
+           ib["shape"], ib["strides"], ib["typestr"], ib["data"][0] & 15, _device_id(b))
+    if ic is not None:
+        sig += (ic["shape"], ic["strides"], ic["typestr"], _device_id(c))
+    return sig
+
+
+def _make_plan(dispatcher, a, b, c) -> _Plan:
+    """Validate the operands (typed errors), choose and load the kernel."""
+    from kgen.arrays import describe
+
+    problem, device = problem_from_operands(a, b, c)
+    plan = _Plan(problem)
+    if problem["m"] == 0 or problem["n"] == 0:
+        return plan
+    loaded = dispatcher.prepare(_SPEC, problem, device)
+    config = loaded.choice.config
+    geo = _SPEC.launch(problem, config)
+    ai, bi = describe(a, "a"), describe(b, "b")
+    lda = ai.strides[0] if problem["layout"][0] == "N" else ai.strides[1]
+    ldb = bi.strides[0] if problem["layout"][1] == "N" else bi.strides[1]
+    ldc = describe(c, "c").strides[0] if c is not None else problem["n"]
+    plan.kernel, plan.config, plan.grid, plan.block, plan.shared_mem = (loaded.kernel, config, geo.grid,
+                                                                       geo.block, geo.shared_mem)
+    plan.dims = (np.int32(problem["m"]), np.int32(problem["n"]), np.int32(problem["k"]),
+                 np.int64(lda), np.int64(ldb), np.int64(max(ldc, 1)))
+    plan.scalar = np.float64 if problem["dtype"] == "float64" else np.float32
+    plan.split_k = config["SK"] > 1
+    return plan
+
+
 def gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0):
     """C = alpha * a @ b + beta * c on the GPU, with the best kernel kgen knows for the shape.
 
     ``a`` and ``b`` are CuPy arrays (or any ``__cuda_array_interface__`` arrays) of
     float32, float64 or float16; a transposed view is read as such, never copied. Without
     ``c`` a new array is returned. Runs on the current CuPy stream, without synchronising.
+    The first call of a shape chooses and loads the kernel; later calls reuse that plan.
 
     >>> # import cupy, kgen
     >>> # a = cupy.random.rand(512, 256, dtype=cupy.float32); b = cupy.random.rand(256, 128, dtype=cupy.float32)
@@ -338,14 +402,29 @@ def gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0):
     """
     from kgen.dispatch import default_dispatcher
 
-    problem, device = problem_from_operands(a, b, c)
     dispatcher = default_dispatcher()
+    try:
+        ia, ib = a.__cuda_array_interface__, b.__cuda_array_interface__
+        ic = c.__cuda_array_interface__ if c is not None else None
+    except AttributeError:   # not device arrays: the slow path says what is wrong
+        problem_from_operands(a, b, c)
+        raise
+    sig = _signature(a, b, c, ia, ib, ic)
+    plan = dispatcher.plans.get(sig)
+    if plan is None:
+        plan = dispatcher.plans[sig] = _make_plan(dispatcher, a, b, c)
+    problem = plan.problem
     if c is None:
         c = dispatcher.launcher.empty((problem["m"], problem["n"]), problem["dtype"], like=a)
+        ic = c.__cuda_array_interface__
         beta = 0.0
-    if problem["m"] == 0 or problem["n"] == 0:
+    if plan.kernel is None:      # an empty output: nothing to compute
         return c
-    dispatcher.call(_SPEC, problem, {"a": a, "b": b, "c": c, "alpha": alpha, "beta": beta}, device)
+    if plan.split_k:
+        plan.kernel.scale(c, beta)
+    args = (np.uint64(ia["data"][0]), np.uint64(ib["data"][0]), np.uint64(ic["data"][0]),
+            *plan.dims, plan.scalar(alpha), plan.scalar(beta))
+    plan.kernel.launch(plan.grid, plan.block, args, plan.shared_mem)
     return c
 
 

@@ -36,7 +36,7 @@ class CupyKernel:
         if shared_mem > self._smem_limit:
             self.function.max_dynamic_shared_size_bytes = shared_mem
             self._smem_limit = shared_mem
-        self.function(tuple(grid), tuple(block), tuple(args), shared_mem=shared_mem)
+        self.function(grid, block, args, shared_mem=shared_mem)
 
     @staticmethod
     def scale(array: Any, factor: float) -> None:

@@ -21,3 +21,4 @@ class MeasureTask:
     seed: int = 0
     compile_s: float = 0.0
     planted_fault: str = ""   # tests only: "hang" | "crash" | "wrong" makes the worker misbehave
+    baseline: bool = False    # time the spec's library baseline (e.g. cuBLAS) instead of the config

@@ -64,6 +64,10 @@ def measure(task: MeasureTask, cache: _ProblemCache, flush) -> Measurement:
     start = time.perf_counter()
     spec, problem, config = task.spec, task.problem, task.config
     operands, expected = cache.get(spec, problem, task.seed)
+    if task.baseline:
+        times = time_runs(spec.baseline(problem, operands), task.timing, flush, knobs.bench_min_ms)
+        return Measurement(config_name="baseline", config={}, problem_key=problem.key, times_ms=tuple(times),
+                           timing=task.timing, measure_s=time.perf_counter() - start)
     kernel = CupyKernel(task.cubin, task.entry)
     resources = {**task.resources, **kernel.resources}
     base = dict(config_name=config.name, config=config.as_dict(), problem_key=problem.key,

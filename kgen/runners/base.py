@@ -16,6 +16,10 @@ class Runner:
     def submit(self, task: MeasureTask) -> Future:
         raise NotImplementedError
 
+    def measurable(self, problem_key: str) -> set[str] | None:
+        """Names of the only configs this runner can answer for a problem (None: any)."""
+        return None
+
     def close(self) -> None:
         pass
 

@@ -26,10 +26,17 @@ class Recording:
     """Recorded measurements of one or more problems, by (problem key, config name)."""
 
     entries: dict[tuple[str, str], Measurement]
+    devices: tuple[str, ...] = ()
+
+    def device_name(self) -> str:
+        """The device the recording was made on (the first, if several)."""
+        return self.devices[0] if self.devices else ""
 
     @classmethod
     def from_records(cls, records: Iterable[Record]) -> "Recording":
-        return cls({(r.measurement.problem_key, r.measurement.config_name): r.measurement for r in records})
+        records = list(records)
+        return cls({(r.measurement.problem_key, r.measurement.config_name): r.measurement for r in records},
+                   tuple(sorted({r.provenance.device for r in records})))
 
     @classmethod
     def load(cls, path: str | Path) -> "Recording":
@@ -72,6 +79,9 @@ class ReplayRunner(Runner):
         runs = recorded.times_ms
         times = tuple(self.rng.choice(runs) for _ in runs)
         return Measurement(**base, times_ms=times, error=recorded.error, resources=recorded.resources)
+
+    def measurable(self, problem_key: str) -> set[str] | None:
+        return {name for key, name in self.recording.entries if key == problem_key}
 
     def submit(self, task: MeasureTask) -> Future:
         fut: Future = Future()

@@ -1,0 +1,311 @@
+"""The ``kgen`` command line: tune, bench, db ls / show, info.
+
+    kgen tune gemm --m 4096 --n 4096 --k 4096 --dtype float32 --trials 300
+    kgen tune gemm --m 1000 --n 1000 --k 1000 --replay recording.jsonl   # no GPU needed
+    kgen bench gemm --m 4096 --n 4096 --k 4096
+    kgen db ls
+    kgen info
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from kgen.errors import KgenError
+
+app = typer.Typer(help="CUDA kernel generator and autotuner.", no_args_is_help=True,
+                  pretty_exceptions_enable=False, add_completion=False)
+db_app = typer.Typer(help="Inspect the tuning database.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+console = Console()
+err_console = Console(stderr=True)
+
+
+def _fail(exc: KgenError) -> None:
+    err_console.print(f"[bold red]error:[/] {exc.message}")
+    if exc.remedy:
+        err_console.print(f"[yellow]remedy:[/] {exc.remedy}")
+    raise typer.Exit(2)
+
+
+def _open_db(url: str):
+    from kgen.db import SqlStore, open_default
+
+    return SqlStore(url) if url else open_default()
+
+
+def _problem(family: str, m: int, n: int, k: int, dtype: str, layout: str):
+    from kgen.kernels.gemm import DTYPES, LAYOUTS, gemm_problem
+    from kgen.spec import get_spec
+
+    spec = get_spec(family)
+    if family != "gemm":
+        raise KgenError(f"the command line builds gemm problems only; {family!r} is tuned from Python",
+                        remedy="use kgen.search.tune(spec, problem, ...) for your own family")
+    if dtype not in DTYPES:
+        raise KgenError(f"dtype {dtype!r} is not supported by gemm", remedy=f"use one of {sorted(DTYPES)}")
+    layout = layout.upper()
+    if layout not in LAYOUTS:
+        raise KgenError(f"layout {layout!r} is not one of {LAYOUTS}", remedy="give two letters of N and T")
+    if min(m, n, k) < 1:
+        raise KgenError(f"sizes must be >= 1 (got m={m}, n={n}, k={k})")
+    return spec, gemm_problem(m, n, k, dtype, layout)
+
+
+def _fmt_ms(ms: Optional[float]) -> str:
+    return "-" if ms is None else f"{ms:.4f} ms"
+
+
+class _LiveView:
+    """Trials done, failures by kind, best so far and its ratio to the baseline."""
+
+    def __init__(self, problem, baseline_ms: Optional[float], flops: float):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.baseline_ms, self.flops = baseline_ms, flops
+        self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), TextColumn("{task.fields[status]}"), console=console)
+        self.task = self.progress.add_task(problem.key, total=1, status="starting")
+
+    def __call__(self, p) -> None:
+        best = p.best.time_ms if p.best else None
+        parts = [f"best {_fmt_ms(best)}"]
+        if best and self.flops:
+            parts.append(f"{self.flops / best / 1e9:.1f} TFLOP/s")
+        if best and self.baseline_ms:
+            parts.append(f"x{self.baseline_ms / best:.3f} vs cuBLAS")
+        fails = {k: v for k, v in p.failures.items() if v}
+        if fails:
+            parts.append("failed: " + ", ".join(f"{k} {v}" for k, v in sorted(fails.items())))
+        self.progress.update(self.task, completed=p.done, total=p.budget, status="  ".join(parts))
+
+
+@app.command()
+def tune(family: str = typer.Argument("gemm", help="kernel family"),
+         m: int = typer.Option(..., help="rows of A and C"), n: int = typer.Option(..., help="columns of B and C"),
+         k: int = typer.Option(..., help="inner dimension"),
+         dtype: str = typer.Option("float32", help="float32, float64 or float16"),
+         layout: str = typer.Option("NN", help="A's and B's layout: N (as is) or T (transposed storage)"),
+         trials: int = typer.Option(100, help="configs measured for this problem, stored ones included"),
+         timeout: Optional[float] = typer.Option(None, help="stop after this many seconds, keeping the best"),
+         sampler: str = typer.Option("tpe", help="tpe, random, gp, cmaes or exhaustive"),
+         seed: Optional[int] = typer.Option(None, help="sampler seed (default KGEN_SEED)"),
+         replay: Optional[str] = typer.Option(None, help="answer from a recording (JSON lines) instead of a GPU"),
+         db: str = typer.Option("", help="database URL (default: KGEN_DB_URL or SQLite under KGEN_HOME)"),
+         device: int = typer.Option(0, help="CUDA device to tune on")) -> None:
+    """Search a family's configs for one problem and store every measurement."""
+    from kgen.problem import Target
+    from kgen.runners import LocalGPURunner, Recording, ReplayRunner
+    from kgen.search import SAMPLERS, tune as run_tune
+
+    try:
+        if sampler not in SAMPLERS:
+            raise KgenError(f"unknown sampler {sampler!r}", remedy=f"use one of {', '.join(SAMPLERS)}")
+        spec, problem = _problem(family, m, n, k, dtype, layout)
+        baseline_ms = None
+        if replay:
+            recording = Recording.load(replay)
+            if problem.key not in recording.problems():
+                raise KgenError(f"{replay} holds no measurements of {problem.key}",
+                                remedy="recorded problems: " + ", ".join(sorted(recording.problems())[:5]))
+            target = Target.h200(recording.device_name() or "NVIDIA H200")
+            runner = ReplayRunner(recording, seed=seed or 0)
+        else:
+            target = Target.detect(device)
+            runner = LocalGPURunner((device,), target.l2_bytes)
+        store = _open_db(db)
+        with runner:
+            if not replay:
+                baseline_ms = _baseline_ms(runner, spec, problem)
+            console.print(f"tuning [bold]{problem.key}[/] on {target.name} ({target.arch}), "
+                          f"{trials} trials, sampler {sampler}")
+            view = _LiveView(problem, baseline_ms, spec.flops(problem))
+            with view.progress:
+                result = run_tune(spec, problem, target, runner, store, trials=trials, timeout_s=timeout,
+                                  sampler=sampler, seed=seed, on_progress=view)
+    except KgenError as exc:
+        _fail(exc)
+    _summary(result, baseline_ms, spec.flops(problem))
+    if result.best is None:
+        raise typer.Exit(1)
+
+
+def _baseline_ms(runner, spec, problem) -> Optional[float]:
+    from kgen.measure.task import MeasureTask
+    from kgen.measurement import Timing
+
+    task = MeasureTask(spec=spec, problem=problem, config=_placeholder_config(), cubin=b"", entry="",
+                       resources={}, timing=Timing(), baseline=True)
+    m = runner.submit(task).result()
+    return m.time_ms if m.ok else None
+
+
+def _placeholder_config():
+    from kgen.space import Config
+
+    return Config("baseline", ())
+
+
+def _summary(result, baseline_ms, flops) -> None:
+    table = Table(title=f"tune of {result.problem.key}")
+    table.add_column("what")
+    table.add_column("value")
+    table.add_row("measured now / from the database", f"{result.measured} / {result.known}")
+    table.add_row("wall time (compile, measure)", f"{result.seconds:.1f} s ({result.compile_s:.1f} s, "
+                                                  f"{result.measure_s:.1f} s summed over processes)")
+    fails = ", ".join(f"{k} {v}" for k, v in sorted(result.failures.items()) if v) or "none"
+    table.add_row("failures", fails)
+    if result.best:
+        table.add_row("best config", result.best.config_name)
+        table.add_row("best time", f"{_fmt_ms(result.best.time_ms)}"
+                      + (f" ({flops / result.best.time_ms / 1e9:.1f} TFLOP/s)" if flops else ""))
+        if baseline_ms:
+            table.add_row("cuBLAS", f"{_fmt_ms(baseline_ms)}  ratio x{baseline_ms / result.best.time_ms:.3f}")
+    else:
+        table.add_row("best config", "[red]none: every trial failed[/]")
+    console.print(table)
+
+
+@app.command()
+def bench(family: str = typer.Argument("gemm"), m: int = typer.Option(...), n: int = typer.Option(...),
+          k: int = typer.Option(...), dtype: str = typer.Option("float32"), layout: str = typer.Option("NN"),
+          runs: int = typer.Option(50, help="timed runs (median kept)"), device: int = typer.Option(0),
+          db: str = typer.Option("")) -> None:
+    """Time the best tuned config (or the default) against cuBLAS, side by side."""
+    from kgen.compile import compile_source
+    from kgen.dispatch import Dispatcher
+    from kgen.measure.bench import l2_flusher, time_runs
+    from kgen.measurement import Timing
+    from kgen.problem import Target
+    from kgen.render import render
+
+    try:
+        spec, problem = _problem(family, m, n, k, dtype, layout)
+        target = Target.detect(device)
+        choice = Dispatcher(db=_open_db(db), targets={device: target}).choose(spec, problem, target)
+        from kgen.measure.launch import CupyKernel
+        import cupy
+
+        binary = compile_source(render(spec, problem, choice.config, target)).binary
+        kernel = CupyKernel(binary.cubin, binary.entry, binary.path)
+        ops = spec.inputs(problem, seed=7)
+        want = spec.reference(problem, ops)
+        spec.run(kernel, problem, choice.config, ops)
+        cupy.cuda.get_current_stream().synchronize()
+        check = spec.check(problem, ops, want)
+        timing, flush = Timing(runs=runs), l2_flusher(target.l2_bytes)
+        kgen_ms = statistics.median(time_runs(lambda: spec.run(kernel, problem, choice.config, ops), timing, flush))
+        base = spec.baseline(problem, ops)
+        base_ms = statistics.median(time_runs(base, timing, flush)) if base else None
+    except KgenError as exc:
+        _fail(exc)
+    flops = spec.flops(problem)
+    table = Table(title=f"{problem.key} on {target.name}")
+    for col in ("kernel", "config", "time", "TFLOP/s", "vs cuBLAS"):
+        table.add_column(col)
+    table.add_row(f"kgen ({choice.how})", choice.config.name, _fmt_ms(kgen_ms), f"{flops / kgen_ms / 1e9:.1f}",
+                  f"x{base_ms / kgen_ms:.3f}" if base_ms else "-")
+    if base_ms:
+        table.add_row("cuBLAS (cupy.matmul)", "", _fmt_ms(base_ms), f"{flops / base_ms / 1e9:.1f}", "x1.000")
+    console.print(table)
+    console.print(f"verification: {'ok' if check.ok else '[red]FAILED[/] ' + check.detail} (error {check.error:.2e})")
+    if not check.ok:
+        raise typer.Exit(1)
+
+
+@db_app.command("ls")
+def db_ls(family: Optional[str] = typer.Option(None), device: Optional[str] = typer.Option(None),
+          db: str = typer.Option("")) -> None:
+    """Tuned problems: records, failures, best time and config."""
+    try:
+        store = _open_db(db)
+        table = Table(title="tuned problems")
+        for col in ("family", "device", "problem", "records", "failed", "best", "config"):
+            table.add_column(col)
+        for fam in ([family] if family else store.families()):
+            for key in store.problems(fam, device):
+                records = store.records(fam, key, device)
+                for dev in sorted({r.provenance.device for r in records}):
+                    mine = [r for r in records if r.provenance.device == dev]
+                    best = store.best(fam, key, dev)
+                    table.add_row(fam, dev, key, str(len(mine)), str(sum(1 for r in mine if r.measurement.failure)),
+                                  _fmt_ms(best.measurement.time_ms) if best else "-",
+                                  best.measurement.config_name if best else "-")
+    except KgenError as exc:
+        _fail(exc)
+    console.print(table)
+
+
+@db_app.command("show")
+def db_show(problem_key: str = typer.Argument(..., help="a problem key, as `kgen db ls` prints it"),
+            family: Optional[str] = typer.Option(None), limit: int = typer.Option(20),
+            db: str = typer.Option("")) -> None:
+    """Every record of one problem, fastest first, failures last."""
+    try:
+        store = _open_db(db)
+        fam = family or problem_key.split("|", 1)[0]
+        records = store.records(fam, problem_key)
+        if not records:
+            raise KgenError(f"no records of {problem_key!r}", remedy="list problems with `kgen db ls`")
+    except KgenError as exc:
+        _fail(exc)
+    records.sort(key=lambda r: (r.measurement.time_ms is None, r.measurement.time_ms or 0, r.measurement.config_name))
+    table = Table(title=f"{problem_key}: {len(records)} records")
+    for col in ("config", "time", "error", "failure", "device", "when"):
+        table.add_column(col)
+    for r in records[:limit]:
+        m = r.measurement
+        table.add_row(m.config_name, _fmt_ms(m.time_ms), f"{m.error:.1e}" if m.error is not None else "-",
+                      f"{m.failure.kind}: {m.failure.detail[:60]}" if m.failure else "",
+                      r.provenance.device, r.provenance.created)
+    console.print(table)
+
+
+@app.command()
+def info() -> None:
+    """Device, versions, paths, database location and settings."""
+    import platform
+
+    from kgen.compile import nvrtc_version
+    from kgen.knobs import Knobs, knobs
+    from kgen.problem import Target
+    from kgen.provenance import kgen_version
+    from kgen.render import data_root
+    from kgen.spec import families
+
+    table = Table(title="kgen")
+    table.add_column("what")
+    table.add_column("value")
+    table.add_row("kgen", kgen_version())
+    table.add_row("python", platform.python_version())
+    table.add_row("nvrtc", nvrtc_version())
+    try:
+        t = Target.detect(0)
+        table.add_row("device 0", f"{t.name} (sm_{t.cc[0]}{t.cc[1]}, {t.sm_count} SMs, driver {t.driver_version})")
+    except KgenError as exc:
+        table.add_row("device", f"none ({exc.message})")
+    table.add_row("families", ", ".join(families()))
+    table.add_row("database", knobs.db_url or f"sqlite:///{knobs.home / 'kgen.db'}")
+    table.add_row("shipped records", str(data_root() / "tuning_db"))
+    table.add_row("templates", str(data_root() / "templates"))
+    for env, value, doc in Knobs.describe():
+        table.add_row(env, f"{value}  [dim]{doc}[/]")
+    console.print(table)
+
+
+def main() -> None:
+    try:
+        app()
+    except KgenError as exc:   # anything not caught by a command
+        err_console.print(f"[bold red]error:[/] {exc}")
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()
