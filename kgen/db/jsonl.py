@@ -104,6 +104,7 @@ def write_jsonl(path: str | os.PathLike, records: Iterable[Record]) -> int:
             f.writelines(text + "\n" for _, text in rows)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)   # a shared file: readable like any other
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -1,0 +1,185 @@
+"""NVRTC compilation of the GEMM template for sm_90 (no GPU), the cubin cache, failures, SASS."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from kgen.compile import CompilePool, compile_source
+from kgen.kernels.gemm import DTYPES, LAYOUTS, GemmSimt, gemm_problem
+from kgen.problem import Target
+from kgen.render import Source, render
+
+PER_CASE = 50
+SPEC = GemmSimt()
+CASES = [(d, l) for d in DTYPES for l in LAYOUTS]
+
+
+@pytest.fixture(scope="module")
+def target():
+    t = Target.h200()
+    assert t.arch == "sm_90"
+    return t
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory, target):
+    """Every (dtype, layout) x 50 sampled configs, compiled once through one pool of 2.
+
+    Module scoped, so it sets the same KGEN_HOME / KGEN_CACHE_DIR as conftest's per-test
+    fixture itself (that one runs after higher-scoped fixtures); the spawned compile
+    workers inherit them.
+    """
+    base = tmp_path_factory.getbasetemp()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KGEN_HOME", str(base / "kgen-home"))
+        mp.setenv("KGEN_CACHE_DIR", str(base / "cubin-cache"))
+        mp.delenv("KGEN_ARCH", raising=False)
+        jobs = []
+        start = time.perf_counter()
+        with CompilePool(2) as pool:
+            for seed, (dtype, layout) in enumerate(CASES):
+                problem = gemm_problem(1000, 1000, 1000, dtype, layout)
+                space = SPEC.space(problem, target)
+                configs = space.sample(PER_CASE, seed=seed)
+                for config in configs:
+                    source = render(SPEC, problem, config, target, space)
+                    jobs.append(((dtype, layout), config, source, pool.submit(source)))
+            results = {}
+            for case, config, source, fut in jobs:
+                results.setdefault(case, []).append((config, source, fut.result()))
+        print(f"\ncompiled {len(jobs)} GEMM configs in {time.perf_counter() - start:.1f} s")
+    return results
+
+
+@pytest.mark.parametrize("dtype,layout", CASES)
+def test_sampled_gemm_configs_compile_for_sm90(compiled, dtype, layout):
+    rows = compiled[(dtype, layout)]
+    assert len(rows) >= PER_CASE
+    assert len({c.name for c, _, _ in rows}) == len(rows)
+    failed = [(c.name, r.failure.detail[:300]) for c, _, r in rows if r.failure is not None]
+    assert not failed, failed
+    short = DTYPES[dtype][4]
+    for config, source, result in rows:
+        b = result.binary
+        assert config.name.startswith(f"gemm_simt_{short}_{layout.lower()}_")
+        assert source.entry == config.name and source.arch == "sm_90"
+        assert b.entry == config.name and b.arch == "sm_90" and b.source_digest == source.digest
+        assert len(b.cubin) > 0 and b.cubin[:4] == b"\x7fELF", config.name
+        assert config.name.encode() in b.cubin          # extern "C": the symbol is the name
+        assert b.resources["registers"] > 0, (config.name, b.resources)
+
+
+# ---------------------------------------------------------------- the cache
+
+def _tiny_source(tag: str, body: str = "x[threadIdx.x] *= 2.f;") -> Source:
+    code = f'extern "C" __global__ void {tag}(float* x) {{ {body} }}\n'
+    return Source(code, tag, ("--std=c++17",), "sm_90", f"test-{tag}-{abs(hash(code)):x}")
+
+
+def test_second_compile_is_a_cache_hit_with_the_same_bytes(target):
+    problem = gemm_problem(256, 128, 64, "float32", "NT")
+    config = SPEC.default_config(problem, target)
+    source = render(SPEC, problem, config, target)
+    first = compile_source(source)
+    assert first.failure is None
+    second = compile_source(source)
+    assert second.cached and second.failure is None
+    assert second.binary.cubin == first.binary.cubin
+    assert second.binary.resources == first.binary.resources
+    assert second.binary.path and Path(second.binary.path).is_file()
+
+
+def test_a_corrupt_cache_entry_is_compiled_again(target):
+    source = _tiny_source("kgen_test_corrupt")
+    first = compile_source(source)
+    assert first.failure is None and not first.cached
+    meta = Path(first.binary.path).with_suffix(".json")
+    meta.write_text("{not json")
+    again = compile_source(source)
+    assert not again.cached and again.failure is None
+    assert again.binary.cubin == first.binary.cubin
+    assert compile_source(source).cached     # and the entry was rewritten whole
+
+
+def test_uncached_compile_leaves_no_cache_entry():
+    source = _tiny_source("kgen_test_nocache")
+    result = compile_source(source, use_cache=False)
+    assert result.failure is None and not result.cached and result.binary.path == ""
+    assert not compile_source(source).cached
+
+
+def test_pool_of_two_compiles_the_same_as_in_process():
+    sources = [_tiny_source(f"kgen_test_pool_{i}", f"x[threadIdx.x] += {i}.f;") for i in range(4)]
+    with CompilePool(2) as pool:
+        results = list(pool.map(sources))
+    assert [r.binary.entry for r in results] == [s.entry for s in sources]
+    for s, r in zip(sources, results):
+        assert r.failure is None
+        assert compile_source(s).binary.cubin == r.binary.cubin   # now a cache hit
+
+
+# ---------------------------------------------------------------- failures are data
+
+def test_a_broken_template_source_is_a_template_failure_with_its_source_saved(target):
+    problem = gemm_problem(128, 128, 128)
+    config = SPEC.default_config(problem, target)
+    good = render(SPEC, problem, config, target)
+    broken = Source(good.code.replace("ct_t acc", "ct_t acc = ;", 1) + "\nthis is not C++;\n",
+                    good.entry, good.options, good.arch, good.digest + "-broken")
+    result = compile_source(broken)
+    assert result.binary is None and result.failure is not None
+    assert result.failure.kind == "compile"
+    assert result.failure.detail.startswith("template")
+    m = re.search(r"source saved at (\S+)", result.failure.detail)
+    assert m, result.failure.detail[-500:]
+    saved = Path(m.group(1))
+    assert saved.is_file() and "this is not C++" in saved.read_text()
+    assert config.name in saved.name
+
+
+def test_too_much_shared_memory_is_a_resources_failure():
+    src = _tiny_source("kgen_test_smem",
+                       "__shared__ float big[64 * 1024]; big[threadIdx.x] = x[0]; __syncthreads(); "
+                       "x[threadIdx.x] = big[(threadIdx.x + 1) % 1024];")
+    result = compile_source(src)
+    assert result.binary is None
+    assert result.failure.kind == "compile"
+    assert result.failure.detail.startswith("resources"), result.failure.detail[:300]
+    assert "source saved" not in result.failure.detail
+
+
+# ---------------------------------------------------------------- SASS
+
+def _cuobjdump() -> str | None:
+    try:
+        from cuda import pathfinder
+
+        return pathfinder.find_nvidia_binary_utility("cuobjdump")
+    except Exception:
+        return None
+
+
+def test_fp32_sass_uses_ffma_and_vector_shared_loads(target):
+    tool = _cuobjdump()
+    if not tool:
+        pytest.skip("cuobjdump not found (pip install nvidia-cuda-cuobjdump)")
+    problem = gemm_problem(1024, 1024, 1024, "float32", "NN")
+    space = SPEC.space(problem, target)
+    config = space.config(BM=128, BN=128, TM=8, TN=8, BK=8, VA=4, VB=4, DB=1, UNROLL=0, GM=8, SK=1, MINB=1)
+    result = compile_source(render(SPEC, problem, config, target, space))
+    assert result.failure is None
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "k.cubin"
+        path.write_bytes(result.binary.cubin)
+        sass = subprocess.run([tool, "-sass", str(path)], capture_output=True, text=True, timeout=120)
+    assert sass.returncode == 0, sass.stderr
+    assert config.name in sass.stdout
+    assert re.search(r"\bFFMA\b", sass.stdout)
+    assert "LDS.128" in sass.stdout

@@ -1,0 +1,30 @@
+"""The shipped H200 records are read and chosen by dispatch, with no tuning and no GPU."""
+
+from kgen.db import JsonlStore, open_default
+from kgen.dispatch import Dispatcher
+from kgen.kernels.gemm import gemm_problem
+from kgen.problem import Target
+from kgen.render import data_root
+from kgen.spec import get_spec
+
+
+def test_shipped_records_are_valid_and_current():
+    store = JsonlStore(data_root() / "tuning_db")
+    spec = get_spec("gemm")
+    keys = store.problems("gemm", "NVIDIA H200")
+    assert len(keys) >= 10
+    for key in keys:
+        best = store.best("gemm", key, "NVIDIA H200")
+        assert best.measurement.ok and best.provenance.template_digest == spec.template_digest(), \
+            "the gemm template changed since tuning_db/ was measured: re-run scripts/bench_gemm.py --export"
+
+
+def test_dispatch_uses_shipped_records_for_tuned_and_nearby_problems():
+    spec, target = get_spec("gemm"), Target.h200()
+    dispatcher = Dispatcher(db=open_default(), targets={0: target})
+    tuned = dispatcher.choose(spec, gemm_problem(4096, 4096, 4096, "float32", "NN"), target)
+    assert tuned.how == "tuned" and tuned.time_ms > 0
+    near = dispatcher.choose(spec, gemm_problem(4000, 4096, 4096, "float32", "NN"), target)
+    assert near.how == "nearest"
+    other = dispatcher.choose(spec, gemm_problem(64, 64, 64, "float64", "NN"), target)
+    assert other.how == "default"

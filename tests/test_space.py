@@ -1,0 +1,217 @@
+"""Param / Space / Constraint / Config, and the GEMM space's static constraints (no GPU)."""
+
+from __future__ import annotations
+
+import itertools
+import random
+import re
+
+import pytest
+
+from kgen.errors import SpaceError
+from kgen.kernels.gemm import GemmSimt, gemm_problem
+from kgen.problem import Target
+from kgen.space import Config, Constraint, Param, Space
+
+C_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+# ---------------------------------------------------------------- a small space
+
+PARAMS = [Param("a", (1, 2, 3, 4)), Param("b", (8, 16, 32)), Param("c", ("x", "y")), Param("d", (0.5, 1.0))]
+RULES = [
+    ("a*b <= 64", lambda v: v["a"] * v["b"] <= 64, ("a", "b")),
+    ("c=y needs a even", lambda v: v["c"] == "x" or v["a"] % 2 == 0, ("a", "c")),
+    ("d<1 only with b<32", lambda v: v["d"] == 1.0 or v["b"] < 32, ("b", "d")),
+    ("prod fits", lambda v: v["prod"] <= 96, None),      # reads a derived value: final only
+]
+DERIVED = {"prod": lambda v: v["a"] * v["b"] * (2 if v["c"] == "y" else 1)}
+
+
+def small_space(early: bool = True) -> Space:
+    constraints = [Constraint(n, f, p if early else None) for n, f, p in RULES]
+    return Space(PARAMS, constraints, DERIVED)
+
+
+def brute_force() -> list[dict]:
+    out = []
+    for combo in itertools.product(*(p.choices for p in PARAMS)):
+        v = dict(zip([p.name for p in PARAMS], combo))
+        full = dict(v, prod=DERIVED["prod"](v))
+        if all(f(full) for _, f, _ in RULES):
+            out.append(v)
+    return out
+
+
+def test_enumeration_equals_brute_force_filter():
+    space = small_space()
+    got = [c.as_dict() for c in space.configs()]
+    want = brute_force()
+    assert 0 < len(want) < space.size()          # the constraints do cut something
+    assert got == want                            # same set, in product order
+
+
+def test_early_pruning_gives_the_same_set_as_final_only():
+    early, final = small_space(early=True), small_space(early=False)
+    assert early.configs() == final.configs()
+    assert [c.name for c in early.configs()] == [c.name for c in final.configs()]
+
+
+def test_names_are_unique_c_identifiers():
+    configs = small_space().configs()
+    names = [c.name for c in configs]
+    assert all(C_IDENT.match(n) for n in names), names
+    assert len(set(names)) == len(names)
+
+
+def test_config_access_equality_and_hash():
+    space = small_space()
+    c = space.config(a=2, b=16, c="y", d=0.5)
+    assert c["b"] == 16 and c.as_dict() == {"a": 2, "b": 16, "c": "y", "d": 0.5}
+    with pytest.raises(KeyError):
+        c["nope"]
+    twin = space.make({"d": 0.5, "c": "y", "b": 16, "a": 2})   # order of the dict does not matter
+    assert twin == c and hash(twin) == hash(c) and len({c, twin}) == 1
+    assert isinstance(c, Config) and list(c.as_dict()) == ["a", "b", "c", "d"]
+
+
+def test_sample_is_deterministic_valid_and_distinct():
+    space = small_space()
+    s1, s2 = space.sample(6, seed=7), space.sample(6, seed=7)
+    assert s1 == s2 and [c.name for c in s1] == [c.name for c in s2]
+    assert len(s1) == 6 and len(set(s1)) == 6
+    assert all(space.is_valid(c.as_dict()) for c in s1)
+    assert {c.name for c in space.sample(6, seed=8)} != {c.name for c in s1} or len(space.configs()) <= 6
+    # asking for more than exist gives every valid config once
+    every = space.sample(10_000, seed=1)
+    assert sorted(c.name for c in every) == sorted(c.name for c in space.configs())
+
+
+def test_violations_name_the_broken_constraints():
+    space = small_space()
+    assert space.violations({"a": 2, "b": 16, "c": "y", "d": 0.5}) == []
+    assert space.violations({"a": 3, "b": 32, "c": "y", "d": 0.5}) == [
+        "a*b <= 64", "c=y needs a even", "d<1 only with b<32", "prod fits"]
+    assert space.violations({"a": 4, "b": 16, "c": "x", "d": 1.0}) == []
+    assert space.violations({"a": 4, "b": 16, "c": "y", "d": 1.0}) == ["prod fits"]
+    # a value outside the choices is named too
+    broken = space.violations({"a": 5, "b": 16, "c": "x", "d": 1.0})
+    assert len(broken) == 1 and "a=5" in broken[0]
+    with pytest.raises(SpaceError, match="prod fits"):
+        space.config(a=4, b=16, c="y", d=1.0)
+
+
+def test_violations_name_a_constraint_that_raises():
+    space = Space([Param("x", (0, 1, 2))], [Constraint("4 % x == 0", lambda v: 4 % v["x"] == 0, ("x",))])
+    assert [c["x"] for c in space.configs()] == [1, 2]
+    broken = space.violations({"x": 0})
+    assert len(broken) == 1 and broken[0].startswith("4 % x == 0") and "ZeroDivisionError" in broken[0]
+
+
+def test_violations_reject_missing_or_unknown_values():
+    space = small_space()
+    with pytest.raises(SpaceError, match="missing"):
+        space.violations({"a": 1, "b": 8, "c": "x"})
+    with pytest.raises(SpaceError, match="unknown"):
+        space.violations({"a": 1, "b": 8, "c": "x", "d": 1.0, "e": 0})
+
+
+@pytest.mark.parametrize("make", [
+    lambda: Param("1bad", (1, 2)),
+    lambda: Param("has space", (1,)),
+    lambda: Param("empty", ()),
+    lambda: Param("dup", (1, 2, 1)),
+    lambda: Space([Param("a", (1,)), Param("a", (2,))]),
+], ids=["digit-first", "space-in-name", "no-choices", "repeated-choice", "repeated-param"])
+def test_malformed_spaces_raise_space_error(make):
+    with pytest.raises(SpaceError):
+        make()
+
+
+def test_a_namer_that_is_not_an_identifier_raises():
+    space = Space([Param("a", (1, 2))], namer=lambda v: f"k-{v['a']}")
+    with pytest.raises(SpaceError, match="identifier"):
+        space.configs()
+
+
+def test_default_namer_spells_floats_and_negatives_as_identifiers():
+    space = Space([Param("s", (-1.5, 0.25, 2))])
+    names = [c.name for c in space.configs()]
+    assert all(C_IDENT.match(n) for n in names) and len(set(names)) == 3
+
+
+# ---------------------------------------------------------------- the GEMM space
+
+H200 = Target.h200()
+SPEC = GemmSimt()
+
+
+@pytest.fixture(scope="module")
+def gemm_spaces():
+    problems = [gemm_problem(64, 64, 64, "float32", "NN"),
+                gemm_problem(64, 48, 128, "float16", "TN", align_a=2, align_b=8),
+                gemm_problem(32, 64, 96, "float64", "NT", align_a=1)]
+    return [(p, SPEC.space(p, H200)) for p in problems]
+
+
+def test_gemm_enumerated_configs_satisfy_the_static_limits(gemm_spaces):
+    for problem, space in gemm_spaces:
+        configs = space.configs()
+        assert configs, problem.key
+        names = [c.name for c in configs]
+        assert len(set(names)) == len(names)
+        for c in configs:
+            assert C_IDENT.match(c.name)
+            full = space.full_values(c.as_dict())
+            assert 64 <= full["THREADS"] <= 512, c.name
+            assert full["SMEM"] <= H200.smem_per_block_optin, c.name
+            assert c["VA"] <= problem["align_a"] and c["VB"] <= problem["align_b"], c.name
+            assert full["THREADS"] == (c["BM"] // c["TM"]) * (c["BN"] // c["TN"])
+
+
+def test_gemm_early_pruning_agrees_with_full_validity(gemm_spaces):
+    """Enumerated set == valid points of the product (checked on random product points), and
+    each constraint's declared ``params`` are enough to evaluate it."""
+    rng = random.Random(3)
+    for problem, space in gemm_spaces:
+        enumerated = {c.name for c in space.configs()}
+        for _ in range(3000):
+            values = {p.name: rng.choice(p.choices) for p in space.params}
+            assert space.is_valid(values) == (space.make(values).name in enumerated), values
+            full = space.full_values(values)
+            for c in space.constraints:
+                if c.params is not None:
+                    part = {k: values[k] for k in c.params}
+                    assert bool(c.holds(part)) == bool(c.holds(full)), (c.name, values)
+        # and the sampled valid configs are in the enumeration
+        for c in space.sample(200, seed=1):
+            assert c.name in enumerated
+
+
+def test_gemm_invalid_configs_are_rejected_before_compiling():
+    problem = gemm_problem(1024, 1024, 1024, "float32", "NN", align_a=2)
+    space = SPEC.space(problem, H200)
+    good = SPEC.default_config(problem, H200).as_dict()
+    assert space.violations(good) == []
+
+    huge = dict(good, BM=256, TM=2, BN=256, TN=2)          # 128 * 128 = 16384 threads
+    assert space.full_values(huge)["THREADS"] == 16384
+    assert "64 <= threads per block <= 512" in space.violations(huge)
+
+    wide = dict(good, VA=4)                                 # align_a is 2
+    assert "A vector fits alignment and tile" in space.violations(wide)
+
+    with pytest.raises(SpaceError, match="threads per block"):
+        space.config(**huge)
+
+
+def test_gemm_shared_memory_limit_follows_the_target():
+    problem = gemm_problem(256, 256, 256, "float64", "NN")
+    small_target = Target(name="tiny", cc=(9, 0), sm_count=4, smem_per_block=16 * 1024,
+                          smem_per_block_optin=16 * 1024, smem_per_sm=32 * 1024)
+    big = SPEC.space(problem, H200)
+    small = SPEC.space(problem, small_target)
+    v = dict(BM=128, BN=128, TM=8, TN=8, BK=16, VA=2, VB=2, DB=1, UNROLL=0, GM=1, SK=1, MINB=1)
+    assert big.full_values(v)["SMEM"] > 16 * 1024
+    assert "shared memory fits the device" in small.violations(v)
+    assert "shared memory fits the device" not in big.violations(v)
