@@ -1,7 +1,9 @@
 """The README's user-kernel example runs as written: a user's template, space, geometry and
 reference go through the same render -> compile -> measure -> tune -> dispatch path."""
 
+import importlib
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,13 +16,18 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 
 
 @pytest.fixture(scope="module")
-def example():
+def example(tmp_path_factory):
+    """The README block as an importable module (spawned GPU workers unpickle its spec)."""
     text = README.read_text()
     block = re.search(r"```python\n(# user-kernel example\n.*?)```", text, re.S)
     assert block, "README lost its user-kernel example"
-    namespace: dict = {}
-    exec(compile(block.group(1), str(README), "exec"), namespace)
-    return namespace
+    folder = tmp_path_factory.mktemp("readme_example")
+    (folder / "kgen_readme_example.py").write_text(block.group(1))
+    sys.path.insert(0, str(folder))
+    module = importlib.import_module("kgen_readme_example")
+    yield vars(module)
+    sys.path.remove(str(folder))
+    sys.modules.pop("kgen_readme_example", None)
 
 
 def test_example_space_renders_and_compiles(example):
