@@ -55,11 +55,11 @@ class DeviceError(InputError):
 
 
 class DtypeError(InputError):
-    pass
+    default_remedy = "cast the arrays with .astype(...) to a dtype the kernel supports"
 
 
 class ShapeError(InputError):
-    pass
+    default_remedy = "pass a as m x k, b as k x n and c as m x n"
 
 
 class LayoutError(InputError):

@@ -229,7 +229,6 @@ class Tuner:
     # ---- the loop -----------------------------------------------------------------------
     def run(self, trials: int, timeout_s: float | None = None,
             on_progress: Callable[[TuneProgress], None] | None = None) -> TuneResult:
-        start = time.perf_counter()
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self._load_known()
         dists = _distributions(self.space)
@@ -238,6 +237,7 @@ class Tuner:
         study = optuna.create_study(direction="minimize",
                                     sampler=make_sampler(self.sampler_name, self.seed, max(n_startup, 10)))
         self._tell_known(study, dists)
+        start = time.perf_counter()   # the time budget is the search's, set-up excluded
 
         budget = trials if self._allowed is None else min(trials, len(self._valid_configs()))
         done_before = len(self.known)

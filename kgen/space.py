@@ -210,7 +210,19 @@ class Space:
         return [self.make(v) for v in self.iter_values()]
 
     def sample(self, n: int, seed: int = 0) -> list[Config]:
-        """Up to n distinct valid configs drawn uniformly from the valid ones."""
-        valid = self.configs()
+        """Up to n distinct valid configs drawn uniformly from the valid ones.
+
+        Draws from the whole product and keeps the valid (cheap when they are not rare);
+        enumerates only when rejection finds too few.
+        """
         rng = random.Random(seed)
+        found: dict[str, Config] = {}
+        for _ in range(max(2000, 400 * n)):
+            values = {p.name: rng.choice(p.choices) for p in self.params}
+            if self.is_valid(values):
+                config = self.make(values)
+                found.setdefault(config.name, config)
+                if len(found) >= n:
+                    return list(found.values())
+        valid = self.configs()
         return rng.sample(valid, min(n, len(valid)))
