@@ -210,7 +210,8 @@ class Tuner:
             config = self.space.make(values)
             broken = self.space.violations(values)
             if broken or not self._measurable(config):
-                self.failures["constraints"] += 1
+                if broken:
+                    self.failures["constraints"] += 1
                 study.tell(trial, _PENALTY * self._worst_ms)
             elif config.name in self.known:
                 study.tell(trial, self._value(self.known[config.name]))
@@ -219,7 +220,7 @@ class Tuner:
             else:
                 return trial, config
             wasted += 1
-            if wasted >= _MAX_WASTED_ASKS:
+            if wasted >= (_MAX_WASTED_ASKS if self._allowed is None else 4):
                 fresh = [c for c in self._valid_configs() if c.name not in self.known and c.name not in in_flight]
                 if not fresh:
                     return None
