@@ -148,6 +148,30 @@ def _nvrtc_compile(source: Source) -> tuple[bytes | None, str]:
         nvrtc.nvrtcDestroyProgram(prog)
 
 
+def compile_ptx(source: Source, virtual_arch: str) -> str:
+    """PTX of a source for a virtual arch (``compute_90``): what newer GPUs JIT-compile.
+
+    Raises CompileError when NVRTC rejects the source (call it on sources that compiled).
+    """
+    from cuda.bindings import nvrtc
+
+    from kgen.errors import CompileError
+
+    err, prog = nvrtc.nvrtcCreateProgram(source.code.encode(), f"{source.entry}.cu".encode(), 0, [], [])
+    try:
+        opts = [*source.options, f"--gpu-architecture={virtual_arch}", *_include_options()]
+        (status,) = nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
+        if status != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            raise CompileError(f"{source.entry} did not compile to PTX for {virtual_arch}",
+                               remedy="compile it to a cubin first to see the log")
+        _, size = nvrtc.nvrtcGetPTXSize(prog)
+        ptx = b" " * size
+        nvrtc.nvrtcGetPTX(prog, ptx)
+        return ptx.rstrip(b"\0").decode()
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+
+
 def compile_source(source: Source, use_cache: bool = True) -> CompileResult:
     """Compile one source (cache first). Never raises for a bad kernel: see ``failure``."""
     start = time.perf_counter()

@@ -21,6 +21,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from kgen.errors import NoConfigError
+from kgen.kernels import gemm_rules as rules
 from kgen.problem import Problem, Target
 from kgen.space import Config, Constraint, Param, Space
 from kgen.spec import KernelSpec, Launch, register
@@ -38,19 +39,11 @@ def gemm_problem(m: int, n: int, k: int, dtype: str = "float32", layout: str = "
                  align_a: int | None = None, align_b: int | None = None) -> Problem:
     """A GEMM problem; alignment defaults to the widest 16-byte vector the shapes allow."""
     size = DTYPES[dtype][2]
-    widest = 16 // size
-
-    def natural(ld: int) -> int:
-        v = widest
-        while v > 1 and ld % v:
-            v //= 2
-        return v
-
     lda = k if layout[0] == "N" else m
     ldb = n if layout[1] == "N" else k
     return Problem.of("gemm", m=m, n=n, k=k, dtype=dtype, layout=layout,
-                      align_a=align_a if align_a is not None else natural(lda),
-                      align_b=align_b if align_b is not None else natural(ldb))
+                      align_a=align_a if align_a is not None else rules.natural_alignment(lda, size),
+                      align_b=align_b if align_b is not None else rules.natural_alignment(ldb, size))
 
 
 def _pow2_at_least(x: int) -> int:
@@ -197,12 +190,7 @@ class GemmSimt(KernelSpec):
 
     # ---- launch -----------------------------------------------------------------------
     def launch(self, problem: Problem, config: Config) -> Launch:
-        bm, bn, tm, tn = config["BM"], config["BN"], config["TM"], config["TN"]
-        grid = (math.ceil(problem["m"] / bm) * math.ceil(problem["n"] / bn), config["SK"], 1)
-        ct_size = DTYPES[problem["dtype"]][3]
-        pad = 16 // ct_size
-        smem = (2 if config["DB"] else 1) * config["BK"] * (bm + pad + bn + pad) * ct_size
-        return Launch(grid, ((bm // tm) * (bn // tn), 1, 1), smem)
+        return Launch(*rules.launch_geometry(problem["m"], problem["n"], problem["dtype"], config.as_dict()))
 
     def args(self, problem: Problem, config: Config, operands: Mapping[str, Any]) -> list:
         from kgen.arrays import describe
@@ -270,31 +258,16 @@ class GemmSimt(KernelSpec):
 
 # ---- call-time entry point ----------------------------------------------------------------
 
-def _operand_layout(info, rows: int, cols: int, name: str) -> tuple[str, int]:
+def _operand_layout(info, name: str) -> tuple[str, int]:
     """('N', ld) for row-major storage, ('T', ld) for column-major (a transposed view)."""
     from kgen.errors import LayoutError
 
-    s0, s1 = info.strides
-    if rows == 0 or cols == 0:
-        return "N", max(cols, 1)
-    if cols <= 1 or s1 == 1:
-        ld = s0 if rows > 1 else max(cols, 1)
-        if ld >= max(cols, 1):
-            return "N", ld
-    if rows <= 1 or s0 == 1:
-        ld = s1 if cols > 1 else max(rows, 1)
-        if ld >= max(rows, 1):
-            return "T", ld
+    found = rules.operand_layout(info.shape, info.strides)
+    if found is not None:
+        return found
     raise LayoutError(f"{name} has strides {info.strides} (elements) for shape {info.shape}: "
                       "neither row-major nor a transposed view of a row-major array",
                       remedy=f"pass {name}.copy()")
-
-
-def _alignment(info, ld: int) -> int:
-    v = 16 // info.itemsize
-    while v > 1 and (ld % v or info.ptr % (v * info.itemsize)):
-        v //= 2
-    return v
 
 
 def problem_from_operands(a, b, c=None) -> tuple[Problem, int]:
@@ -326,9 +299,10 @@ def problem_from_operands(a, b, c=None) -> tuple[Problem, int]:
         if n > 1 and ci.strides[1] != 1 or (m > 1 and ci.strides[0] < n):
             raise LayoutError(f"c must be row-major (strides [ldc, 1], ldc >= n); has strides {list(ci.strides)}",
                               remedy="pass a C-contiguous c, and copy the result where it must go")
-    la, lda = _operand_layout(ai, m, k, "a")
-    lb, ldb = _operand_layout(bi, k, n, "b")
-    problem = gemm_problem(m, n, k, ai.dtype, la + lb, _alignment(ai, lda), _alignment(bi, ldb))
+    la, lda = _operand_layout(ai, "a")
+    lb, ldb = _operand_layout(bi, "b")
+    problem = gemm_problem(m, n, k, ai.dtype, la + lb, rules.alignment(ai.ptr, lda, ai.itemsize),
+                           rules.alignment(bi.ptr, ldb, bi.itemsize))
     return problem, ai.device
 
 

@@ -1,0 +1,145 @@
+"""``kgen export``: tuned kernels as a self-contained Python package.
+
+The package holds each kernel's CUDA source, a cubin for the tuned device's arch, PTX for
+newer GPUs, a dispatch table (table.json) and a module whose only runtime dependency is
+CuPy: no kgen, Optuna, Jinja2 or database.
+
+>>> # export_package("gemm", "out", name="mykernels")   # then: import mykernels; mykernels.gemm(a, b)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from kgen.compile import compile_ptx, compile_source
+from kgen.errors import CompileError, KgenError
+from kgen.problem import Problem, Target
+from kgen.provenance import kgen_version
+from kgen.render import render
+from kgen.spec import get_spec
+
+_RUNTIMES = {"gemm": "gemm_module.py"}
+_PYPROJECT = """[build-system]
+requires = ["setuptools>=61"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "{name}"
+version = "{version}"
+description = "GEMM kernels tuned by kgen for {device}"
+requires-python = ">=3.9"
+dependencies = ["cupy-cuda13x"]
+
+[tool.setuptools.package-data]
+{name} = ["table.json", "kernels/*"]
+"""
+
+
+@dataclass
+class ExportSummary:
+    path: Path
+    device: str
+    arch: str
+    problems: int
+    kernels: int
+
+
+def _read_problem_list(path: str | Path) -> set[str]:
+    """Problem keys from a file: one key or one JSON object (m, n, k, dtype, layout) per line."""
+    from kgen.kernels.gemm import gemm_problem
+
+    keys = set()
+    for number, line in enumerate(Path(path).read_text().splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("{"):
+            try:
+                d = json.loads(line)
+                keys.add(gemm_problem(int(d["m"]), int(d["n"]), int(d["k"]), d.get("dtype", "float32"),
+                                      d.get("layout", "NN")).key)
+            except (ValueError, KeyError, TypeError) as exc:
+                raise KgenError(f"{path}:{number}: not a problem ({exc})",
+                                remedy='write a key per line, or {"m": .., "n": .., "k": .., "dtype": .., '
+                                       '"layout": ..}') from None
+        else:
+            keys.add(line)
+    return keys
+
+
+def _pick_device(db, family: str, digest: str, device: str | None) -> str:
+    devices = sorted({r.provenance.device for r in db.records(family, template_digest=digest)
+                      if r.measurement.ok})
+    if device:
+        if device not in devices:
+            raise KgenError(f"no tuned {family} records for device {device!r}",
+                            remedy=f"tuned devices: {', '.join(devices) or 'none (tune first)'}")
+        return device
+    if len(devices) != 1:
+        raise KgenError(f"the database holds {family} records of {len(devices)} devices",
+                        remedy="choose one with --device: " + (", ".join(devices) or "none (tune first)"))
+    return devices[0]
+
+
+def export_package(family: str, out_dir: str | Path, name: str = "kgen_kernels", device: str | None = None,
+                   problems: str | Path | None = None, db=None) -> ExportSummary:
+    """Write package ``name`` under ``out_dir`` with the best tuned kernels of ``family``."""
+    if family not in _RUNTIMES:
+        raise KgenError(f"export supports {sorted(_RUNTIMES)}; not {family!r}")
+    if not name.isidentifier():
+        raise KgenError(f"{name!r} is not a Python package name", remedy="use letters, digits and _")
+    if db is None:
+        from kgen.db import open_default
+
+        db = open_default()
+    spec = get_spec(family)
+    digest = spec.template_digest()
+    device = _pick_device(db, family, digest, device)
+    wanted = _read_problem_list(problems) if problems else None
+    bests = []
+    for key in db.problems(family, device, digest):
+        if wanted is None or key in wanted:
+            best = db.best(family, key, device, digest)
+            if best is not None:
+                bests.append(best)
+    if not bests:
+        raise KgenError(f"nothing to export: no tuned {family} problem on {device} matches",
+                        remedy="tune the problems first, or check --problems")
+    cc = tuple(int(x) for x in bests[0].provenance.cc.split("."))
+    target = dataclasses.replace(Target.h200(device), cc=cc)
+    arch = f"sm_{cc[0]}{cc[1]}"
+    package = Path(out_dir) / name
+    kernels = package / "kernels"
+    if package.exists():
+        shutil.rmtree(package)
+    kernels.mkdir(parents=True)
+    table = {"family": family, "device": device, "arch": arch, "kgen_version": kgen_version(),
+             "template_digest": digest, "problems": {}}
+    written = set()
+    for best in sorted(bests, key=lambda r: r.measurement.problem_key):
+        m = best.measurement
+        problem = Problem.from_key(m.problem_key)
+        config = spec.space(problem, target).make(m.config)
+        if config.name not in written:
+            source = render(spec, problem, config, target)
+            result = compile_source(source)
+            if result.failure is not None:
+                raise CompileError(f"{config.name} did not compile: {result.failure.detail[:500]}")
+            (kernels / f"{config.name}.cubin").write_bytes(result.binary.cubin)
+            (kernels / f"{config.name}.ptx").write_text(compile_ptx(source, f"compute_{cc[0]}{cc[1]}"))
+            (kernels / f"{config.name}.cu").write_text(source.code)
+            written.add(config.name)
+        table["problems"][m.problem_key] = {"config": config.name, "values": config.as_dict(),
+                                            "problem": problem.as_dict(), "time_ms": m.time_ms}
+    (package / "table.json").write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
+    runtime_dir = Path(__file__).parent / "export_runtime"
+    module = (runtime_dir / _RUNTIMES[family]).read_text().replace("__PACKAGE__", name)
+    (package / "__init__.py").write_text(module)
+    shutil.copyfile(Path(__file__).parent / "kernels" / f"{family}_rules.py", package / "_rules.py")
+    (Path(out_dir) / "pyproject.toml").write_text(
+        _PYPROJECT.format(name=name, version=kgen_version().replace("+", ".post0+"), device=device))
+    return ExportSummary(package, device, arch, len(table["problems"]), len(written))

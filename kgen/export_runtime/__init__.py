@@ -1,0 +1,1 @@
+"""Files that ``kgen export`` copies into exported packages (not imported by kgen)."""
