@@ -1,9 +1,11 @@
-"""The ``kgen`` command line: tune, bench, db ls / show, info.
+"""The ``kgen`` command line: tune, bench, db (ls, show, export, import, merge, prune,
+stats, verify), info.
 
     kgen tune gemm --m 4096 --n 4096 --k 4096 --dtype float32 --trials 300
     kgen tune gemm --m 1000 --n 1000 --k 1000 --replay recording.jsonl   # no GPU needed
     kgen bench gemm --m 4096 --n 4096 --k 4096
     kgen db ls
+    kgen db export -o mine.jsonl && kgen db import theirs.jsonl && kgen db verify
     kgen info
 """
 
@@ -21,7 +23,7 @@ from kgen.errors import KgenError
 
 app = typer.Typer(help="CUDA kernel generator and autotuner.", no_args_is_help=True,
                   pretty_exceptions_enable=False, add_completion=False)
-db_app = typer.Typer(help="Inspect the tuning database.", no_args_is_help=True)
+db_app = typer.Typer(help="Inspect, share and maintain the tuning database.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 console = Console()
 err_console = Console(stderr=True)
@@ -38,6 +40,15 @@ def _open_db(url: str):
     from kgen.db import SqlStore, open_default
 
     return SqlStore(url) if url else open_default()
+
+
+def _local_db(url: str):
+    """The store that import, prune and verify write to: --db, else KGEN_DB_URL, else SQLite."""
+    from kgen.db import SqlStore
+    from kgen.knobs import knobs
+
+    url = url or knobs.db_url
+    return SqlStore(url) if url else SqlStore.default()
 
 
 def _problem(family: str, m: int, n: int, k: int, dtype: str, layout: str):
@@ -161,6 +172,10 @@ def _summary(result, baseline_ms, flops) -> None:
                                                   f"{result.measure_s:.1f} s summed over processes)")
     fails = ", ".join(f"{k} {v}" for k, v in sorted(result.failures.items()) if v) or "none"
     table.add_row("failures", fails)
+    saved = [m.failure.detail.rsplit("source saved at ", 1)[1] for m in result.trials
+             if m.failure and "source saved at " in m.failure.detail]
+    if saved:
+        table.add_row("template bugs", f"{len(saved)} configs failed to compile; first source: {saved[0]}")
     if result.best:
         table.add_row("best config", result.best.config_name)
         table.add_row("best time", f"{_fmt_ms(result.best.time_ms)}"
@@ -265,6 +280,155 @@ def db_show(problem_key: str = typer.Argument(..., help="a problem key, as `kgen
                       f"{m.failure.kind}: {m.failure.detail[:60]}" if m.failure else "",
                       r.provenance.device, r.provenance.created)
     console.print(table)
+
+
+_DB_OPT = typer.Option("", help="database URL (default: KGEN_DB_URL or SQLite under KGEN_HOME)")
+
+
+@db_app.command("export")
+def db_export(output: str = typer.Option(..., "--output", "-o", help="file to write"),
+              device: Optional[str] = typer.Option(None, help="only this device (its name, as `kgen db ls` shows)"),
+              family: Optional[str] = typer.Option(None, help="only this family"),
+              fmt: str = typer.Option("jsonl", "--format", help="jsonl (kgen's exchange format) or t4"),
+              db: str = _DB_OPT) -> None:
+    """Write the local database's records to a file others can import."""
+    from kgen.db.exchange import collect, write_records
+
+    try:
+        if fmt not in ("jsonl", "t4"):
+            raise KgenError(f"unknown format {fmt!r}", remedy="use --format jsonl or --format t4")
+        records = collect(_local_db(db), device, family)
+        if not records:
+            raise KgenError("no records match: nothing was written",
+                            remedy="list what is stored with `kgen db ls`, or drop --device / --family")
+        n = write_records(output, records, fmt)
+    except KgenError as exc:
+        _fail(exc)
+    console.print(f"wrote {n} records to {output} ({fmt})")
+
+
+@db_app.command("import")
+def db_import(file: str = typer.Argument(..., help="a file from `kgen db export` (.gz too) or a T4 results file"),
+              fmt: str = typer.Option("auto", "--format", help="auto, jsonl or t4"),
+              problem: Optional[str] = typer.Option(None, help="problem key of T4 results that carry no kgen keys"),
+              device: Optional[str] = typer.Option(None, help="device name of T4 results that carry no kgen keys"),
+              db: str = _DB_OPT) -> None:
+    """Validate a file, then store all its new records in one transaction (or none)."""
+    from kgen.db.exchange import import_file
+
+    try:
+        keys = {k: v for k, v in (("problem_key", problem), ("device", device)) if v}
+        report = import_file(file, _local_db(db), fmt, **keys)
+    except KgenError as exc:
+        _fail(exc)
+    console.print(f"imported {report.imported} records from {file} "
+                  f"({report.skipped} already stored); check them here with `kgen db verify`")
+
+
+@db_app.command("merge")
+def db_merge(inputs: list[str] = typer.Argument(..., help="exchange files to merge"),
+             output: str = typer.Option(..., "--output", "-o", help="file to write")) -> None:
+    """Merge exchange files into one, one record per key, in a fixed order."""
+    from kgen.db.exchange import merge
+
+    try:
+        report = merge(inputs, output)
+    except KgenError as exc:
+        _fail(exc)
+    extra = f", {report.conflicts} conflicting duplicates resolved" if report.conflicts else ""
+    console.print(f"merged {report.read} records from {len(inputs)} files into {report.written} "
+                  f"in {output}{extra}")
+
+
+@db_app.command("prune")
+def db_prune(keep: int = typer.Option(..., help="fastest successful records kept per problem, device and template"),
+             db: str = _DB_OPT) -> None:
+    """Delete all but the fastest records of each problem (failures too)."""
+    from kgen.db.exchange import prune
+
+    try:
+        deleted = prune(_local_db(db), keep)
+    except KgenError as exc:
+        _fail(exc)
+    console.print(f"deleted {deleted} records, kept the {keep} fastest per problem, device and template")
+
+
+@db_app.command("stats")
+def db_stats(db: str = _DB_OPT) -> None:
+    """Records, problems, devices, families, failures by kind and file size."""
+    from kgen.db.exchange import stats
+
+    try:
+        store = _local_db(db)
+        s = stats(store)
+    except KgenError as exc:
+        _fail(exc)
+    table = Table(title=f"tuning database {getattr(store, '_shown', store.url)}")
+    table.add_column("what")
+    table.add_column("value")
+    for what in ("records", "problems"):
+        table.add_row(what, str(s[what]))
+    table.add_row("devices", ", ".join(s["devices"]) or "-")
+    table.add_row("families", ", ".join(s["families"]) or "-")
+    table.add_row("failures", ", ".join(f"{k} {v}" for k, v in s["failures"].items()) or "none")
+    table.add_row("origins", ", ".join(f"{k} {v}" for k, v in s["origins"].items()) or "-")
+    table.add_row("file size", "-" if s["file_bytes"] is None else f"{s['file_bytes'] / 1e6:.2f} MB")
+    console.print(table)
+
+
+@db_app.command("verify")
+def db_verify(device: int = typer.Option(0, help="CUDA device to measure on"),
+              family: Optional[str] = typer.Option(None, help="only this family"),
+              replay: Optional[str] = typer.Option(None, help="answer from a recording instead of a GPU"),
+              db: str = _DB_OPT) -> None:
+    """Re-measure the best imported config of each problem here; store verified / rejected."""
+    from kgen.db.verify import verify
+    from kgen.problem import Target
+    from kgen.runners import LocalGPURunner, Recording, ReplayRunner
+
+    try:
+        if replay:
+            recording = Recording.load(replay)
+            target = Target.h200(recording.device_name() or "NVIDIA H200")
+            runner = ReplayRunner(recording)
+        else:
+            target = Target.detect(device)
+            runner = LocalGPURunner((device,), target.l2_bytes)
+        with runner:
+            verdicts = verify(_local_db(db), runner, target, family)
+    except KgenError as exc:
+        _fail(exc)
+    if not verdicts:
+        console.print(f"nothing to verify on {target.name}: no unverified imported records")
+        return
+    table = Table(title=f"imported configs re-measured on {target.name}")
+    for col in ("problem", "config", "imported", "here", "verdict", "detail"):
+        table.add_column(col)
+    for v in verdicts:
+        colour = {"verified": "green", "rejected": "red"}.get(v.verdict, "yellow")
+        table.add_row(v.problem_key, v.config_name, _fmt_ms(v.imported_ms), _fmt_ms(v.measured_ms),
+                      f"[{colour}]{v.verdict}[/]", v.detail)
+    console.print(table)
+
+
+@app.command("export")
+def export_cmd(family: str = typer.Argument("gemm", help="kernel family"),
+               output: str = typer.Option(..., "--output", "-o", help="folder to write the package into"),
+               name: str = typer.Option("kgen_kernels", help="the Python package's name"),
+               device: Optional[str] = typer.Option(None, help="device whose records to export (default: the only one)"),
+               problems: Optional[str] = typer.Option(None, help="file of problems to export: a key or a JSON "
+                                                               "object (m, n, k, dtype, layout) per line"),
+               db: str = typer.Option("", help="database URL (default: the layered default)")) -> None:
+    """Write the tuned kernels as a package whose only runtime dependency is CuPy."""
+    from kgen.export import export_package
+
+    try:
+        summary = export_package(family, output, name=name, device=device, problems=problems, db=_open_db(db))
+    except KgenError as exc:
+        _fail(exc)
+    console.print(f"wrote {summary.path}: {summary.problems} problems, {summary.kernels} kernels "
+                  f"({summary.device}, cubins for {summary.arch} and PTX for newer GPUs)")
+    console.print(f"use: cd {output} && python -c 'import {name}; print({name}.problems())'")
 
 
 @app.command()

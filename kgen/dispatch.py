@@ -2,13 +2,15 @@
 
 Policy for a problem, in order: the tuned best for this device and template (exact key);
 else the best config of the nearest tuned problem of the same family (distance on log2 of
-the shape parameters, everything else equal) when it is valid here; else the family's
-default config. ``KGEN_STRICT=1`` raises instead of falling back. Everything after the first
+the shape parameters, everything else equal) when it is valid here, among the records
+``KGEN_DISPATCH_POLICY`` admits (device: this device's; arch: this compute capability's;
+any: every device's; the template digest always matches); else the family's default config. ``KGEN_STRICT=1`` raises instead of falling back. Everything after the first
 call of a problem is served from memory: no database, no compiler, no synchronisation.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -20,6 +22,7 @@ from kgen.problem import Problem, Target
 from kgen.render import render
 from kgen.space import Config
 
+log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Choice:
@@ -87,8 +90,9 @@ class Dispatcher:
         return Choice(spec.default_config(problem, target), "default")
 
     def _nearest(self, spec, problem: Problem, target: Target, digest: str) -> Choice | None:
+        policy, cc = knobs.dispatch_policy, f"{target.cc[0]}.{target.cc[1]}"
         ranked = []
-        for key in self.db.problems(spec.family, target.name, digest):
+        for key in self.db.problems(spec.family, target.name, digest, policy=policy, cc=cc):
             try:
                 other = Problem.from_key(key)
             except Exception:
@@ -98,12 +102,15 @@ class Dispatcher:
                 ranked.append((d, key))
         space = None
         for _, key in sorted(ranked):
-            best = self.db.best(spec.family, key, target.name, digest)
+            best = self.db.best(spec.family, key, target.name, digest, policy=policy, cc=cc)
             if best is None:
                 continue
             space = space or spec.space(problem, target)
             values = dict(best.measurement.config)
             if set(values) == set(space.names) and space.is_valid(values):
+                if best.provenance.device != target.name:
+                    log.info("%s on %s: using the best config of %s measured on %s (KGEN_DISPATCH_POLICY=%s)",
+                             problem.key, target.name, key, best.provenance.device, policy)
                 return Choice(space.make(values), "nearest", None, key)
         return None
 

@@ -22,6 +22,13 @@ def _parse_bool(text: str) -> bool:
     return text.strip().lower() in {"1", "true", "yes", "on"}
 
 
+def _parse_policy(text: str) -> str:
+    policy = text.strip().lower()
+    if policy not in ("device", "arch", "any"):
+        raise ValueError("expected device, arch or any")
+    return policy
+
+
 @dataclass(frozen=True)
 class _EnvKnob(Generic[T]):
     env: str
@@ -54,6 +61,14 @@ class Knobs:
                     "folder of the local database, cubin cache and logs")
     db_url = _EnvKnob("KGEN_DB_URL", str, lambda: "",
                       "SQLAlchemy URL of the local database (default: SQLite under KGEN_HOME)")
+    team_db_url = _EnvKnob("KGEN_TEAM_DB_URL", str, lambda: "",
+                           "SQLAlchemy URL of a team database read after the local one "
+                           "(e.g. postgresql+psycopg://user:password@host/db)")
+    write_to_team = _EnvKnob("KGEN_WRITE_TO_TEAM", _parse_bool, lambda: False,
+                             "store new measurements in the team database instead of the local one")
+    dispatch_policy = _EnvKnob("KGEN_DISPATCH_POLICY", _parse_policy, lambda: "device",
+                               "records dispatch may borrow for an untuned problem's nearest tuned one: "
+                               "device (same device name), arch (same compute capability), any")
     cache_dir = _EnvKnob("KGEN_CACHE_DIR", lambda s: Path(s).expanduser(),
                          lambda: knobs.home / "cubins", "on-disk cubin cache")
     use_shipped_db = _EnvKnob("KGEN_USE_SHIPPED_DB", _parse_bool, lambda: True,

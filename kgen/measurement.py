@@ -7,7 +7,7 @@ vocabulary (constraints, compile, runtime, correctness, timeout).
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field, asdict
+from dataclasses import dataclass, field
 from typing import Any
 
 FAILURE_KINDS = ("constraints", "compile", "runtime", "correctness", "timeout")
@@ -34,7 +34,7 @@ class Timing:
     l2: str = "flushed"
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}   # flat: asdict, faster
 
 
 @dataclass(frozen=True)
@@ -75,9 +75,10 @@ class Provenance:
     template_digest: str = ""
     host: str = ""
     created: str = ""        # ISO 8601, UTC
+    origin: str = ""         # "" measured here; "import:<file>"; "verify:verified" / "verify:rejected"
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}   # flat: asdict, faster
 
 
 @dataclass(frozen=True)
@@ -90,8 +91,15 @@ class Record:
 
 
 def record_to_dict(record: Record) -> dict[str, Any]:
-    """A Record as plain JSON-able data (the exchange format's one line)."""
+    """A Record as plain JSON-able data (the exchange format's one line).
+
+    ``provenance.origin`` is written only when set, so records measured here read the same
+    as before the field existed.
+    """
     m = record.measurement
+    provenance = record.provenance.as_dict()
+    if not provenance["origin"]:
+        del provenance["origin"]
     return {
         "family": record.family,
         "problem_key": m.problem_key,
@@ -105,7 +113,7 @@ def record_to_dict(record: Record) -> dict[str, Any]:
         "resources": dict(m.resources),
         "compile_s": m.compile_s,
         "measure_s": m.measure_s,
-        "provenance": record.provenance.as_dict(),
+        "provenance": provenance,
     }
 
 

@@ -174,8 +174,20 @@ class Tuner:
         return out
 
     def _warm_start_configs(self, neighbours: int = 3) -> list[dict]:
-        shape = tuple(self.spec.shape_params)
-        keys = [k for k in self.db.problems(self.spec.family, self.target.name, self.digest) if k != self.problem.key]
+        """Best configs of the nearest tuned problems: this compute capability's first, then
+        any device's (the same problem tuned on another device counts as nearest)."""
+        out: list[dict] = []
+        for policy in ("arch", "any"):
+            for values in self._nearest_bests(policy, neighbours):
+                if values not in out:
+                    out.append(values)
+            if len(out) >= neighbours:
+                break
+        return out
+
+    def _nearest_bests(self, policy: str, neighbours: int) -> list[dict]:
+        shape, cc = tuple(self.spec.shape_params), f"{self.target.cc[0]}.{self.target.cc[1]}"
+        keys = self.db.problems(self.spec.family, self.target.name, self.digest, policy=policy, cc=cc)
         ranked = []
         for key in keys:
             try:
@@ -186,10 +198,12 @@ class Tuner:
             if d != float("inf"):
                 ranked.append((d, key))
         out = []
-        for _, key in sorted(ranked)[:neighbours]:
-            best = self.db.best(self.spec.family, key, self.target.name, self.digest)
-            if best is not None:
+        for _, key in sorted(ranked):
+            best = self.db.best(self.spec.family, key, self.target.name, self.digest, policy=policy, cc=cc)
+            if best is not None and best.measurement.config_name not in self.known:
                 out.append(dict(best.measurement.config))
+            if len(out) >= neighbours:
+                break
         return out
 
     # ---- proposing ----------------------------------------------------------------------

@@ -216,13 +216,15 @@ class Space:
         enumerates only when rejection finds too few.
         """
         rng = random.Random(seed)
-        found: dict[str, Config] = {}
-        for _ in range(max(2000, 400 * n)):
-            values = {p.name: rng.choice(p.choices) for p in self.params}
-            if self.is_valid(values):
-                config = self.make(values)
-                found.setdefault(config.name, config)
-                if len(found) >= n:
-                    return list(found.values())
+        draws = max(2000, 200 * n)
+        if self.size() > 4 * draws:    # large space: rejection is cheaper than enumerating
+            found: dict[str, Config] = {}
+            for _ in range(draws):
+                values = {p.name: rng.choice(p.choices) for p in self.params}
+                if self.is_valid(values):
+                    config = self.make(values)
+                    found.setdefault(config.name, config)
+                    if len(found) >= n:
+                        return list(found.values())
         valid = self.configs()
         return rng.sample(valid, min(n, len(valid)))

@@ -1,43 +1,83 @@
-"""The tuning database: one conformance suite over every store, plus SQLite robustness."""
+"""The tuning database: one conformance suite over every store (PostgreSQL when
+KGEN_TEST_PG_URL is set), record-use policies, layered reads, SQLite robustness."""
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import logging
-import multiprocessing as mp
 import os
-import signal
 import sqlite3
-import time
+import uuid
 
 import pytest
+import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from kgen.db import (Database, JsonlStore, LayeredStore, MemoryStore, SqlStore, open_default,
-                     write_jsonl)
+                     upgrade, write_jsonl)
 from kgen.db.base import canonical
+from kgen.db.sql import _row
+from kgen.db.sqlite import mount_type, network_fs, refuse_network_fs
 from kgen.errors import DatabaseError
 from kgen.measurement import Failure, Measurement, Provenance, Record
 
 H200 = "NVIDIA H200"
+H100 = "NVIDIA H100"
+A100 = "NVIDIA A100"
 P1 = "gemm|align=4|dtype=float32|k=64|layout=NN|m=128|n=128"
 P2 = "gemm|align=4|dtype=float32|k=64|layout=NN|m=256|n=256"
+PG_URL = os.environ.get("KGEN_TEST_PG_URL", "")
+PG_SKIP = ("KGEN_TEST_PG_URL is not set: set it to postgresql+psycopg://user:password@host/db "
+           "to run the PostgreSQL tests (bash scripts/test.sh sets up a local server)")
 
 
 def rec(config="gemm_a", times=(1.0, 1.0, 1.0), problem=P1, device=H200, failure=None,
-        digest="d1", created="2025-01-01T00:00:00Z", family="gemm") -> Record:
+        digest="d1", created="2025-01-01T00:00:00Z", family="gemm", cc=None) -> Record:
     m = Measurement(config_name=config, config={"tile": 64, "name": config}, problem_key=problem,
                     times_ms=tuple(times) if times is not None else None,
                     failure=Failure(failure, "why") if failure else None,
                     resources={"registers": 64})
-    p = Provenance(device=device, cc="9.0", driver=12080, nvrtc="13.0", kgen_version="0.1.0",
+    cc = cc or ("8.0" if device == A100 else "9.0")
+    p = Provenance(device=device, cc=cc, driver=12080, nvrtc="13.0", kgen_version="0.1.0",
                    template_digest=digest, created=created)
     return Record(family=family, measurement=m, provenance=p)
+
+
+@contextlib.contextmanager
+def pg_schema():
+    """A fresh PostgreSQL schema, dropped afterwards; yields a URL whose connections use it."""
+    if not PG_URL:
+        pytest.skip(PG_SKIP)
+    name = f"kgen_test_{uuid.uuid4().hex[:12]}"
+    admin = sa.create_engine(PG_URL)
+    with admin.begin() as conn:
+        conn.exec_driver_sql(f'CREATE SCHEMA "{name}"')
+    try:
+        url = sa.engine.make_url(PG_URL).update_query_dict({"options": f"-csearch_path={name}"})
+        yield url.render_as_string(hide_password=False)
+    finally:
+        with admin.begin() as conn:
+            conn.exec_driver_sql(f'DROP SCHEMA "{name}" CASCADE')
+        admin.dispose()
+
+
+@pytest.fixture
+def pg_url():
+    with pg_schema() as url:
+        yield url
 
 
 # ---------------------------------------------------------------- store factories
 
 def _sqlite(tmp_path, records):
     db = SqlStore(f"sqlite:///{tmp_path / 'kgen.db'}")
+    db.commit(records)
+    return db
+
+
+def _postgresql(tmp_path, records, url):
+    db = SqlStore(url)
     db.commit(records)
     return db
 
@@ -59,18 +99,20 @@ def _layered(tmp_path, records):
 FACTORIES = {
     "memory": lambda tmp_path, records: MemoryStore(records),
     "sqlite": _sqlite,
+    "postgresql": _postgresql,
     "layered": _layered,
     "jsonl": _jsonl,
 }
-WRITABLE = ["memory", "sqlite", "layered"]
+WRITABLE = ["memory", "sqlite", "postgresql", "layered"]
 
 
 @pytest.fixture(params=list(FACTORIES))
 def make(request, tmp_path):
     opened: list[Database] = []
+    extra = (request.getfixturevalue("pg_url"),) if request.param == "postgresql" else ()
 
     def build(records=()) -> Database:
-        db = FACTORIES[request.param](tmp_path, list(records))
+        db = FACTORIES[request.param](tmp_path, list(records), *extra)
         opened.append(db)
         return db
 
@@ -188,10 +230,40 @@ class TestConformance:
         with make([rec()]) as db:
             assert db.count() == 1
 
+    def test_best_policies(self, make):
+        rs = [rec("h200", times=(3.0,)), rec("h100", times=(2.0,), device=H100),
+              rec("a100", times=(1.0,), device=A100), rec("h100_p2", times=(1.0,), device=H100, problem=P2)]
+        db = make(rs)
+        best = lambda **kw: db.best("gemm", P1, H200, **kw).measurement.config_name   # noqa: E731
+        assert best() == best(policy="device") == "h200"
+        assert best(policy="arch", cc="9.0") == "h100"
+        assert best(policy="arch", cc=(8, 0)) == "a100"
+        assert best(policy="any") == "a100"
+        assert db.best("gemm", P2, H200) is None
+        assert db.best("gemm", P2, H200, policy="arch", cc="9.0").measurement.config_name == "h100_p2"
+        assert db.best("gemm", P2, H200, policy="arch", cc="8.0") is None
+        assert db.best("gemm", P1, H200, "d2", policy="any") is None      # the digest still binds
+
+    def test_problems_policies(self, make):
+        rs = [rec("a", problem=P1), rec("b", problem=P2, device=H100), rec("c", problem="gemm|m=1", device=A100)]
+        db = make(rs)
+        assert db.problems("gemm", H200) == [P1]
+        assert db.problems("gemm", H200, policy="arch", cc="9.0") == [P1, P2]
+        assert db.problems("gemm", H200, policy="any") == sorted([P1, P2, "gemm|m=1"])
+        assert db.problems("gemm", H200, "d9", policy="any") == []
+
+    def test_policy_errors(self, make):
+        db = make([rec()])
+        with pytest.raises(DatabaseError, match="needs the target's compute capability") as info:
+            db.best("gemm", P1, H200, policy="arch")
+        assert "cc=" in info.value.remedy
+        with pytest.raises(DatabaseError, match="unknown record-use policy"):
+            db.problems("gemm", H200, policy="nearby")
+
 
 # ---------------------------------------------------------------- stores agree (property)
 
-_names = st.sampled_from(["a", "b", "c", "d"])
+_names = st.sampled_from(["a", "b", "B", "_c", "a-b", "a_b", "\u00e4"])   # collation-sensitive
 _record = st.builds(
     lambda c, t, f, p, created: rec(c, times=t, failure=f, problem=p, created=created),
     _names, st.one_of(st.none(), st.lists(st.sampled_from([0.5, 1.0, 1.5, 2.0]), min_size=0, max_size=3)),
@@ -213,70 +285,154 @@ def test_stores_agree(rs, split):
                 assert db.best("gemm", p, H200) == mem.best("gemm", p, H200)
 
 
+@pytest.fixture(scope="module")
+def pg_module_url():
+    with pg_schema() as url:
+        yield url
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(rs=st.lists(_record, max_size=12))
+def test_postgresql_agrees(pg_module_url, rs):
+    """Same answers as memory, whatever the server's collation (text columns sort as "C")."""
+    mem = MemoryStore(rs)
+    with SqlStore(pg_module_url) as db:
+        with db._engine.begin() as conn:
+            conn.exec_driver_sql("DELETE FROM kgen_records_v1")
+        db.commit(rs)
+        assert db.records("gemm") == mem.records("gemm")
+        assert db.problems("gemm") == mem.problems("gemm")
+        for p in (P1, P2):
+            assert db.best("gemm", p, H200) == mem.best("gemm", p, H200)
+
+
+def test_postgresql_text_sorts_as_c(pg_url):
+    with SqlStore(pg_url) as db, db._engine.connect() as conn:
+        got = dict(conn.exec_driver_sql(
+            "SELECT column_name, collation_name FROM information_schema.columns "
+            "WHERE table_schema = current_schema() AND table_name = 'kgen_records_v1'").all())
+    assert got["config_name"] == got["data"] == got["cc"] == "C"
+
+
+# ---------------------------------------------------------------- schema versions
+
+_V0 = ("CREATE TABLE kgen_records_v0 (id INTEGER PRIMARY KEY, family TEXT NOT NULL, problem_key TEXT NOT NULL,"
+       " device TEXT NOT NULL, template_digest TEXT NOT NULL, config_name TEXT NOT NULL, time_ms FLOAT,"
+       " failure_kind TEXT, created TEXT NOT NULL, data TEXT NOT NULL)")
+
+
+def _url_of(kind, tmp_path, request) -> str:
+    return request.getfixturevalue("pg_url") if kind == "postgresql" else _url(tmp_path / "kgen.db")
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_upgrade_from_v0(kind, tmp_path, request):
+    url = _url_of(kind, tmp_path, request)
+    rs = [rec("h200", times=(2.0,)), rec("h100", times=(1.0,), device=H100), rec("a100", times=(0.5,), device=A100),
+          rec("bad", failure="compile", times=None)]
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql(_V0)
+        old = sa.Table("kgen_records_v0", sa.MetaData(), autoload_with=conn)
+        conn.execute(sa.insert(old), [{k: v for k, v in _row(r).items() if k != "cc"} | {"id": i}
+                                      for i, r in enumerate(rs, 1)])
+    engine.dispose()
+    with SqlStore(url) as db:                                       # copies v0 in, once
+        assert db.count() == 4
+        assert sorted(db.records("gemm"), key=canonical) == sorted(rs, key=canonical)
+        assert db.best("gemm", P1, H200, policy="arch", cc="9.0").measurement.config_name == "h100"
+        assert db.best("gemm", P1, H200, policy="arch", cc="8.0").measurement.config_name == "a100"
+        with db._engine.connect() as conn:
+            assert sorted(conn.exec_driver_sql("SELECT DISTINCT cc FROM kgen_records_v1").scalars()) == ["8.0", "9.0"]
+            assert conn.exec_driver_sql("SELECT count(*) FROM kgen_records_v0").scalar() == 4   # left in place
+    with SqlStore(url) as db:
+        assert db.count() == 4
+
+
+def test_upgrade_refuses_an_unknown_table(tmp_path):
+    with SqlStore(_url(tmp_path / "kgen.db")) as db, db._engine.begin() as conn:
+        with pytest.raises(DatabaseError, match="no upgrade is known from table kgen_records_v7"):
+            upgrade(conn, "kgen_records_v7")
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_newer_schema_refused(kind, tmp_path, request):
+    url = _url_of(kind, tmp_path, request)
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE kgen_records_v2 (id INTEGER PRIMARY KEY, data TEXT)")
+    engine.dispose()
+    with pytest.raises(DatabaseError, match="kgen_records_v2") as info:
+        SqlStore(url)
+    assert "upgrade kgen" in info.value.remedy
+
+
+# ---------------------------------------------------------------- network filesystems
+
+MOUNTS = """\
+/dev/vda / ext4 rw,relatime 0 0
+srv:/export/home /home nfs4 rw,vers=4.2 0 0
+//nas/share /mnt/nas cifs rw 0 0
+/dev/vdb /home/ana/local ext4 rw 0 0
+ana@box:/data /mnt/my\\040drive fuse.sshfs rw 0 0
+tmpfs /mnt/nas tmpfs rw 0 0
+"""
+
+
+@pytest.mark.parametrize("path, kind", [
+    ("/tmp/kgen.db", "ext4"), ("/home", "nfs4"), ("/home/ana/.kgen/kgen.db", "nfs4"),
+    ("/home/ana/local/kgen.db", "ext4"), ("/homes/x", "ext4"), ("/mnt/my drive/kgen.db", "fuse.sshfs"),
+    ("/mnt/nas/kgen.db", "tmpfs"),                      # a later mount on the same point wins
+])
+def test_mount_type(path, kind):
+    assert mount_type(path, MOUNTS) == kind
+
+
+def test_network_fs(tmp_path):
+    assert network_fs("/home/ana/.kgen/kgen.db", MOUNTS) == "nfs4"
+    assert network_fs("/mnt/my drive/x.db", MOUNTS) == "fuse.sshfs"
+    assert network_fs("/home/ana/local/kgen.db", MOUNTS) is None
+    assert network_fs(tmp_path / "kgen.db") is None                  # this machine's real mounts
+    link = tmp_path / "link"
+    link.symlink_to("/home/ana")
+    mounts = MOUNTS + f"/dev/vdc {tmp_path} ext4 rw 0 0\n"
+    assert network_fs(link / "kgen.db", mounts) == "nfs4"           # resolved before the look-up
+
+
+def test_sqlite_on_a_network_filesystem_is_refused(tmp_path, monkeypatch):
+    with pytest.raises(DatabaseError, match=r"network filesystem \(nfs4\)") as info:
+        refuse_network_fs("/home/ana/.kgen/kgen.db", MOUNTS)
+    assert "KGEN_DB_URL=postgresql+psycopg://" in info.value.remedy and "KGEN_HOME" in info.value.remedy
+    refuse_network_fs(":memory:", MOUNTS)
+    refuse_network_fs(None, MOUNTS)
+    import kgen.db.sqlite
+
+    monkeypatch.setattr(kgen.db.sqlite, "network_fs", lambda path, mounts_text=None: "nfs")
+    with pytest.raises(DatabaseError, match="network filesystem"):
+        SqlStore(_url(tmp_path / "kgen.db"))
+    assert not (tmp_path / "kgen.db").exists()                      # refused before opening
+
+
+def test_bad_urls():
+    with pytest.raises(DatabaseError, match="not a database URL") as info:
+        SqlStore("not a url")
+    assert "postgresql+psycopg://" in info.value.remedy
+    with pytest.raises(DatabaseError, match="no driver") as info:
+        SqlStore("postgresql+nosuchdriver://u:secret@localhost/db")
+    assert "secret" not in str(info.value)
+
+
+def test_unreachable_server():
+    with pytest.raises(DatabaseError, match="cannot open") as info:
+        SqlStore("postgresql+psycopg://kgen:secret@127.0.0.1:9/nothing?connect_timeout=2")
+    assert "server is up" in info.value.remedy and "secret" not in str(info.value)
+
+
 # ---------------------------------------------------------------- SQLite specifics
 
 def _url(path) -> str:
     return f"sqlite:///{path}"
-
-
-def _writer(url: str, worker: int, n: int) -> None:
-    db = SqlStore(url)
-    for i in range(n):
-        if i % 10 == 9:
-            db.commit([rec(f"w{worker}_{i}_{j}", times=(float(j + 1),)) for j in range(3)])
-        else:
-            db.commit([rec(f"w{worker}_{i}", times=(float(i + 1),))])
-    db.close()
-
-
-def _forever(url: str) -> None:
-    db = SqlStore(url)
-    i = 0
-    while True:
-        db.commit([rec(f"k{i}_{j}") for j in range(5)])
-        i += 1
-
-
-def test_concurrent_writers(tmp_path):
-    """Writers racing on a fresh file (creating it and the table, too) lose nothing."""
-    url, workers, n = _url(tmp_path / "kgen.db"), 4, 200
-    ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=_writer, args=(url, w, n)) for w in range(workers)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(60)
-        assert p.exitcode == 0
-    with SqlStore(url) as db:
-        names = [r.measurement.config_name for r in db.records("gemm")]
-    per_worker = (n - n // 10) + 3 * (n // 10)
-    assert len(names) == workers * per_worker == len(set(names))
-    for w in range(workers):
-        assert f"w{w}_0" in names and f"w{w}_199_2" in names
-
-
-def test_sigkill_while_writing(tmp_path):
-    path = tmp_path / "kgen.db"
-    SqlStore(_url(path)).close()
-    proc = mp.get_context("spawn").Process(target=_forever, args=(_url(path),))
-    proc.start()
-    try:
-        deadline = time.monotonic() + 20
-        with SqlStore(_url(path)) as db:
-            while db.count() < 100 and time.monotonic() < deadline:
-                time.sleep(0.02)
-    finally:
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.join(10)
-    assert proc.exitcode == -signal.SIGKILL
-    with SqlStore(_url(path)) as db:
-        n = db.count()
-        assert n >= 100 and n % 5 == 0          # whole transactions only
-        assert len(db.records("gemm")) == n
-        assert db.best("gemm", P1, H200) is not None
-    con = sqlite3.connect(path)
-    assert con.execute("PRAGMA integrity_check").fetchone() == ("ok",)
-    con.close()
 
 
 def test_wal_and_busy_timeout(tmp_path):
@@ -304,17 +460,6 @@ def test_corrupt_file(tmp_path):
     assert "KGEN_HOME" in str(info.value) and "aside" in info.value.remedy
 
 
-def test_newer_schema(tmp_path):
-    path = tmp_path / "kgen.db"
-    con = sqlite3.connect(path)
-    con.execute("CREATE TABLE kgen_records_v2 (id INTEGER PRIMARY KEY, data TEXT)")
-    con.commit()
-    con.close()
-    with pytest.raises(DatabaseError, match="kgen_records_v2") as info:
-        SqlStore(_url(path))
-    assert "upgrade kgen" in info.value.remedy
-
-
 def test_corrupt_rows_skipped(tmp_path, caplog):
     path = tmp_path / "kgen.db"
     with SqlStore(_url(path)) as db:
@@ -326,7 +471,7 @@ def test_corrupt_rows_skipped(tmp_path, caplog):
                 " time_ms, created, data) VALUES ('gemm', ?, ?, 'd1', 'aab', 0.2, '', '{\"x\": 1}')", (P1, H200))
     con.commit()
     con.close()
-    with caplog.at_level(logging.WARNING, logger="kgen.db.sqlite"), SqlStore(_url(path)) as db:
+    with caplog.at_level(logging.WARNING, logger="kgen.db.sql"), SqlStore(_url(path)) as db:
         assert [r.measurement.config_name for r in db.records("gemm")] == ["good"]
         assert db.best("gemm", P1, H200).measurement.config_name == "good"
     assert "corrupt row" in caplog.text
@@ -366,6 +511,158 @@ def test_layered_shows_shared_record_once(tmp_path):
     db = LayeredStore(MemoryStore([r, r]), MemoryStore([r]))
     assert db.records("gemm") == [r, r]
     assert db.count() == 3
+
+
+@pytest.mark.parametrize("team", ["sqlite", "postgresql"])
+def test_layered_best_whatever_the_order(team, tmp_path, request):
+    """local SQLite, team (SQLite or PostgreSQL), shipped JSON lines, memory: every order agrees."""
+    team_url = request.getfixturevalue("pg_url") if team == "postgresql" else _url(tmp_path / "team.db")
+    tie = rec("tie_b", times=(1.0,))
+    local = [rec("tie_c", times=(1.0,)), tie, rec("slow", times=(4.0,)), rec("x", times=(0.2,), problem=P2)]
+    teamr = [rec("tie_a", times=(1.0,), created="2025-02-01"), tie, rec("h100", times=(0.1,), device=H100),
+             rec("y", times=(0.3,), problem=P2, digest="d2")]
+    shipped = [rec("tie_a", times=(1.0,), created="2025-01-01"), rec("a100", times=(0.05,), device=A100),
+               rec("z", times=(0.1,), problem="gemm|m=1")]
+    mem = [rec("w", times=(0.2,), problem=P2), tie, tie]
+    write_jsonl(tmp_path / "shipped" / "gemm.jsonl", shipped)
+    stores = [SqlStore(_url(tmp_path / "local.db")), SqlStore(team_url), JsonlStore(tmp_path / "shipped"),
+              MemoryStore(mem)]
+    stores[0].commit(local)
+    stores[1].commit(teamr)
+    queries = [((P1, H200), {}), ((P1, H200), {"policy": "arch", "cc": "9.0"}), ((P1, H200), {"policy": "any"}),
+               ((P2, H200), {}), ((P2, H200, "d2"), {}), (("gemm|m=1", H200), {"policy": "any"})]
+
+    def answers(db):
+        return ([db.best("gemm", *args, **kw) for args, kw in queries],
+                db.problems("gemm", H200), db.problems("gemm", H200, policy="any"), db.records("gemm"))
+
+    try:
+        first = answers(LayeredStore(*stores))
+        assert first[0][0].measurement.config_name == "tie_a" and first[0][0].provenance.created == "2025-01-01"
+        assert [b.measurement.config_name for b in first[0][1:]] == ["h100", "a100", "w", "y", "z"]   # w ties x
+        assert sum(r == tie for r in first[3]) == 2              # once per copy in the richest layer
+        for order in itertools.permutations(stores):
+            assert answers(LayeredStore(*order)) == first
+    finally:
+        for db in stores:
+            db.close()
+
+
+def test_layered_write_store_must_be_a_layer():
+    a, b = MemoryStore(), MemoryStore()
+    assert LayeredStore(a, b, write=b).write is b
+    with pytest.raises(DatabaseError, match="must be one of its layers"):
+        LayeredStore(a, write=b)
+
+
+@pytest.mark.parametrize("team", ["sqlite", "postgresql"])
+def test_open_default_team(team, tmp_path, monkeypatch, request):
+    import kgen.render
+
+    team_url = request.getfixturevalue("pg_url") if team == "postgresql" else _url(tmp_path / "team.db")
+    monkeypatch.setattr(kgen.render, "data_root", lambda: tmp_path / "data")
+    write_jsonl(tmp_path / "data" / "tuning_db" / "gemm.jsonl", [rec("shipped", times=(3.0,))])
+    monkeypatch.setenv("KGEN_DB_URL", _url(tmp_path / "local.db"))
+    monkeypatch.setenv("KGEN_TEAM_DB_URL", team_url)
+    monkeypatch.delenv("KGEN_WRITE_TO_TEAM", raising=False)
+    with open_default() as db:                                   # local -> team -> shipped
+        assert [type(x).__name__ for x in db.layers] == ["SqlStore", "SqlStore", "JsonlStore"]
+        assert db.layers[1].url == team_url and db.write is db.layers[0]
+        db.commit([rec("local", times=(2.0,))])
+    with open_default(write="team") as db:
+        assert db.write is db.layers[1]
+        db.commit([rec("team", times=(1.0,))])
+    monkeypatch.setenv("KGEN_WRITE_TO_TEAM", "1")
+    with open_default() as db:
+        assert db.write is db.layers[1]
+        assert db.best("gemm", P1, H200).measurement.config_name == "team"
+        assert [r.measurement.config_name for r in db.records("gemm")] == ["local", "shipped", "team"]
+        assert (db.layers[0].count(), db.layers[1].count()) == (1, 1)
+    with open_default(write="local") as db:
+        assert db.write is db.layers[0]
+    monkeypatch.delenv("KGEN_TEAM_DB_URL")
+    with pytest.raises(DatabaseError, match="KGEN_TEAM_DB_URL is not set") as info:
+        open_default()
+    assert "KGEN_WRITE_TO_TEAM" in info.value.remedy
+    with pytest.raises(DatabaseError, match="expected 'local' or 'team'"):
+        open_default(write="shipped")
+
+
+# ---------------------------------------------------------------- policy in dispatch and warm starts
+
+def _gemm_records(device, cc, problem, configs, time_ms):
+    from kgen.kernels.gemm import GemmSimt
+
+    digest = GemmSimt().template_digest()
+    prov = Provenance(device=device, cc=cc, template_digest=digest, created="2025-01-01")
+    return [Record("gemm", Measurement(c.name, c.as_dict(), problem.key, times_ms=(time_ms + i,)), prov)
+            for i, c in enumerate(configs)]
+
+
+@pytest.fixture(scope="module")
+def gemm_setup():
+    from kgen.kernels.gemm import GemmSimt, gemm_problem
+    from kgen.problem import Target
+
+    spec, target = GemmSimt(), Target.h200()
+    problem, near = gemm_problem(32, 32, 64), gemm_problem(32, 32, 128)
+    default = spec.default_config(problem, target).name
+    space = spec.space(problem, target)
+    configs = [c for c in spec.space(near, target).configs()[::97]
+               if space.is_valid(c.as_dict()) and c.name != default][:4]
+    assert len(configs) == 4
+    return spec, target, problem, near, configs
+
+
+@pytest.mark.parametrize("policy, how, picked", [
+    ("device", "default", None), ("arch", "nearest", 0), ("any", "nearest", 1)])
+def test_dispatch_policy(gemm_setup, monkeypatch, policy, how, picked):
+    from kgen.dispatch import Dispatcher
+
+    spec, target, problem, near, configs = gemm_setup
+    db = MemoryStore(_gemm_records(H100, "9.0", near, configs[:1], 2.0)
+                     + _gemm_records(A100, "8.0", near, configs[1:2], 1.0)
+                     + _gemm_records(H100, "9.0", problem, configs[2:3], 0.5)
+                     + _gemm_records(A100, "8.0", problem, configs[3:4], 0.1))
+    monkeypatch.setenv("KGEN_DISPATCH_POLICY", policy)
+    choice = Dispatcher(db=db, targets={0: target}).choose(spec, near, target)
+    assert choice.how == how
+    if picked is not None:
+        assert choice.config.name == configs[picked].name and choice.from_problem == near.key
+    db.commit(_gemm_records(target.name, "9.0", near, configs[3:4], 9.0))
+    tuned = Dispatcher(db=db, targets={0: target}).choose(spec, near, target)
+    assert tuned.how == "tuned" and tuned.config.name == configs[3].name   # exact: this device only
+
+
+def test_dispatch_policy_setting(monkeypatch):
+    from kgen.errors import SettingError
+    from kgen.knobs import knobs
+
+    assert knobs.dispatch_policy == "device"
+    monkeypatch.setenv("KGEN_DISPATCH_POLICY", "elsewhere")
+    with pytest.raises(SettingError, match="KGEN_DISPATCH_POLICY"):
+        knobs.dispatch_policy
+
+
+def test_warm_start_arch_then_any(gemm_setup):
+    from kgen.search import Tuner
+
+    spec, target, problem, near, configs = gemm_setup
+
+    class Runner:
+        def measurable(self, key):
+            return None
+
+    def warm(db):
+        tuner = Tuner(spec, problem, target, Runner(), db)
+        return [spec.space(problem, target).make(v).name for v in tuner._warm_start_configs()]
+
+    names = [c.name for c in configs]
+    h100 = _gemm_records(H100, "9.0", near, configs[:1], 2.0)
+    a100 = _gemm_records(A100, "8.0", near, configs[1:2], 1.0) + _gemm_records(A100, "8.0", problem, configs[2:3], 1.0)
+    assert warm(MemoryStore(h100 + a100)) == [names[0], names[2], names[1]]   # arch first, then any by distance
+    assert warm(MemoryStore(a100)) == [names[2], names[1]]
+    assert warm(MemoryStore()) == []
 
 
 # ---------------------------------------------------------------- JSON lines

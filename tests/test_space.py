@@ -83,7 +83,7 @@ def test_sample_is_deterministic_valid_and_distinct():
     assert all(space.is_valid(c.as_dict()) for c in s1)
     assert {c.name for c in space.sample(6, seed=8)} != {c.name for c in s1} or len(space.configs()) <= 6
     # asking for more than exist gives every valid config once
-    every = space.sample(10_000, seed=1)
+    every = space.sample(len(space.configs()) + 3, seed=1)
     assert sorted(c.name for c in every) == sorted(c.name for c in space.configs())
 
 
@@ -175,7 +175,7 @@ def test_gemm_early_pruning_agrees_with_full_validity(gemm_spaces):
     rng = random.Random(3)
     for problem, space in gemm_spaces:
         enumerated = {c.name for c in space.configs()}
-        for _ in range(3000):
+        for _ in range(1500):
             values = {p.name: rng.choice(p.choices) for p in space.params}
             assert space.is_valid(values) == (space.make(values).name in enumerated), values
             full = space.full_values(values)

@@ -1,4 +1,9 @@
-"""The tuning database interface, and the ordering rules every store shares.
+"""The tuning database interface, and the ordering and policy rules every store shares.
+
+Record-use policy (``policy=`` of ``best`` and ``problems``): ``"device"`` uses records of
+the same device name only (dispatch's default); ``"arch"`` those of the same compute
+capability (``provenance.cc``, any device name; ``cc=`` required); ``"any"`` those of every
+device (warm starts only).
 
 >>> from kgen.db import MemoryStore
 >>> with MemoryStore() as db:
@@ -13,7 +18,10 @@ import math
 from abc import ABC, abstractmethod
 from typing import Iterable
 
+from kgen.errors import DatabaseError
 from kgen.measurement import Record, record_to_dict
+
+POLICIES = ("device", "arch", "any")
 
 
 class Database(ABC):
@@ -29,14 +37,16 @@ class Database(ABC):
         """Matching records, ordered by config_name, then created (then the rest of the record)."""
 
     @abstractmethod
-    def best(self, family: str, problem_key: str, device: str,
-             template_digest: str | None = None) -> Record | None:
-        """The successful record with the lowest time_ms (ties: lowest config_name), or None."""
+    def best(self, family: str, problem_key: str, device: str, template_digest: str | None = None,
+             *, policy: str = "device", cc: str | None = None) -> Record | None:
+        """The successful record with the lowest time_ms (ties: lowest config_name) that
+        ``policy`` admits for ``device`` / ``cc``, or None."""
 
     @abstractmethod
-    def problems(self, family: str, device: str | None = None,
-                 template_digest: str | None = None) -> list[str]:
-        """Sorted distinct problem keys with at least one successful record."""
+    def problems(self, family: str, device: str | None = None, template_digest: str | None = None,
+                 *, policy: str = "device", cc: str | None = None) -> list[str]:
+        """Sorted distinct problem keys with at least one successful record that ``policy``
+        admits (``device=None`` with policy "device": every device)."""
 
     @abstractmethod
     def families(self) -> list[str]:
@@ -54,6 +64,33 @@ class Database(ABC):
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def cc_text(cc) -> str | None:
+    """A compute capability as stored in provenance: (9, 0) or "9.0" -> "9.0"."""
+    if cc is None or isinstance(cc, str):
+        return cc
+    major, minor = cc
+    return f"{major}.{minor}"
+
+
+def scope(policy: str, device: str | None, cc) -> tuple[str | None, str | None]:
+    """The (device, cc) filters a policy stands for; None means no filter on that field.
+
+    >>> scope("arch", "NVIDIA H200", (9, 0))
+    (None, '9.0')
+    """
+    if policy == "device":
+        return device, None
+    if policy == "any":
+        return None, None
+    if policy == "arch":
+        if cc is None:
+            raise DatabaseError("record-use policy 'arch' needs the target's compute capability",
+                                remedy="pass cc='9.0' (Target.cc) along with policy='arch'")
+        return None, cc_text(cc)
+    raise DatabaseError(f"unknown record-use policy {policy!r}",
+                        remedy=f"use one of {', '.join(POLICIES)}", policy=policy)
 
 
 def canonical(record: Record) -> str:
@@ -79,9 +116,10 @@ def best_order(record: Record, text: str) -> tuple:
 
 
 def matches(record: Record, family: str, problem_key: str | None, device: str | None,
-            template_digest: str | None) -> bool:
+            template_digest: str | None, cc: str | None = None) -> bool:
     m, p = record.measurement, record.provenance
     return (record.family == family
             and (problem_key is None or m.problem_key == problem_key)
             and (device is None or p.device == device)
+            and (cc is None or p.cc == cc)
             and (template_digest is None or p.template_digest == template_digest))

@@ -71,11 +71,11 @@ class JsonlStore(Database):
     def records(self, family, problem_key=None, device=None, template_digest=None):
         return self._store().records(family, problem_key, device, template_digest)
 
-    def best(self, family, problem_key, device, template_digest=None):
-        return self._store().best(family, problem_key, device, template_digest)
+    def best(self, family, problem_key, device, template_digest=None, *, policy="device", cc=None):
+        return self._store().best(family, problem_key, device, template_digest, policy=policy, cc=cc)
 
-    def problems(self, family, device=None, template_digest=None):
-        return self._store().problems(family, device, template_digest)
+    def problems(self, family, device=None, template_digest=None, *, policy="device", cc=None):
+        return self._store().problems(family, device, template_digest, policy=policy, cc=cc)
 
     def families(self):
         return self._store().families()

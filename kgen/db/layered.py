@@ -1,4 +1,8 @@
-"""Reads merged over several stores; writes to the first.
+"""Reads merged over several stores; writes to one of them.
+
+Answers do not depend on the order of the layers: ``best`` is the least under one total
+order, ``problems`` a union, ``records`` sorted (a record held by several layers is shown
+as many times as the layer holding it most often).
 
 >>> from kgen.db import MemoryStore
 >>> db = LayeredStore(MemoryStore(), MemoryStore())
@@ -8,38 +12,49 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Iterable
 
 from kgen.db.base import Database, best_order, canonical, record_order
+from kgen.errors import DatabaseError
 from kgen.measurement import Record
 
 
 class LayeredStore(Database):
-    """``commit`` goes to ``write``; reads merge every layer (a record also in an earlier layer is shown once)."""
+    """Reads every layer, in order; ``commit`` goes to ``write`` (default: the first layer)."""
 
-    def __init__(self, write: Database, *read_only: Database):
-        self.write = write
-        self.layers: tuple[Database, ...] = (write, *read_only)
+    def __init__(self, first: Database, *rest: Database, write: Database | None = None):
+        self.layers: tuple[Database, ...] = (first, *rest)
+        self.write = first if write is None else write
+        if not any(layer is self.write for layer in self.layers):
+            raise DatabaseError("the write store of a LayeredStore must be one of its layers",
+                                remedy="pass the write store among the layers too")
 
     def commit(self, records: Iterable[Record]) -> int:
         return self.write.commit(records)
 
     def records(self, family, problem_key=None, device=None, template_digest=None):
-        merged: list[tuple[str, Record]] = []
-        seen: set[str] = set()
+        most: Counter = Counter()
+        found: dict[str, Record] = {}
         for layer in self.layers:
-            rows = [(canonical(r), r) for r in layer.records(family, problem_key, device, template_digest)]
-            merged += [(t, r) for t, r in rows if t not in seen]
-            seen.update(t for t, _ in rows)
-        return [r for t, r in sorted(merged, key=lambda tr: record_order(tr[1], tr[0]))]
+            here = Counter()
+            for r in layer.records(family, problem_key, device, template_digest):
+                text = canonical(r)
+                here[text] += 1
+                found.setdefault(text, r)
+            most |= here                              # per text: the largest count of any layer
+        rows = sorted(most.elements(), key=lambda t: record_order(found[t], t))
+        return [found[t] for t in rows]
 
-    def best(self, family, problem_key, device, template_digest=None):
+    def best(self, family, problem_key, device, template_digest=None, *, policy="device", cc=None):
         found = [b for layer in self.layers
-                 if (b := layer.best(family, problem_key, device, template_digest)) is not None]
+                 if (b := layer.best(family, problem_key, device, template_digest,
+                                     policy=policy, cc=cc)) is not None]
         return min(found, key=lambda r: best_order(r, canonical(r))) if found else None
 
-    def problems(self, family, device=None, template_digest=None):
-        return sorted({k for layer in self.layers for k in layer.problems(family, device, template_digest)})
+    def problems(self, family, device=None, template_digest=None, *, policy="device", cc=None):
+        return sorted({k for layer in self.layers
+                       for k in layer.problems(family, device, template_digest, policy=policy, cc=cc)})
 
     def families(self):
         return sorted({f for layer in self.layers for f in layer.families()})

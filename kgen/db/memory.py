@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Iterable
 
-from kgen.db.base import Database, best_order, canonical, matches, record_order, usable_time
+from kgen.db.base import Database, best_order, canonical, matches, record_order, scope, usable_time
 from kgen.measurement import Record
 
 
@@ -32,22 +32,24 @@ class MemoryStore(Database):
         self._add_rows(rows)
         return len(rows)
 
-    def _select(self, family, problem_key, device, template_digest):
+    def _select(self, family, problem_key, device, template_digest, cc=None):
         return [(r, t) for r, t in self._rows.get(family, ())
-                if matches(r, family, problem_key, device, template_digest)]
+                if matches(r, family, problem_key, device, template_digest, cc)]
 
     def records(self, family, problem_key=None, device=None, template_digest=None):
         rows = self._select(family, problem_key, device, template_digest)
         return [r for r, _ in sorted(rows, key=lambda rt: record_order(*rt))]
 
-    def best(self, family, problem_key, device, template_digest=None):
-        rows = [rt for rt in self._select(family, problem_key, device, template_digest)
+    def best(self, family, problem_key, device, template_digest=None, *, policy="device", cc=None):
+        device, cc = scope(policy, device, cc)
+        rows = [rt for rt in self._select(family, problem_key, device, template_digest, cc)
                 if usable_time(rt[0]) is not None]
         return min(rows, key=lambda rt: best_order(*rt))[0] if rows else None
 
-    def problems(self, family, device=None, template_digest=None):
+    def problems(self, family, device=None, template_digest=None, *, policy="device", cc=None):
+        device, cc = scope(policy, device, cc)
         return sorted({r.measurement.problem_key
-                       for r, _ in self._select(family, None, device, template_digest)
+                       for r, _ in self._select(family, None, device, template_digest, cc)
                        if usable_time(r) is not None})
 
     def families(self):

@@ -1,0 +1,373 @@
+"""Sharing tuning records: validated import, export, merge, prune and stats.
+
+The exchange format is JSON lines, one ``record_to_dict`` per line (sorted keys), in the
+order ``write_jsonl`` writes; gzip is read too. Files are data only: every line is checked
+against the schema before anything is stored, and a file with any bad line imports nothing.
+``provenance.origin`` is local: export leaves it out, import sets ``import:<file name>``.
+
+>>> import tempfile, pathlib
+>>> from kgen.db import MemoryStore
+>>> path = pathlib.Path(tempfile.mkdtemp()) / "none.jsonl"
+>>> export(MemoryStore(), path)
+0
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gc
+import gzip
+import io
+import json
+import os
+import tempfile
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from kgen.db.base import Database, canonical
+from kgen.db.jsonl import write_jsonl
+from kgen.db.schema import validate_line
+from kgen.errors import DatabaseError
+from kgen.measurement import Record
+
+FORMATS = ("auto", "jsonl", "t4")
+KEY_FIELDS = ("family", "problem_key", "device", "template_digest", "config_name", "created")
+_REMEDY = "fix or delete that line (or export the file again); nothing was imported"
+
+# ---------------------------------------------------------------- reading files
+
+
+@contextlib.contextmanager
+def _gc_paused():
+    """Pause the cyclic garbage collector: records hold no cycles, and its passes over a
+    large heap of them cost about 40 % of an import."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def record_key(r: Record) -> tuple[str, ...]:
+    """The identity of a record in exchange files: (family, problem, device, digest, config, created)."""
+    m, p = r.measurement, r.provenance
+    return (r.family, m.problem_key, p.device, p.template_digest, m.config_name, p.created)
+
+
+def _lines(path: Path) -> list[bytes]:
+    """The file's lines as bytes (gzip by its magic number); truncated gzip names the line."""
+    try:
+        with open(path, "rb") as f:
+            gz = f.read(2) == b"\x1f\x8b"
+        if not gz:
+            return io.BytesIO(Path(path).read_bytes()).readlines()     # lines end at "\n" only
+        lines: list[bytes] = []
+        try:
+            with gzip.open(path, "rb") as f:
+                lines.extend(f)
+        except (EOFError, OSError, zlib.error) as exc:
+            raise DatabaseError(f"{path}:{len(lines) + 1}: compressed data is cut short or corrupt ({exc})",
+                                remedy="copy or download the file again; nothing was imported",
+                                path=str(path), line=len(lines) + 1) from None
+        return lines
+    except OSError as exc:
+        raise DatabaseError(f"cannot read {path}: {exc.strerror or exc}",
+                            remedy="give the path of a file written by `kgen db export`", path=str(path)) from None
+
+
+def _jsonl(path: Path, lines: list[bytes], origin: str) -> list[tuple[int, Record]]:
+    out = []
+    for number, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        cut = number == len(lines) and not raw.endswith(b"\n") and raw.lstrip().startswith(b"{")
+        try:
+            obj = json.loads(raw.decode("utf-8"))
+            if origin and isinstance(obj, dict) and isinstance(obj.get("provenance"), dict):
+                obj["provenance"]["origin"] = origin
+            out.append((number, validate_line(obj)))
+        except UnicodeDecodeError:
+            why = "the last line is cut short (truncated file)" if cut else "not UTF-8 text (binary data?)"
+        except json.JSONDecodeError as exc:
+            why = ("the last line is cut short (truncated file)" if cut
+                   else f"not JSON ({exc.msg} at column {exc.colno})")
+        except DatabaseError as exc:
+            why = exc.message
+        except (TypeError, ValueError, KeyError) as exc:
+            why = f"not a kgen record ({type(exc).__name__}: {exc})"
+        else:
+            continue
+        raise DatabaseError(f"{path}:{number}: {why}", remedy=_REMEDY, path=str(path), line=number)
+    return out
+
+
+def sniff(lines: list[bytes]) -> str:
+    """"t4" when the content is one JSON object with ``results``, else "jsonl"."""
+    first = next((line for line in lines if line.strip()), b"")
+    try:
+        obj = json.loads(first)
+    except ValueError:
+        obj = None
+    if isinstance(obj, dict):
+        return "t4" if "results" in obj or "schema_version" in obj else "jsonl"
+    try:
+        whole = json.loads(b"".join(lines))
+    except ValueError:
+        return "jsonl"
+    return "t4" if isinstance(whole, dict) and "results" in whole else "jsonl"
+
+
+def _t4(path: Path, lines: list[bytes], **keys) -> list[tuple[int, Record]]:
+    from kgen.db.t4 import from_t4
+
+    try:
+        doc = json.loads(b"".join(lines).decode("utf-8"))
+    except UnicodeDecodeError:
+        raise DatabaseError(f"{path}: not UTF-8 text (binary data?)", remedy=_REMEDY, path=str(path)) from None
+    except json.JSONDecodeError as exc:
+        raise DatabaseError(f"{path}:{exc.lineno}: not JSON ({exc.msg})", remedy=_REMEDY,
+                            path=str(path), line=exc.lineno) from None
+    try:
+        return list(enumerate(from_t4(doc, **keys), 1))
+    except DatabaseError as exc:
+        raise DatabaseError(f"{path}: {exc.message}", remedy=exc.remedy or _REMEDY, path=str(path)) from None
+
+
+def read_records(path: str | os.PathLike, fmt: str = "auto", origin: str = "", **t4_keys) -> list[Record]:
+    """Every record of an exchange file, all validated; duplicate keys are an error.
+
+    ``origin``, when given, replaces each record's ``provenance.origin``.
+
+    ``t4_keys`` (family, problem_key, device, template_digest) name what a foreign T4
+    file does not say itself.
+    """
+    with _gc_paused():
+        return _read_records(Path(path), fmt, origin, t4_keys)
+
+
+def _read_records(path: Path, fmt: str, origin: str, t4_keys: dict) -> list[Record]:
+    if fmt not in FORMATS:
+        raise DatabaseError(f"unknown format {fmt!r}", remedy=f"use one of {', '.join(FORMATS)}")
+    lines = _lines(path)
+    fmt = sniff(lines) if fmt == "auto" else fmt
+    if fmt == "t4":
+        numbered = [(n, with_origin(r, origin) if origin else r) for n, r in _t4(path, lines, **t4_keys)]
+    else:
+        numbered = _jsonl(path, lines, origin)
+    if not numbered:
+        raise DatabaseError(f"{path} holds no records", remedy="export again; the file is empty", path=str(path))
+    seen: dict[tuple, int] = {}
+    what = "line" if fmt == "jsonl" else "result"
+    for number, r in numbered:
+        first = seen.setdefault(record_key(r), number)
+        if first != number:
+            raise DatabaseError(f"{path}:{number}: duplicate of {what} {first} (same {', '.join(KEY_FIELDS)})",
+                                remedy="merge files with `kgen db merge`, which removes duplicates; "
+                                       "nothing was imported", path=str(path), line=number)
+    return [r for _, r in numbered]
+
+
+# ---------------------------------------------------------------- import
+
+
+@dataclass(frozen=True)
+class ImportReport:
+    path: str
+    read: int          # records in the file
+    imported: int      # new records stored
+    skipped: int       # already in the database (same key)
+
+
+def with_origin(r: Record, origin: str) -> Record:
+    return dataclasses.replace(r, provenance=dataclasses.replace(r.provenance, origin=origin))
+
+
+def _stored_keys(db: Database, families: set[str]) -> set[tuple]:
+    from kgen.db.layered import LayeredStore
+    from kgen.db.sql import SqlStore, _t
+
+    if isinstance(db, LayeredStore):
+        return set().union(*(_stored_keys(layer, families) for layer in db.layers))
+    if isinstance(db, SqlStore):
+        import sqlalchemy as sa
+
+        c = _t.c
+        stmt = sa.select(*(c[k] for k in KEY_FIELDS)).where(c.family.in_(sorted(families)))
+        return {tuple(row) for row in db._query(stmt)}
+    return {record_key(r) for f in families for r in db.records(f)}
+
+
+def import_file(path: str | os.PathLike, db: Database, fmt: str = "auto", **t4_keys) -> ImportReport:
+    """Validate every record of ``path``, then store the new ones in one transaction.
+
+    Records whose key is already stored are skipped, so importing a file twice is harmless.
+    """
+    records = read_records(path, fmt, origin=f"import:{Path(path).name}", **t4_keys)
+    stored = _stored_keys(db, {r.family for r in records})
+    new = [r for r in records if record_key(r) not in stored]
+    with _gc_paused():
+        db.commit(new)
+    return ImportReport(str(path), len(records), len(new), len(records) - len(new))
+
+
+# ---------------------------------------------------------------- export and merge
+
+
+def unique(records: Iterable[Record]) -> tuple[list[Record], int]:
+    """Records without origin, one per key (of two different ones, the smaller text); and how
+    many differed from the one kept."""
+    kept: dict[tuple, Record] = {}
+    conflicts = 0
+    for r in records:
+        r = with_origin(r, "") if r.provenance.origin else r
+        old = kept.setdefault(record_key(r), r)
+        if old is not r:                                # rare: texts only for a repeated key
+            new_text, old_text = canonical(r), canonical(old)
+            conflicts += new_text != old_text
+            if new_text < old_text:
+                kept[record_key(r)] = r
+    return list(kept.values()), conflicts
+
+
+def collect(db: Database, device: str | None = None, family: str | None = None) -> list[Record]:
+    """Every record of the store (one family and/or device, if given)."""
+    with _gc_paused():
+        return [r for f in ([family] if family else db.families()) for r in db.records(f, device=device)]
+
+
+def _write_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_records(path: str | os.PathLike, records: Iterable[Record], fmt: str = "jsonl") -> int:
+    """Write records as JSON lines (``write_jsonl``) or one T4 results document; return count."""
+    with _gc_paused():
+        return _write_records(Path(path), records, fmt)
+
+
+def _write_records(path: Path, records: Iterable[Record], fmt: str) -> int:
+    rows, _ = unique(records)
+    if fmt == "jsonl":
+        return write_jsonl(path, rows)
+    if fmt == "t4":
+        from kgen.db.t4 import to_t4
+
+        rows.sort(key=lambda r: (r.family, r.provenance.device, r.measurement.problem_key,
+                                 r.measurement.config_name, r.provenance.created, canonical(r)))
+        _write_text(path, json.dumps(to_t4(rows), sort_keys=True) + "\n")
+        return len(rows)
+    raise DatabaseError(f"unknown export format {fmt!r}", remedy="use jsonl or t4")
+
+
+def export(db: Database, path: str | os.PathLike, device: str | None = None, family: str | None = None,
+           fmt: str = "jsonl") -> int:
+    """Write the store's records (one per key, origin left out) to ``path``; return count."""
+    return write_records(path, collect(db, device, family), fmt)
+
+
+@dataclass(frozen=True)
+class MergeReport:
+    read: int          # records in all inputs
+    written: int
+    conflicts: int     # same key, different content: the smaller text was kept
+
+
+def merge(inputs: Iterable[str | os.PathLike], output: str | os.PathLike) -> MergeReport:
+    """Union of exchange files, one record per key: deterministic, idempotent, order-independent."""
+    with _gc_paused():
+        records = [r for path in inputs for r in read_records(path)]
+        rows, conflicts = unique(records)
+        return MergeReport(len(records), write_jsonl(output, rows), conflicts)
+
+
+# ---------------------------------------------------------------- maintenance
+
+
+def prune(db: Database, keep: int) -> int:
+    """Keep the ``keep`` fastest successful records per (family, problem, device, digest);
+    delete the rest, failures included. SQL stores only; returns how many were deleted."""
+    import sqlalchemy as sa
+
+    from kgen.db.sql import SqlStore, _t
+
+    if not isinstance(db, SqlStore):
+        raise DatabaseError(f"prune works on a SQL store, not {type(db).__name__}",
+                            remedy="export, filter and write a new file instead")
+    if keep < 1:
+        raise DatabaseError(f"--keep must be >= 1 (got {keep})", remedy="give how many records to keep")
+    c = _t.c
+    rank = sa.func.row_number().over(partition_by=[c.family, c.problem_key, c.device, c.template_digest],
+                                     order_by=[c.time_ms, c.config_name, c.created, c.data]).label("rank")
+    ranked = sa.select(c.id, rank).where(c.time_ms.is_not(None)).subquery()
+    kept = sa.select(ranked.c.id).where(ranked.c.rank <= keep)
+    try:
+        with db._engine.connect().execution_options(kgen_write=True) as conn, conn.begin():
+            deleted = conn.execute(sa.delete(_t).where(c.id.not_in(kept))).rowcount
+        if db._engine.dialect.name == "sqlite" and deleted:
+            raw = db._engine.raw_connection()
+            try:
+                raw.execute("VACUUM")
+                raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            finally:
+                raw.close()
+    except sa.exc.DBAPIError as exc:
+        raise db._fail(exc, "prune") from None
+    return int(deleted)
+
+
+def _sql_stats(db) -> dict[str, Any]:
+    import sqlalchemy as sa
+
+    from kgen.db.sql import _t
+
+    c = _t.c
+    one = lambda stmt: [tuple(row) for row in db._query(stmt)]   # noqa: E731
+    like = lambda kind: sa.func.sum(sa.case((c.data.like(f'%"origin": "{kind}:%'), 1), else_=0))  # noqa: E731
+    n, imported, verified = one(sa.select(sa.func.count(), like("import"), like("verify")).select_from(_t))[0]
+    problems = one(sa.select(sa.func.count()).select_from(sa.select(c.family, c.problem_key).distinct().subquery()))
+    local = n - (imported or 0) - (verified or 0)
+    origins = {"import": imported or 0, "local": local, "verify": verified or 0}
+    return {"records": n, "problems": problems[0][0],
+            "devices": [d for (d,) in one(sa.select(c.device).distinct().order_by(c.device))],
+            "families": [f for (f,) in one(sa.select(c.family).distinct().order_by(c.family))],
+            "failures": dict(one(sa.select(c.failure_kind, sa.func.count()).where(c.failure_kind.is_not(None))
+                                 .group_by(c.failure_kind).order_by(c.failure_kind))),
+            "origins": {k: v for k, v in origins.items() if v}}
+
+
+def stats(db: Database) -> dict[str, Any]:
+    """Records, problems, devices, families, failures by kind, origins, and the file's size."""
+    from collections import Counter
+
+    from kgen.db.sql import SqlStore
+
+    if isinstance(db, SqlStore):
+        out = _sql_stats(db)
+    else:
+        records = collect(db)
+        kinds = Counter(r.measurement.failure.kind for r in records if r.measurement.failure)
+        origins = Counter(r.provenance.origin.split(":")[0] or "local" for r in records)
+        out = {"records": len(records),
+               "problems": len({(r.family, r.measurement.problem_key) for r in records}),
+               "devices": sorted({r.provenance.device for r in records}),
+               "families": sorted({r.family for r in records}),
+               "failures": dict(sorted(kinds.items())), "origins": dict(sorted(origins.items()))}
+    url, size = getattr(db, "url", ""), None
+    file = Path(url[len("sqlite:///"):]) if url.startswith("sqlite:///") else None
+    if file is not None and file.is_file():
+        size = sum(p.stat().st_size for p in (file, Path(f"{file}-wal")) if p.is_file())
+    return {**out, "file_bytes": size}

@@ -1,0 +1,142 @@
+"""The schema of one exchange line: ``validate_line(obj) -> Record`` or a precise error.
+
+Every field ``record_to_dict`` writes is required (``provenance.origin`` may be absent);
+unknown fields, wrong types, negative or non-finite times and failure kinds outside the
+T4 vocabulary are refused, naming the field.
+
+>>> validate_line({"family": "gemm"})
+Traceback (most recent call last):
+kgen.errors.DatabaseError: missing field 'problem_key'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from typing import Any
+
+from kgen.errors import DatabaseError
+from kgen.measurement import FAILURE_KINDS, Provenance, Record, Timing, record_from_dict
+
+def _kind(v: Any) -> str:
+    names = {type(None): "null", bool: "boolean", int: "integer", float: "number", str: "string",
+             list: "array", dict: "object"}
+    text = json.dumps(v)[:40] if isinstance(v, (str, int, float)) else ""
+    return f"{names.get(type(v), type(v).__name__)} {text}".strip()
+
+
+def _bad(path: str, want: str, v: Any) -> DatabaseError:
+    return DatabaseError(f"field {path!r} must be {want}, got {_kind(v)}")
+
+
+def _str(v, path):
+    if type(v) is not str:
+        raise _bad(path, "a string", v)
+
+
+def _name(v, path):
+    if type(v) is not str or not v:
+        raise _bad(path, "a non-empty string", v)
+
+
+def _int(v, path):
+    if type(v) is not int or v < 0:
+        raise _bad(path, "an integer >= 0", v)
+
+
+def _seconds(v, path):
+    if type(v) not in (int, float) or not math.isfinite(v) or v < 0:
+        raise _bad(path, "a finite number >= 0", v)
+
+
+def _time_or_null(v, path):
+    if v is not None:
+        _seconds(v, path)
+
+
+def _error(v, path):   # a verification error may be inf or NaN; never negative
+    if v is not None and (type(v) not in (int, float) or v < 0):
+        raise _bad(path, "null or a number >= 0", v)
+
+
+_NUMBERS = {int, float}
+
+
+def _times(v, path):
+    if v is None or (type(v) is list and set(map(type, v)) <= _NUMBERS
+                     and (not v or (min(v) >= 0 and math.isfinite(sum(v))))):   # the common case, fast
+        return
+    if type(v) is not list:
+        raise _bad(path, "null or an array of times", v)
+    for i, t in enumerate(v):
+        _seconds(t, f"{path}[{i}]")
+
+
+def _scalars(v, path):
+    if type(v) is not dict:
+        raise _bad(path, "an object", v)
+    for k, x in v.items():
+        if x is not None and type(x) not in (str, int, float, bool):
+            raise _bad(f"{path}.{k}", "a string, number, boolean or null", x)
+
+
+def _failure_kind(v, path):
+    if v not in FAILURE_KINDS:
+        raise DatabaseError(f"field {path!r} is {_kind(v)}, not a failure kind "
+                            f"({', '.join(FAILURE_KINDS)})")
+
+
+class _Object:
+    """Checks an object at ``path``: no unknown field, every required one, each by its checker."""
+
+    def __init__(self, path: str, fields: dict, optional: frozenset = frozenset(), nullable: bool = False):
+        self.path, self.fields, self.nullable = path, fields, nullable
+        self.checks = [(n, c, f"{path}.{n}" if path else n) for n, c in fields.items()]
+        self.full, self.required = set(fields), set(fields) - optional
+
+    def __call__(self, v, _path=None) -> None:
+        if v is None and self.nullable:
+            return
+        if type(v) is not dict:
+            raise _bad(self.path or "record", "null or an object" if self.nullable else "an object", v)
+        keys = v.keys()
+        if keys != self.full and keys != self.required:
+            prefix = f"{self.path}." if self.path else ""
+            unknown = sorted(keys - self.full)
+            if unknown:
+                raise DatabaseError(f"unknown field {prefix + unknown[0]!r} (this kgen reads "
+                                    f"{', '.join(sorted(self.full))}{' at ' + self.path if self.path else ''})")
+            missing = [n for n in self.fields if n in self.required and n not in keys]
+            if missing:
+                raise DatabaseError(f"missing field {prefix + missing[0]!r}")
+        for name, check, path in self.checks:
+            if name in v:
+                check(v[name], path)
+
+
+_BY_TYPE = {"str": _str, "int": _int, "float": _seconds}
+
+
+def _fields_of(cls, **special) -> dict:
+    """Checkers for a dataclass's fields, from their annotations ("str", "int")."""
+    return {f.name: special.get(f.name) or _BY_TYPE[str(f.type)] for f in dataclasses.fields(cls)}
+
+
+_RECORD = _Object("", {
+    "family": _name, "problem_key": _name, "config_name": _name, "config": _scalars, "times_ms": _times,
+    "time_ms": _time_or_null, "error": _error, "resources": _scalars, "compile_s": _seconds, "measure_s": _seconds,
+    "failure": _Object("failure", {"kind": _failure_kind, "detail": _str}, nullable=True),
+    "timing": _Object("timing", _fields_of(Timing)),
+    "provenance": _Object("provenance", _fields_of(Provenance, device=_name), optional=frozenset({"origin"}))})
+
+
+def validate_line(obj: Any) -> Record:
+    """The Record one parsed exchange line holds; DatabaseError saying which field is wrong.
+
+    >>> validate_line([1, 2])
+    Traceback (most recent call last):
+    kgen.errors.DatabaseError: field 'record' must be an object, got array
+    """
+    _RECORD(obj)
+    return record_from_dict(obj)

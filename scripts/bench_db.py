@@ -1,0 +1,214 @@
+"""Tuning-database throughput and lookup latency on the CPU (no GPU needed).
+
+    python scripts/bench_db.py [--records 100000]
+
+Builds synthetic records (25 timed runs each, 100 configs per problem), then times: import
+into a fresh SQLite file through ``import_file`` (validation included), export, merge of two
+overlapping files, and ``best()`` latency, cold (first call on a freshly opened store) and
+warm (median of repeated calls on the same store). Writes
+scripts/results/cpu-<model>/bench_db.json: {"device", "commit", "date", "rows": [...]}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import json
+import os
+import platform
+import random
+import re
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from kgen.db import SqlStore, write_jsonl  # noqa: E402
+from kgen.db.exchange import export, import_file, merge, read_records  # noqa: E402
+from kgen.measurement import Measurement, Provenance, Record, Timing  # noqa: E402
+
+IMPORT_TARGET = 20_000     # records/s into SQLite
+WARM_TARGET_US = 50.0      # warm best() lookup
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown cpu"
+
+
+def slug(model: str) -> str:
+    words = re.sub(r"\((r|tm)\)|\bcpu\b|@.*$|processor|\d+-core", " ", model.lower())
+    return "cpu-" + "-".join(re.findall(r"[a-z0-9]+", words)[:5])
+
+
+def commit() -> str:
+    """The checkout's short commit hash, read from .git (no git process), else "unknown"."""
+    try:
+        git = ROOT / ".git"
+        if git.is_file():
+            git = (ROOT / git.read_text().split(":", 1)[1].strip()).resolve()
+        head = (git / "HEAD").read_text().strip()
+        if not head.startswith("ref:"):
+            return head[:7]
+        ref = head.split(":", 1)[1].strip()
+        common = Path((git / "commondir").read_text().strip()) if (git / "commondir").is_file() else None
+        for base in (git, (git / common).resolve() if common else git):
+            if (base / ref).is_file():
+                return (base / ref).read_text().strip()[:7]
+            packed = base / "packed-refs"
+            if packed.is_file():
+                for line in packed.read_text().splitlines():
+                    if line.endswith(" " + ref):
+                        return line[:7]
+    except (OSError, IndexError):
+        pass
+    return "unknown"
+
+
+def synthetic(n: int, configs: int = 100, seed: int = 0) -> list[Record]:
+    """``n`` successful and failed records: n / configs gemm problems on two devices."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        p, c = divmod(i, configs)
+        m, k = 256 * (1 + p // 8), 256 * (1 + p % 8)
+        key = f"gemm|align_a=4|align_b=4|dtype=float32|k={k}|layout=NN|m={m}|n={m}"
+        base = rng.uniform(0.05, 5.0)
+        failed = rng.random() < 0.1
+        meas = Measurement(
+            config_name=f"gemm_simt_f32_nn_c{c:03d}", config={"BM": 64 << (c % 3), "BN": 64 << (c // 3 % 3),
+                                                              "BK": 8 << (c % 2), "id": c},
+            problem_key=key, times_ms=None if failed else tuple(base * rng.uniform(0.99, 1.03) for _ in range(25)),
+            failure=None, error=None if failed else 1e-7, timing=Timing(), resources={"registers": 128},
+            compile_s=0.4, measure_s=0.02)
+        if failed:
+            from kgen.measurement import Failure
+
+            meas = Measurement(**{**meas.__dict__, "failure": Failure("compile", "ptxas error")})
+        prov = Provenance(device="NVIDIA H200" if p % 2 == 0 else "NVIDIA H100 80GB HBM3", cc="9.0", driver=13000,
+                          cuda_runtime=13020, nvrtc="13.0", kgen_version="0.1.0", template_digest="11441fbcb3f61481",
+                          created=f"2026-11-{1 + p % 28:02d}T12:00:00+00:00")
+        out.append(Record("gemm", meas, prov))
+    return out
+
+
+def timed(fn):
+    start = time.perf_counter()
+    result = fn()
+    return result, time.perf_counter() - start
+
+
+def raw_query_row(path: Path, sample, calls: int) -> dict:
+    """The same lookup through the sqlite3 module alone: what SQL itself costs, without the store."""
+    from kgen.db.sql import TABLE
+
+    con = sqlite3.connect(path)
+    q = (f"SELECT id, data FROM {TABLE} WHERE family = ? AND problem_key = ? AND device = ? "
+         "AND time_ms IS NOT NULL ORDER BY time_ms, config_name, created, data LIMIT 1")
+    lat = []
+    for i in range(calls):
+        k, d = sample[i % len(sample)]
+        t0 = time.perf_counter()
+        con.execute(q, ("gemm", k, d)).fetchall()
+        lat.append((time.perf_counter() - t0) * 1e6)
+    con.close()
+    return {"op": "best_warm_sqlite3_query_only", "calls": calls, "us_median": round(statistics.median(lat), 1),
+            "note": "same SELECT through the sqlite3 module, no SQLAlchemy, no JSON decode"}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--records", type=int, default=100_000)
+    parser.add_argument("--lookups", type=int, default=5_000, help="warm best() calls timed")
+    parser.add_argument("--out", default="", help="results file (default scripts/results/<cpu>/bench_db.json)")
+    args = parser.parse_args()
+
+    model = cpu_model()
+    load_start = os.getloadavg()[0]
+    out = Path(args.out) if args.out else ROOT / "scripts" / "results" / slug(model) / "bench_db.json"
+    rows = []
+    records = synthetic(args.records)
+    problems = sorted({(r.measurement.problem_key, r.provenance.device) for r in records})
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        write_jsonl(tmp / "all.jsonl", records)
+        size = (tmp / "all.jsonl").stat().st_size
+        url = f"sqlite:///{tmp / 'kgen.db'}"
+
+        db = SqlStore(url)
+        report, s = timed(lambda: import_file(tmp / "all.jsonl", db))
+        rows.append({"op": "import", "store": "sqlite", "records": report.imported, "file_mb": round(size / 1e6, 1),
+                     "seconds": round(s, 3), "records_per_s": round(report.imported / s),
+                     "target_records_per_s": IMPORT_TARGET, "meets_target": report.imported / s >= IMPORT_TARGET})
+        parsed, s = timed(lambda: read_records(tmp / "all.jsonl"))          # the two halves of import
+        rows.append({"op": "import_read_validate", "records": len(parsed), "seconds": round(s, 3),
+                     "records_per_s": round(len(parsed) / s)})
+        other = SqlStore(f"sqlite:///{tmp / 'other.db'}")
+        gc.disable()                                        # as import_file does
+        n, s = timed(lambda: other.commit(parsed))
+        gc.enable()
+        rows.append({"op": "import_commit", "store": "sqlite", "records": n, "seconds": round(s, 3),
+                     "records_per_s": round(n / s), "note": "SqlStore.commit of parsed records, one transaction"})
+        other.close()
+        parsed = None                                       # free the memory
+        n, s = timed(lambda: export(db, tmp / "export.jsonl"))
+        rows.append({"op": "export", "store": "sqlite", "records": n, "seconds": round(s, 3),
+                     "records_per_s": round(n / s)})
+        db.close()
+
+        cut = len(records) * 6 // 10
+        write_jsonl(tmp / "a.jsonl", records[:cut])
+        write_jsonl(tmp / "b.jsonl", records[len(records) - cut:])
+        report, s = timed(lambda: merge([tmp / "a.jsonl", tmp / "b.jsonl"], tmp / "merged.jsonl"))
+        rows.append({"op": "merge", "inputs": 2, "records_read": report.read, "records_written": report.written,
+                     "seconds": round(s, 3), "records_per_s": round(report.read / s)})
+
+        rng = random.Random(1)
+        key, device = rng.choice(problems)
+        fresh = SqlStore(url)
+        best, s = timed(lambda: fresh.best("gemm", key, device))
+        assert best is not None
+        rows.append({"op": "best_cold", "store": "sqlite", "records_in_store": len(records),
+                     "us": round(s * 1e6, 1), "note": "first call on a freshly opened store"})
+        sample = [rng.choice(problems) for _ in range(200)]
+        for k, d in sample:                                  # warm every problem once
+            fresh.best("gemm", k, d)
+        lat = []
+        for i in range(args.lookups):
+            k, d = sample[i % len(sample)]
+            t0 = time.perf_counter()
+            fresh.best("gemm", k, d)
+            lat.append((time.perf_counter() - t0) * 1e6)
+        lat.sort()
+        warm = statistics.median(lat)
+        rows.append({"op": "best_warm", "store": "sqlite", "records_in_store": len(records), "calls": len(lat),
+                     "us_median": round(warm, 1), "us_p90": round(lat[int(0.9 * len(lat))], 1),
+                     "target_us": WARM_TARGET_US, "meets_target": warm <= WARM_TARGET_US})
+        fresh.close()
+        rows.append(raw_query_row(tmp / "kgen.db", sample, args.lookups))
+
+    doc = {"device": model, "commit": commit(),
+           "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "python": platform.python_version(), "cpus": os.cpu_count(),
+           "load_avg_1m": [round(load_start, 2), round(os.getloadavg()[0], 2)],   # other work on the machine
+           "rows": rows}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+    for row in rows:
+        print(json.dumps(row))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

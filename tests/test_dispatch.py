@@ -1,0 +1,274 @@
+"""kgen.gemm's call path with fake device arrays and a fake launcher (kernels really compile)."""
+
+from __future__ import annotations
+
+import re
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import kgen
+from kgen.db import MemoryStore
+from kgen.dispatch import Dispatcher, set_default_dispatcher
+from kgen.kernels.gemm import GemmSimt, gemm_problem
+from kgen.measurement import Measurement, Provenance, Record
+from kgen.problem import Target
+
+SPEC = GemmSimt()
+TARGET = Target.h200()
+BASE = 0x7F00_0000_0000          # a 256-byte aligned fake device address
+
+
+class FakeArray:
+    """Just enough of a CUDA array: __cuda_array_interface__ and .device.id."""
+
+    def __init__(self, shape, dtype="float32", ptr=BASE, strides=None, device=0):
+        self.shape = tuple(shape)
+        self.dtype = np.dtype(dtype)
+        self.ptr = ptr
+        self.elem_strides = strides
+        self.device = SimpleNamespace(id=device)
+
+    @property
+    def __cuda_array_interface__(self):
+        strides = None if self.elem_strides is None else tuple(s * self.dtype.itemsize for s in self.elem_strides)
+        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, False),
+                "strides": strides, "version": 3}
+
+    @property
+    def T(self):
+        s = self.elem_strides or (self.shape[1], 1)
+        return FakeArray(self.shape[::-1], self.dtype, self.ptr, s[::-1], self.device.id)
+
+
+class FakeKernel:
+    def __init__(self, binary):
+        self.binary = binary
+        self.entry = binary.entry
+        self.launches = []
+        self.scales = []
+
+    def launch(self, grid, block, args, shared_mem=0):
+        self.launches.append(SimpleNamespace(grid=tuple(grid), block=tuple(block), args=list(args),
+                                             shared_mem=shared_mem))
+
+    def scale(self, array, factor):
+        self.scales.append((array, factor))
+
+
+class FakeLauncher:
+    def __init__(self):
+        self.kernels: list[FakeKernel] = []
+        self.allocated = []
+
+    def load(self, binary):
+        assert binary.cubin and binary.entry
+        k = FakeKernel(binary)
+        self.kernels.append(k)
+        return k
+
+    def empty(self, shape, dtype, like=None):
+        out = FakeArray(shape, dtype, ptr=BASE + 0x1000_0000 * (len(self.allocated) + 1),
+                        device=like.device.id if like is not None else 0)
+        self.allocated.append(out)
+        return out
+
+    @property
+    def launches(self):
+        return [(k, l) for k in self.kernels for l in k.launches]
+
+
+@pytest.fixture
+def fake():
+    launcher = FakeLauncher()
+    dispatcher = Dispatcher(db=MemoryStore(), launcher=launcher, targets={0: TARGET})
+    old = set_default_dispatcher(dispatcher)
+    try:
+        yield SimpleNamespace(launcher=launcher, dispatcher=dispatcher)
+    finally:
+        set_default_dispatcher(old)
+
+
+def _vectors(entry: str) -> tuple[int, int]:
+    m = re.search(r"_va(\d+)_vb(\d+)_", entry)
+    return int(m.group(1)), int(m.group(2))
+
+
+def _only_launch(launcher):
+    assert len(launcher.launches) == 1, launcher.launches
+    return launcher.launches[0]
+
+
+# ---------------------------------------------------------------- geometry and arguments
+
+def test_row_major_operands_launch_the_chosen_config_with_spec_geometry(fake):
+    m, n, k = 96, 80, 64
+    a, b = FakeArray((m, k)), FakeArray((k, n), ptr=BASE + 0x100_0000)
+    c = kgen.gemm(a, b)
+    kernel, launch = _only_launch(fake.launcher)
+    assert c is fake.launcher.allocated[0] and c.shape == (m, n) and c.dtype == np.float32
+
+    problem = gemm_problem(m, n, k, "float32", "NN")
+    choice = fake.dispatcher.choose(SPEC, problem, TARGET)
+    assert choice.how == "default" and kernel.entry == choice.config.name
+    geo = SPEC.launch(problem, choice.config)
+    assert (launch.grid, launch.block, launch.shared_mem) == (geo.grid, geo.block, geo.shared_mem)
+    args = [x.item() if hasattr(x, "item") else x for x in launch.args]
+    assert args[:9] == [a.ptr, b.ptr, c.ptr, m, n, k, k, n, n]
+    assert args[9:] == [1.0, 0.0]
+
+
+@pytest.mark.parametrize("layout", ["NN", "NT", "TN", "TT"])
+def test_layouts_are_read_from_strides_and_lds_are_passed(fake, layout):
+    m, n, k = 64, 48, 32
+    lda_t, ldb_t = 72, 40                     # padded storage of the transposed operands
+    a = FakeArray((m, k), strides=(1, lda_t)) if layout[0] == "T" else FakeArray((m, k))
+    b = FakeArray((k, n), ptr=BASE + 0x200_0000, strides=(1, ldb_t)) if layout[1] == "T" \
+        else FakeArray((k, n), ptr=BASE + 0x200_0000)
+    c = FakeArray((m, n), ptr=BASE + 0x400_0000)
+    out = kgen.gemm(a, b, c, alpha=2.0, beta=0.5)
+    assert out is c and not fake.launcher.allocated
+    kernel, launch = _only_launch(fake.launcher)
+    assert f"_{layout.lower()}_" in kernel.entry
+    args = [x.item() for x in launch.args]
+    assert args[6] == (lda_t if layout[0] == "T" else k)
+    assert args[7] == (ldb_t if layout[1] == "T" else n)
+    assert args[8] == n and args[9:] == [2.0, 0.5]
+    problem = gemm_problem(m, n, k, "float32", layout)
+    assert launch.grid == SPEC.launch(problem, fake.dispatcher.choose(SPEC, problem, TARGET).config).grid
+
+
+def test_a_transposed_view_of_a_fake_array_is_layout_t(fake):
+    m, n, k = 64, 64, 32
+    a = FakeArray((k, m)).T                   # storage k x m, viewed as m x k
+    b = FakeArray((n, k), ptr=BASE + 0x200_0000).T
+    kgen.gemm(a, b)
+    kernel, launch = _only_launch(fake.launcher)
+    assert "_tt_" in kernel.entry
+    assert int(launch.args[6]) == m and int(launch.args[7]) == k
+
+
+# ---------------------------------------------------------------- alignment
+
+@pytest.mark.parametrize("offset,expected_va", [(0, 4), (4, 1), (8, 2), (16, 4)])
+def test_alignment_comes_from_the_pointer(fake, offset, expected_va):
+    m, n, k = 128, 128, 64
+    a = FakeArray((m, k), ptr=BASE + offset)
+    b = FakeArray((k, n), ptr=BASE + 0x200_0000)
+    kgen.gemm(a, b)
+    kernel, launch = _only_launch(fake.launcher)
+    va, vb = _vectors(kernel.entry)
+    assert va == expected_va and vb == 4
+    assert int(launch.args[0]) == BASE + offset
+    # the same choice the dispatcher makes for the problem with that alignment
+    problem = gemm_problem(m, n, k, "float32", "NN", align_a=expected_va, align_b=4)
+    assert kernel.entry == fake.dispatcher.choose(SPEC, problem, TARGET).config.name
+
+
+def test_an_odd_leading_dimension_limits_the_vector_width(fake):
+    m, n, k = 64, 64, 62                      # lda = 62 allows 2-wide float vectors only
+    kgen.gemm(FakeArray((m, k)), FakeArray((k, n), ptr=BASE + 0x200_0000))
+    kernel, _ = _only_launch(fake.launcher)
+    assert _vectors(kernel.entry) == (2, 4)
+
+
+# ---------------------------------------------------------------- caching and edge shapes
+
+def test_repeated_calls_reuse_the_loaded_kernel(fake):
+    m, n, k = 64, 64, 64
+    for i in range(3):
+        kgen.gemm(FakeArray((m, k), ptr=BASE + i * 0x1000), FakeArray((k, n), ptr=BASE + 0x200_0000 + i * 0x1000))
+    assert len(fake.launcher.kernels) == 1
+    kernel = fake.launcher.kernels[0]
+    assert len(kernel.launches) == 3
+    assert [int(l.args[0]) for l in kernel.launches] == [BASE, BASE + 0x1000, BASE + 0x2000]
+    # a different shape loads a second kernel
+    kgen.gemm(FakeArray((m, 2 * k)), FakeArray((2 * k, n), ptr=BASE + 0x200_0000))
+    assert len(fake.launcher.kernels) == 2
+
+
+def test_prepare_is_cached_per_problem(fake):
+    problem = gemm_problem(64, 64, 64)
+    first = fake.dispatcher.prepare(SPEC, problem, 0)
+    second = fake.dispatcher.prepare(SPEC, problem, 0)
+    assert first is second and len(fake.launcher.kernels) == 1
+
+
+@pytest.mark.parametrize("shape", [(0, 16, 8), (16, 0, 8), (0, 0, 0)])
+def test_empty_outputs_do_not_launch(fake, shape):
+    m, n, k = shape
+    out = kgen.gemm(FakeArray((m, k)), FakeArray((k, n), ptr=BASE + 0x200_0000))
+    assert out.shape == (m, n)
+    assert fake.launcher.kernels == [] and fake.launcher.launches == []
+
+
+def test_k_zero_still_launches_to_write_c(fake):
+    m, n = 32, 64
+    c = FakeArray((m, n), ptr=BASE + 0x400_0000)
+    out = kgen.gemm(FakeArray((m, 0)), FakeArray((0, n), ptr=BASE + 0x200_0000), c, beta=0.25)
+    assert out is c
+    kernel, launch = _only_launch(fake.launcher)
+    assert int(launch.args[5]) == 0 and float(launch.args[10]) == 0.25
+
+
+def test_a_tuned_split_k_config_scales_c_by_beta_first(fake):
+    m, n, k = 64, 64, 1024
+    problem = gemm_problem(m, n, k)
+    space = SPEC.space(problem, TARGET)
+    split = next(c for c in space.configs() if c["SK"] == 4)
+    prov = Provenance(device=TARGET.name, cc="9.0", template_digest=SPEC.template_digest())
+    fake.dispatcher.db.commit([Record("gemm", Measurement(split.name, split.as_dict(), problem.key,
+                                                          times_ms=(0.01,) * 3), prov)])
+    c = FakeArray((m, n), ptr=BASE + 0x400_0000)
+    kgen.gemm(FakeArray((m, k)), FakeArray((k, n), ptr=BASE + 0x200_0000), c, beta=0.5)
+    kernel, launch = _only_launch(fake.launcher)
+    assert kernel.entry == split.name
+    assert launch.grid[1] == 4
+    assert len(kernel.scales) == 1 and kernel.scales[0][0] is c and kernel.scales[0][1] == 0.5
+
+
+# ---------------------------------------------------------------- a repeated call is checked again
+
+def test_a_misaligned_pointer_after_an_aligned_call_gets_its_own_kernel(fake):
+    m, n, k = 128, 128, 64
+    b = FakeArray((k, n), ptr=BASE + 0x200_0000)
+    kgen.gemm(FakeArray((m, k), ptr=BASE), b)
+    kgen.gemm(FakeArray((m, k), ptr=BASE + 4), b)          # same shape, 4-byte aligned only
+    kgen.gemm(FakeArray((m, k), ptr=BASE + 32), b)         # 16-byte aligned again: first kernel
+    entries = [k.entry for k in fake.launcher.kernels]
+    assert [_vectors(e)[0] for e in entries] == [4, 1]
+    assert [len(k.launches) for k in fake.launcher.kernels] == [2, 1]
+    assert int(fake.launcher.kernels[0].launches[1].args[0]) == BASE + 32
+
+
+def test_new_strides_after_a_call_are_read_again(fake):
+    m, n, k = 64, 64, 64
+    b = FakeArray((k, n), ptr=BASE + 0x200_0000)
+    kgen.gemm(FakeArray((m, k)), b)
+    kgen.gemm(FakeArray((m, k), strides=(1, 80)), b)       # now a transposed view, lda 80
+    assert ["_nn_" in fake.launcher.kernels[0].entry, "_tn_" in fake.launcher.kernels[1].entry] == [True, True]
+    assert int(fake.launcher.kernels[1].launches[0].args[6]) == 80
+
+
+def test_bad_operands_after_a_good_call_still_raise(fake):
+    m, n, k = 64, 64, 64
+    a, b = FakeArray((m, k)), FakeArray((k, n), ptr=BASE + 0x200_0000)
+    kgen.gemm(a, b, FakeArray((m, n), ptr=BASE + 0x400_0000))
+    with pytest.raises(kgen.ShapeError):
+        kgen.gemm(a, b, FakeArray((m, n + 1), ptr=BASE + 0x400_0000))
+    with pytest.raises(kgen.DeviceError):
+        kgen.gemm(a, FakeArray((k, n), ptr=BASE + 0x200_0000, device=1))
+    with pytest.raises(kgen.DtypeError):
+        kgen.gemm(a, b, FakeArray((m, n), "float64", ptr=BASE + 0x400_0000))
+    with pytest.raises(kgen.LayoutError):
+        kgen.gemm(a, b, FakeArray((m, n), ptr=BASE + 0x400_0000, strides=(1, m)))
+    assert len(fake.launcher.launches) == 1
+
+
+def test_an_explicit_ldc_is_passed(fake):
+    m, n, k = 32, 48, 16
+    c = FakeArray((m, n), ptr=BASE + 0x400_0000, strides=(64, 1))   # a view into a wider array
+    kgen.gemm(FakeArray((m, k)), FakeArray((k, n), ptr=BASE + 0x200_0000), c)
+    _, launch = _only_launch(fake.launcher)
+    assert int(launch.args[8]) == 64

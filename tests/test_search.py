@@ -1,0 +1,229 @@
+"""The tuning driver through the replay runner (no GPU), and dispatch's choice from its results."""
+
+from __future__ import annotations
+
+import math
+import time
+import zlib
+from collections import Counter
+
+import pytest
+
+from kgen.db import MemoryStore
+from kgen.dispatch import Dispatcher
+from kgen.errors import KgenError, NoConfigError
+from kgen.kernels.gemm import GemmSimt, gemm_problem
+from kgen.measurement import Failure, Measurement, Provenance, Record
+from kgen.problem import Target
+from kgen.runners.replay import Recording, ReplayRunner
+from kgen.search import tune
+
+SPEC = GemmSimt()
+TARGET = Target.h200()
+P = gemm_problem(32, 32, 64)                      # 4308 valid configs
+NEAR = gemm_problem(32, 32, 128)                  # same dtype/layout/alignment: a neighbour
+TINY = gemm_problem(16, 16, 16, "float64")        # 144 valid configs: exhaustive is cheap
+UNROLL_COST = {1: 0.04, 4: 0.01, 0: 0.0}
+
+
+def _crc(name: str) -> int:
+    return zlib.crc32(name.encode())
+
+
+def model_ms(problem, config) -> float:
+    """A deterministic, smooth-ish cost with a unique optimum (the crc term breaks ties)."""
+    v = config.as_dict()
+    lg = math.log2
+    t = 0.05 + problem["k"] / 6400
+    t += 0.3 * abs(lg(v["BM"]) - 4) + 0.3 * abs(lg(v["BN"]) - 5)      # best near 16x32 tiles,
+    t += 0.1 * abs(lg(v["TM"]) - 1) + 0.1 * abs(lg(v["TN"]) - 1)      # 2x2 per thread: not the default
+    t += 0.05 * (v["BK"] != 16) + 0.02 * (4 / v["VA"]) + 0.02 * (4 / v["VB"]) + 0.03 * (1 - v["DB"])
+    t += UNROLL_COST[v["UNROLL"]] + 0.01 * (v["GM"] != 1) + 0.2 * (v["SK"] - 1) + 0.01 * (v["MINB"] - 1)
+    return round(t + (_crc(config.name) % 1000) * 1e-7, 9)
+
+
+def model_failure(config) -> Failure | None:
+    r = _crc(config.name) % 11
+    if r == 0:
+        return Failure("runtime", "illegal address (synthetic)")
+    if r == 1:
+        return Failure("correctness", "max error 1 over tolerance (synthetic)")
+    return None
+
+
+def _records(problem):
+    prov = Provenance(device=TARGET.name, cc="9.0", template_digest=SPEC.template_digest())
+    for config in SPEC.space(problem, TARGET).configs():
+        failure = model_failure(config)
+        times = None if failure else (model_ms(problem, config),) * 5
+        yield Record("gemm", Measurement(config.name, config.as_dict(), problem.key, times_ms=times,
+                                         failure=failure, resources={"registers": 64}), prov)
+
+
+@pytest.fixture(scope="module")
+def recording():
+    records = [r for p in (P, NEAR, TINY) for r in _records(p)]
+    return Recording.from_records(records)
+
+
+def optimum(recording, problem) -> tuple[str, float]:
+    ok = [(m.time_ms, name) for (key, name), m in recording.entries.items() if key == problem.key and m.ok]
+    t, name = min(ok)
+    return name, t
+
+
+def stored(db, problem):
+    return db.records("gemm", problem.key, TARGET.name, SPEC.template_digest())
+
+
+def run(recording, db, problem=P, trials=20, sampler="tpe", **kw):
+    return tune(SPEC, problem, TARGET, ReplayRunner(recording, seed=1), db, trials=trials,
+                sampler=sampler, seed=kw.pop("seed", 0), **kw)
+
+
+# ---------------------------------------------------------------- one tune
+
+@pytest.mark.parametrize("sampler", ["tpe", "random"])
+def test_tune_stores_every_trial_and_reports_the_best(recording, sampler):
+    db = MemoryStore()
+    result = run(recording, db, trials=30, sampler=sampler)
+    assert result.measured == 30 and result.known == 0 and len(result.trials) == 30
+    rows = stored(db, P)
+    assert len(rows) == 30 == db.count()
+    names = [r.measurement.config_name for r in rows]
+    assert len(set(names)) == 30                                   # nothing measured twice
+    assert set(names) == {m.config_name for m in result.trials}
+
+    # failures are stored as failures, with the recorded kind
+    want_failed = {n for n in names if model_failure(SPEC.space(P, TARGET).make(
+        recording.entries[(P.key, n)].config)) is not None}
+    got_failed = {r.measurement.config_name for r in rows if not r.measurement.ok}
+    assert got_failed == want_failed
+    kinds = Counter(r.measurement.failure.kind for r in rows if not r.measurement.ok)
+    assert all(result.failures[k] == n for k, n in kinds.items())
+
+    # the reported best is the fastest stored success, and agrees with the recording
+    ok = [r.measurement for r in rows if r.measurement.ok]
+    best = min(ok, key=lambda m: m.time_ms)
+    assert result.best.config_name == best.config_name
+    assert result.best.time_ms == recording.entries[(P.key, best.config_name)].time_ms
+    assert db.best("gemm", P.key, TARGET.name).measurement.config_name == best.config_name
+    assert result.best.time_ms >= optimum(recording, P)[1]
+
+
+def test_exhaustive_finds_the_exact_optimum(recording):
+    db = MemoryStore()
+    n_valid = len(SPEC.space(TINY, TARGET).configs())
+    result = run(recording, db, problem=TINY, trials=10_000, sampler="exhaustive")
+    assert result.measured == n_valid == len(stored(db, TINY))
+    name, t = optimum(recording, TINY)
+    assert result.best.config_name == name and result.best.time_ms == t
+
+
+def test_an_unknown_sampler_raises_kgen_error(recording):
+    with pytest.raises(KgenError) as info:
+        run(recording, MemoryStore(), sampler="simulated-annealing")
+    assert "tpe" in info.value.remedy and "simulated-annealing" in info.value.message
+
+
+# ---------------------------------------------------------------- resume, warm start, budgets
+
+@pytest.mark.parametrize("sampler", ["tpe", "random"])
+def test_a_larger_budget_resumes_without_measuring_again(recording, sampler):
+    db = MemoryStore()
+    first = run(recording, db, trials=12, sampler=sampler)
+    assert first.measured == 12
+    second = run(recording, db, trials=30, sampler=sampler)
+    assert second.known == 12 and second.measured == 18
+    names = [r.measurement.config_name for r in stored(db, P)]
+    assert len(names) == 30 == len(set(names))
+    assert not {m.config_name for m in first.trials} & {m.config_name for m in second.trials}
+    # the best never gets worse, and a budget already spent measures nothing
+    assert second.best.time_ms <= first.best.time_ms
+    third = run(recording, db, trials=30, sampler=sampler)
+    assert third.measured == 0 and third.known == 30 and db.count() == 30
+
+
+def test_warm_start_tries_the_neighbours_best_first(recording):
+    db = MemoryStore()
+    near = run(recording, db, problem=NEAR, trials=40, sampler="random")
+    nb = near.best.config_name
+    space = SPEC.space(P, TARGET)
+    assert space.is_valid(near.best.config)
+    default = SPEC.default_config(P, TARGET).name
+    assert nb != default                      # else the test could not tell them apart
+
+    warm = run(recording, db, problem=P, trials=3, sampler="tpe")
+    assert warm.trials[0].config_name == nb
+
+    cold = run(recording, MemoryStore(), problem=P, trials=3, sampler="tpe", warm_start=False)
+    assert cold.trials[0].config_name == default
+
+
+class SlowReplay(ReplayRunner):
+    def answer(self, task):
+        time.sleep(0.05)
+        return super().answer(task)
+
+
+def test_timeout_stops_the_tune(recording):
+    db = MemoryStore()
+    n_valid = len(SPEC.space(TINY, TARGET).configs())
+    start = time.perf_counter()
+    result = tune(SPEC, TINY, TARGET, SlowReplay(recording), db, trials=n_valid, timeout_s=1.0,
+                  sampler="random")
+    elapsed = time.perf_counter() - start
+    assert 0 < result.measured < n_valid                 # 144 trials would take >= 7 s
+    assert elapsed < 1.0 + 2.0                           # at most one trial in flight past the limit
+    assert db.count() == result.measured
+
+
+def test_timeout_zero_measures_nothing(recording):
+    result = run(recording, MemoryStore(), trials=50, timeout_s=0)
+    assert result.measured == 0 and result.best is None
+
+
+# ---------------------------------------------------------------- tune -> db -> dispatch
+
+@pytest.fixture(scope="module")
+def tuned_db(recording):
+    db = MemoryStore()
+    result = run(recording, db, problem=P, trials=25, sampler="random", seed=5)
+    return db, result
+
+
+def test_dispatch_picks_the_tuned_best(tuned_db):
+    db, result = tuned_db
+    choice = Dispatcher(db=db, targets={0: TARGET}).choose(SPEC, P, TARGET)
+    assert choice.how == "tuned"
+    assert choice.config.name == result.best.config_name
+    assert choice.time_ms == result.best.time_ms
+
+
+def test_dispatch_uses_the_nearest_tuned_problem(tuned_db):
+    db, result = tuned_db
+    choice = Dispatcher(db=db, targets={0: TARGET}).choose(SPEC, NEAR, TARGET)
+    assert choice.how == "nearest" and choice.from_problem == P.key
+    assert choice.config.name == result.best.config_name
+
+
+@pytest.mark.parametrize("problem", [gemm_problem(32, 32, 64, "float64"),
+                                     gemm_problem(32, 32, 64, "float32", "TT"),
+                                     gemm_problem(32, 32, 64, align_a=1)],
+                         ids=["other-dtype", "other-layout", "other-alignment"])
+def test_dispatch_falls_back_to_the_default_elsewhere(tuned_db, problem):
+    db, _ = tuned_db
+    choice = Dispatcher(db=db, targets={0: TARGET}).choose(SPEC, problem, TARGET)
+    assert choice.how == "default"
+    assert choice.config == SPEC.default_config(problem, TARGET)
+
+
+def test_strict_mode_raises_for_an_untuned_problem(tuned_db, monkeypatch):
+    db, result = tuned_db
+    monkeypatch.setenv("KGEN_STRICT", "1")
+    d = Dispatcher(db=db, targets={0: TARGET})
+    assert d.choose(SPEC, P, TARGET).config.name == result.best.config_name
+    for problem in (NEAR, gemm_problem(32, 32, 64, "float64")):
+        with pytest.raises(NoConfigError) as info:
+            d.choose(SPEC, problem, TARGET)
+        assert info.value.remedy
