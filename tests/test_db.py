@@ -694,3 +694,17 @@ def test_jsonl_bad_line(tmp_path):
 def test_jsonl_missing_path(tmp_path):
     with pytest.raises(DatabaseError, match="does not exist"):
         JsonlStore(tmp_path / "nope").count()
+
+
+def test_sqlite_best_answers_from_memory_until_another_connection_writes(tmp_path):
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    reader, writer = SqlStore(url), SqlStore(url)
+    writer.commit([rec("gemm_slow", times=(2.0, 2.0, 2.0))])
+    assert reader.best("gemm", P1, H200).measurement.config_name == "gemm_slow"
+    assert reader.best("gemm", P1, H200) is reader.best("gemm", P1, H200)   # served from memory
+    writer.commit([rec("gemm_fast", times=(1.0, 1.0, 1.0))])
+    assert reader.best("gemm", P1, H200).measurement.config_name == "gemm_fast"
+    reader.commit([rec("gemm_fastest", times=(0.5, 0.5, 0.5))])
+    assert reader.best("gemm", P1, H200).measurement.config_name == "gemm_fastest"
+    reader.close()
+    writer.close()

@@ -19,7 +19,7 @@ from typing import Iterable
 import sqlalchemy as sa
 
 from kgen.db.base import Database, canonical, scope, usable_time
-from kgen.db.sqlite import refuse_network_fs, sqlite_events
+from kgen.db.sqlite import ChangeProbe, refuse_network_fs, sqlite_events
 from kgen.errors import DatabaseError
 from kgen.measurement import Record, record_from_dict
 
@@ -41,18 +41,21 @@ _meta = sa.MetaData()
 _t = sa.Table(
     TABLE, _meta,
     sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True),
-    sa.Column("family", _text(), nullable=False, index=True),
-    sa.Column("problem_key", _text(), nullable=False, index=True),
-    sa.Column("device", _text(), nullable=False, index=True),
+    sa.Column("family", _text(), nullable=False),
+    sa.Column("problem_key", _text(), nullable=False),
+    sa.Column("device", _text(), nullable=False),
     sa.Column("cc", _text(), nullable=False, server_default=""),
-    sa.Column("template_digest", _text(), nullable=False, index=True),
-    sa.Column("config_name", _text(), nullable=False, index=True),
-    sa.Column("time_ms", sa.Float, nullable=True, index=True),
-    sa.Column("failure_kind", _text(), nullable=True, index=True),
-    sa.Column("created", _text(), nullable=False, index=True),
+    sa.Column("template_digest", _text(), nullable=False),
+    sa.Column("config_name", _text(), nullable=False),
+    sa.Column("time_ms", sa.Float, nullable=True),
+    sa.Column("failure_kind", _text(), nullable=True),
+    sa.Column("created", _text(), nullable=False),
     sa.Column("data", _text(sa.Text), nullable=False),
+    # Few indexes keep imports fast: two serve best() by device / by architecture (and
+    # records() of a problem), one serves listings by device.
     sa.Index(f"ix_{TABLE}_best", "family", "problem_key", "device", "time_ms", "config_name"),
     sa.Index(f"ix_{TABLE}_best_cc", "family", "problem_key", "cc", "time_ms", "config_name"),
+    sa.Index(f"ix_{TABLE}_device", "family", "device", "template_digest"),
 )
 
 
@@ -137,6 +140,8 @@ class SqlStore(Database):
         self._sqlite = self._engine.dialect.name == "sqlite"
         self._shown = self._engine.url.render_as_string(hide_password=True)
         self._open_schema()
+        self._best_cache: dict = {}
+        self._changes = ChangeProbe(self._engine.url.database) if self._sqlite else None
 
     @classmethod
     def default(cls) -> "SqlStore":
@@ -199,6 +204,8 @@ class SqlStore(Database):
                 conn.execute(sa.insert(_t), rows)
         except sa.exc.DBAPIError as exc:
             raise self._fail(exc, "write to") from None
+        finally:
+            self._best_cache.clear()
         return len(rows)
 
     def _query(self, stmt) -> list:
@@ -230,6 +237,20 @@ class SqlStore(Database):
                 .order_by(c.time_ms, c.config_name, c.created, c.data))
 
     def best(self, family, problem_key, device, template_digest=None, *, policy="device", cc=None):
+        """The fastest record; answered from memory while the database is unchanged (SQLite)."""
+        key = (family, problem_key, device, template_digest, policy, cc)
+        if self._changes is not None and self._changes.changed():
+            self._best_cache.clear()
+        try:
+            return self._best_cache[key]
+        except KeyError:
+            pass
+        found = self._best_uncached(family, problem_key, device, template_digest, policy, cc)
+        if self._changes is not None:
+            self._best_cache[key] = found
+        return found
+
+    def _best_uncached(self, family, problem_key, device, template_digest, policy, cc):
         device, cc = scope(policy, device, cc)
         stmt = self._best_stmt(family, problem_key, device, template_digest, cc)
         rows = self._query(stmt.limit(1))
@@ -253,4 +274,6 @@ class SqlStore(Database):
         return int(self._query(sa.select(sa.func.count()).select_from(_t))[0][0])
 
     def close(self) -> None:
+        if self._changes is not None:
+            self._changes.close()
         self._engine.dispose()

@@ -97,3 +97,40 @@ def __getattr__(name: str):
 
         return getattr(sql, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+class ChangeProbe:
+    """Tells cheaply whether any connection committed to a SQLite file since the last ask.
+
+    ``PRAGMA data_version`` on a connection of its own changes whenever another connection
+    commits. An in-memory database has no other writers: it never reports a change (its
+    store clears its caches on its own commits).
+    """
+
+    def __init__(self, database: str | None):
+        import sqlite3
+        import threading
+
+        self._lock = threading.Lock()
+        self._conn = None
+        if database and database != ":memory:":
+            self._conn = sqlite3.connect(database, check_same_thread=False, isolation_level=None)
+        self._version = self._read()
+
+    def _read(self):
+        if self._conn is None:
+            return 0
+        with self._lock:
+            return self._conn.execute("PRAGMA data_version").fetchone()[0]
+
+    def changed(self) -> bool:
+        version = self._read()
+        if version == self._version:
+            return False
+        self._version = version
+        return True
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
