@@ -85,6 +85,42 @@ def _pick_device(db, family: str, digest: str, device: str | None) -> str:
     return devices[0]
 
 
+def _write_kernel(spec, problem, config, target, kernels: Path, written: set, cc) -> None:
+    """Source, cubin and PTX of one config, once."""
+    if config.name in written:
+        return
+    source = render(spec, problem, config, target)
+    result = compile_source(source)
+    if result.failure is not None:
+        raise CompileError(f"{config.name} did not compile: {result.failure.detail[:500]}")
+    (kernels / f"{config.name}.cubin").write_bytes(result.binary.cubin)
+    (kernels / f"{config.name}.ptx").write_text(compile_ptx(source, f"compute_{cc[0]}{cc[1]}"))
+    (kernels / f"{config.name}.cu").write_text(source.code)
+    written.add(config.name)
+
+
+def _unaligned_fallbacks(spec, target, bests, kernels: Path, written: set, cc) -> dict:
+    """Per dtype and layout, a scalar-load kernel that serves operands of any alignment.
+
+    It is the family's default config for the largest exported problem of that dtype and
+    layout, with alignment 1 (so every vector width is 1).
+    """
+    largest: dict[str, Problem] = {}
+    for best in bests:
+        p = Problem.from_key(best.measurement.problem_key)
+        key = f"{p['dtype']}|{p['layout']}"
+        size = p["m"] * p["n"] * p["k"]
+        if key not in largest or size > largest[key]["m"] * largest[key]["n"] * largest[key]["k"]:
+            largest[key] = p
+    out = {}
+    for key, p in sorted(largest.items()):
+        unaligned = p.replace(align_a=1, align_b=1)
+        config = spec.default_config(unaligned, target)
+        _write_kernel(spec, unaligned, config, target, kernels, written, cc)
+        out[key] = {"config": config.name, "values": config.as_dict()}
+    return out
+
+
 def export_package(family: str, out_dir: str | Path, name: str = "kgen_kernels", device: str | None = None,
                    problems: str | Path | None = None, db=None) -> ExportSummary:
     """Write package ``name`` under ``out_dir`` with the best tuned kernels of ``family``."""
@@ -119,22 +155,15 @@ def export_package(family: str, out_dir: str | Path, name: str = "kgen_kernels",
     kernels.mkdir(parents=True)
     table = {"family": family, "device": device, "arch": arch, "kgen_version": kgen_version(),
              "template_digest": digest, "problems": {}}
-    written = set()
+    written: set[str] = set()
     for best in sorted(bests, key=lambda r: r.measurement.problem_key):
         m = best.measurement
         problem = Problem.from_key(m.problem_key)
         config = spec.space(problem, target).make(m.config)
-        if config.name not in written:
-            source = render(spec, problem, config, target)
-            result = compile_source(source)
-            if result.failure is not None:
-                raise CompileError(f"{config.name} did not compile: {result.failure.detail[:500]}")
-            (kernels / f"{config.name}.cubin").write_bytes(result.binary.cubin)
-            (kernels / f"{config.name}.ptx").write_text(compile_ptx(source, f"compute_{cc[0]}{cc[1]}"))
-            (kernels / f"{config.name}.cu").write_text(source.code)
-            written.add(config.name)
+        _write_kernel(spec, problem, config, target, kernels, written, cc)
         table["problems"][m.problem_key] = {"config": config.name, "values": config.as_dict(),
                                             "problem": problem.as_dict(), "time_ms": m.time_ms}
+    table["fallbacks"] = _unaligned_fallbacks(spec, target, bests, kernels, written, cc)
     (package / "table.json").write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
     runtime_dir = Path(__file__).parent / "export_runtime"
     module = (runtime_dir / _RUNTIMES[family]).read_text().replace("__PACKAGE__", name)

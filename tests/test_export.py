@@ -82,8 +82,12 @@ def test_untuned_problem_raises_in_strict_fallback(exported, bare_python):
             "try:\n    mykernels.choose(5, 5, 5, 'float32', 'NN', 4, 4, fallback='error')\n"
             "except mykernels.ExportedError as e:\n    print('raised', 'not exported' in str(e))\n"
             "try:\n    mykernels.choose(5, 5, 5, 'float64', 'NN', 2, 2)\n"
-            "except mykernels.ExportedError as e:\n    print('raised', 'no exported' in str(e))")
-    assert _run(bare_python, out, code).splitlines() == ["raised True", "raised True"]
+            "except mykernels.ExportedError as e:\n    print('raised', 'no exported' in str(e))\n"
+            "print(*mykernels.choose(333, 517, 129, 'float32', 'NN', 1, 1)[::2])")
+    lines = _run(bare_python, out, code).splitlines()
+    assert lines[:2] == ["raised True", "raised True"]
+    name, how = lines[2].split()
+    assert how == "unaligned" and "_va1_vb1_" in name
 
 
 def test_export_errors(tmp_path):
@@ -94,7 +98,7 @@ def test_export_errors(tmp_path):
     listing = tmp_path / "problems.txt"
     listing.write_text('{"m": 4096, "n": 4096, "k": 4096}\n')
     summary = export_package("gemm", tmp_path / "one", name="one", problems=listing, db=open_default())
-    assert summary.problems == 1 and summary.kernels == 1
+    assert summary.problems == 1 and summary.kernels == 2     # the tuned one + the unaligned fallback
 
 
 @pytest.mark.gpu

@@ -6,8 +6,9 @@
     __PACKAGE__.choose(4096, 4096, 4096, "float32", "NN", 4, 4)   # the config a call would use
 
 A problem that was not exported uses the nearest exported config of the same dtype and
-layout whose vector widths the operands allow (``fallback="nearest"``, the default), or
-raises ``ExportedError`` (``fallback="error"``).
+layout whose vector widths the operands allow, else that dtype and layout's scalar-load
+kernel (``fallback="nearest"``, the default), or raises ``ExportedError``
+(``fallback="error"``).
 """
 
 import json
@@ -49,7 +50,10 @@ def choose(m, n, k, dtype, layout, align_a, align_b, fallback="nearest"):
               if e["problem"]["dtype"] == dtype and e["problem"]["layout"] == layout
               and e["values"]["VA"] <= align_a and e["values"]["VB"] <= align_b]
     if not usable:
-        raise ExportedError(f"no exported {dtype} {layout} kernel fits {key}; export one for it")
+        fallback_entry = TABLE.get("fallbacks", {}).get(f"{dtype}|{layout}")
+        if fallback_entry is None:
+            raise ExportedError(f"no exported {dtype} {layout} kernel fits {key}; export one for it")
+        return fallback_entry["config"], fallback_entry["values"], "unaligned"
     best = min(usable, key=lambda e: (_distance(e, m, n, k), e["config"]))
     return best["config"], best["values"], "nearest"
 
