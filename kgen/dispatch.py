@@ -77,7 +77,7 @@ class Dispatcher:
     # ---- policy -------------------------------------------------------------------------------
     def choose(self, spec, problem: Problem, target: Target) -> Choice:
         digest = spec.template_digest()
-        best = self.db.best(spec.family, problem.key, target.name, digest)
+        best = self._best(spec.family, problem.key, target.name, digest)
         if best is not None:
             m = best.measurement
             return Choice(spec.space(problem, target).make(m.config), "tuned", m.time_ms, problem.key)
@@ -88,6 +88,14 @@ class Dispatcher:
         if nearest is not None:
             return nearest
         return Choice(spec.default_config(problem, target), "default")
+
+    def _best(self, family: str, key: str, device: str, digest: str, **scope):
+        """The database's best record, or only among trusted ones under KGEN_VERIFIED_ONLY=1."""
+        if knobs.verified_only:
+            from kgen.db.verify import trusted_best
+
+            return trusted_best(self.db, family, key, device, digest)
+        return self.db.best(family, key, device, digest, **scope)
 
     def _nearest(self, spec, problem: Problem, target: Target, digest: str) -> Choice | None:
         policy, cc = knobs.dispatch_policy, f"{target.cc[0]}.{target.cc[1]}"
@@ -102,7 +110,7 @@ class Dispatcher:
                 ranked.append((d, key))
         space = None
         for _, key in sorted(ranked):
-            best = self.db.best(spec.family, key, target.name, digest, policy=policy, cc=cc)
+            best = self._best(spec.family, key, target.name, digest, policy=policy, cc=cc)
             if best is None:
                 continue
             space = space or spec.space(problem, target)

@@ -66,6 +66,8 @@ class Knobs:
                            "(e.g. postgresql+psycopg://user:password@host/db)")
     write_to_team = _EnvKnob("KGEN_WRITE_TO_TEAM", _parse_bool, lambda: False,
                              "store new measurements in the team database instead of the local one")
+    verified_only = _EnvKnob("KGEN_VERIFIED_ONLY", _parse_bool, lambda: False,
+                             "dispatch ignores imported records until `kgen db verify` confirmed them")
     dispatch_policy = _EnvKnob("KGEN_DISPATCH_POLICY", _parse_policy, lambda: "device",
                                "records dispatch may borrow for an untuned problem's nearest tuned one: "
                                "device (same device name), arch (same compute capability), any")

@@ -23,6 +23,11 @@ class Failure:
             raise ValueError(f"failure kind {self.kind!r} is not one of {FAILURE_KINDS}")
 
 
+def _flat_dict(obj) -> dict[str, Any]:
+    """Fields of a dataclass of plain values (dataclasses.asdict, without its deep copy)."""
+    return {name: getattr(obj, name) for name in obj.__dataclass_fields__}
+
+
 @dataclass(frozen=True)
 class Timing:
     """How a time was taken, stored with it."""
@@ -34,7 +39,7 @@ class Timing:
     l2: str = "flushed"
 
     def as_dict(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in self.__dataclass_fields__}   # flat: asdict, faster
+        return _flat_dict(self)
 
 
 @dataclass(frozen=True)
@@ -78,7 +83,7 @@ class Provenance:
     origin: str = ""         # "" measured here; "import:<file>"; "verify:verified" / "verify:rejected"
 
     def as_dict(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in self.__dataclass_fields__}   # flat: asdict, faster
+        return _flat_dict(self)
 
 
 @dataclass(frozen=True)

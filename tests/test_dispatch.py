@@ -272,3 +272,32 @@ def test_an_explicit_ldc_is_passed(fake):
     kgen.gemm(FakeArray((m, k)), FakeArray((k, n), ptr=BASE + 0x200_0000), c)
     _, launch = _only_launch(fake.launcher)
     assert int(launch.args[8]) == 64
+
+
+def test_verified_only_dispatch_ignores_imported_records_until_verified(monkeypatch):
+    import dataclasses
+
+    from kgen.db import MemoryStore
+    from kgen.db.verify import VERIFIED
+    from kgen.dispatch import Dispatcher
+    from kgen.kernels.gemm import GemmSimt, gemm_problem
+    from kgen.measurement import Measurement, Provenance, Record
+    from kgen.problem import Target
+
+    spec, target = GemmSimt(), Target.h200()
+    problem = gemm_problem(512, 512, 512)
+    config = spec.space(problem, target).sample(1, seed=4)[0]
+    prov = Provenance(device=target.name, cc="9.0", template_digest=spec.template_digest(),
+                      created="2026-01-01T00:00:00+00:00", origin="import:team.jsonl")
+    imported = Record("gemm", Measurement(config.name, config.as_dict(), problem.key, times_ms=(1.0,) * 5), prov)
+    db = MemoryStore([imported])
+    monkeypatch.setenv("KGEN_VERIFIED_ONLY", "1")
+    assert Dispatcher(db=db, targets={0: target}).choose(spec, problem, target).how == "default"
+    verdict = dataclasses.replace(imported, provenance=dataclasses.replace(
+        prov, origin=VERIFIED, created="2026-01-02T00:00:00+00:00"))
+    db.commit([verdict])
+    choice = Dispatcher(db=db, targets={0: target}).choose(spec, problem, target)
+    assert choice.how == "tuned" and choice.config.name == config.name
+    monkeypatch.setenv("KGEN_VERIFIED_ONLY", "0")
+    db2 = MemoryStore([imported])
+    assert Dispatcher(db=db2, targets={0: target}).choose(spec, problem, target).how == "tuned"
