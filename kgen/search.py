@@ -118,18 +118,13 @@ class Tuner:
         self._valid: list[Config] | None = None
         self._queue: list[dict] = []
         self._allowed = runner.measurable(problem.key)
-        self._allowed_values = []
-        if self._allowed is not None and hasattr(runner, "recording"):
-            self._allowed_values = [m.config for (key, _), m in runner.recording.entries.items()
-                                    if key == problem.key]
         self._worst_ms = 1.0
 
     # ---- study set-up -------------------------------------------------------------------
     def _valid_configs(self) -> list[Config]:
         if self._valid is None:
             if self._allowed is not None:   # a replay: only the recorded configs exist
-                self._valid = [c for c in (self.space.make(dict(v)) for v in self._allowed_values)
-                               if self.space.is_valid(c.as_dict())]
+                self._valid = [self.space.make(v) for v in self._allowed.values() if self.space.is_valid(v)]
             else:
                 self._valid = self.space.configs()
         return self._valid

@@ -16,8 +16,8 @@ class Runner:
     def submit(self, task: MeasureTask) -> Future:
         raise NotImplementedError
 
-    def measurable(self, problem_key: str) -> set[str] | None:
-        """Names of the only configs this runner can answer for a problem (None: any)."""
+    def measurable(self, problem_key: str) -> dict[str, dict] | None:
+        """The only configs this runner can answer for a problem, name -> values (None: any)."""
         return None
 
     def close(self) -> None:

@@ -80,8 +80,8 @@ class ReplayRunner(Runner):
         times = tuple(self.rng.choice(runs) for _ in runs)
         return Measurement(**base, times_ms=times, error=recorded.error, resources=recorded.resources)
 
-    def measurable(self, problem_key: str) -> set[str] | None:
-        return {name for key, name in self.recording.entries if key == problem_key}
+    def measurable(self, problem_key: str) -> dict[str, dict] | None:
+        return {name: dict(m.config) for (key, name), m in self.recording.entries.items() if key == problem_key}
 
     def submit(self, task: MeasureTask) -> Future:
         fut: Future = Future()
