@@ -1,8 +1,10 @@
-"""The ``kgen`` command line: tune, bench, db (ls, show, export, import, merge, prune,
+"""The ``kgen`` command line: tune, worker, bench, db (ls, show, export, import, merge, prune,
 stats, verify), info.
 
     kgen tune gemm --m 4096 --n 4096 --k 4096 --dtype float32 --trials 300
     kgen tune gemm --m 1000 --n 1000 --k 1000 --replay recording.jsonl   # no GPU needed
+    kgen tune gemm --from problems.jsonl --gpus all --log trials.jsonl     # every GPU here
+    kgen worker --scheduler tcp://HOST:8786                                # serve a machine's GPUs
     kgen bench gemm --m 4096 --n 4096 --k 4096
     kgen db ls
     kgen db export -o mine.jsonl && kgen db import theirs.jsonl && kgen db verify
@@ -99,8 +101,9 @@ class _LiveView:
 
 @app.command()
 def tune(family: str = typer.Argument("gemm", help="kernel family"),
-         m: int = typer.Option(..., help="rows of A and C"), n: int = typer.Option(..., help="columns of B and C"),
-         k: int = typer.Option(..., help="inner dimension"),
+         m: Optional[int] = typer.Option(None, help="rows of A and C"),
+         n: Optional[int] = typer.Option(None, help="columns of B and C"),
+         k: Optional[int] = typer.Option(None, help="inner dimension"),
          dtype: str = typer.Option("float32", help="float32, float64 or float16"),
          layout: str = typer.Option("NN", help="A's and B's layout: N (as is) or T (transposed storage)"),
          trials: int = typer.Option(100, help="configs measured for this problem, stored ones included"),
@@ -109,15 +112,28 @@ def tune(family: str = typer.Argument("gemm", help="kernel family"),
          seed: Optional[int] = typer.Option(None, help="sampler seed (default KGEN_SEED)"),
          replay: Optional[str] = typer.Option(None, help="answer from a recording (JSON lines) instead of a GPU"),
          db: str = typer.Option("", help="database URL (default: KGEN_DB_URL or SQLite under KGEN_HOME)"),
-         device: int = typer.Option(0, help="CUDA device to tune on")) -> None:
-    """Search a family's configs for one problem and store every measurement."""
+         device: int = typer.Option(0, help="CUDA device to tune on"),
+         from_file: Optional[str] = typer.Option(None, "--from", help="tune every problem of this file: a JSON "
+                                                 "object (m, n, k, dtype, layout) or a problem key per line"),
+         gpus: Optional[str] = typer.Option(None, help="tune on these GPUs of this machine at once: all or "
+                                            "0,1 (one Dask worker each; needs kgen[dist])"),
+         scheduler: Optional[str] = typer.Option(None, help="tune on the GPU workers of this Dask scheduler "
+                                                 "(tcp://HOST:PORT; start workers with `kgen worker`)"),
+         log: Optional[str] = typer.Option(None, help="append one JSON line per finished trial to this file")) -> None:
+    """Search a family's configs for one problem (or many: --from) and store every measurement."""
     from kgen.problem import Target
     from kgen.runners import LocalGPURunner, Recording, ReplayRunner
     from kgen.search import SAMPLERS, tune as run_tune
 
+    if from_file or gpus or scheduler:
+        _tune_many(family, m, n, k, dtype, layout, trials, timeout, sampler, seed, replay, db, device,
+                   from_file, gpus, scheduler, log)
+        return
     try:
         if sampler not in SAMPLERS:
             raise KgenError(f"unknown sampler {sampler!r}", remedy=f"use one of {', '.join(SAMPLERS)}")
+        if None in (m, n, k):
+            raise KgenError("give the problem's sizes", remedy="pass --m, --n and --k, or a file with --from")
         spec, problem = _problem(family, m, n, k, dtype, layout)
         baseline_ms = None
         if replay:
@@ -137,14 +153,159 @@ def tune(family: str = typer.Argument("gemm", help="kernel family"),
             console.print(f"tuning [bold]{problem.key}[/] on {target.name} ({target.arch}), "
                           f"{trials} trials, sampler {sampler}")
             view = _LiveView(problem, baseline_ms, spec.flops(problem))
+            trial_log = _trial_log(log, runner)
             with view.progress:
-                result = run_tune(spec, problem, target, runner, store, trials=trials, timeout_s=timeout,
-                                  sampler=sampler, seed=seed, on_progress=view)
+                try:
+                    result = run_tune(spec, problem, target, runner, store, trials=trials, timeout_s=timeout,
+                                      sampler=sampler, seed=seed, on_progress=_both(view, trial_log))
+                finally:
+                    if trial_log:
+                        trial_log.close()
     except KgenError as exc:
         _fail(exc)
     _summary(result, baseline_ms, spec.flops(problem))
     if result.best is None:
         raise typer.Exit(1)
+
+
+def _trial_log(path: Optional[str], runner):
+    from kgen.multi import TrialLog
+
+    return TrialLog(path, runner) if path else None
+
+
+def _both(view, trial_log):
+    if trial_log is None:
+        return view
+
+    def progress(p) -> None:
+        view(p)
+        trial_log(p)
+    return progress
+
+
+def _dask_client(gpus: Optional[str], scheduler: Optional[str]):
+    """A Dask client: of a local one-worker-per-GPU cluster (--gpus) or of a running scheduler."""
+    try:
+        from distributed import Client
+
+        from kgen.runners.dask import gpu_cluster, parse_gpus
+    except ImportError as exc:
+        raise KgenError(f"--gpus and --scheduler need dask.distributed ({exc})",
+                        remedy="pip install 'kgen[dist]'") from None
+    if gpus and scheduler:
+        raise KgenError("--gpus and --scheduler exclude each other",
+                        remedy="give --gpus for this machine, or start `kgen worker --gpus ...` on each "
+                               "machine and give --scheduler")
+    if scheduler:
+        try:
+            client = Client(scheduler, timeout=30)
+        except OSError as exc:
+            raise KgenError(f"cannot reach the Dask scheduler {scheduler} ({exc})",
+                            remedy="start one with `dask scheduler` and check the address") from None
+        client.wait_for_workers(1, timeout=120)
+        return client, None
+    cluster = gpu_cluster(parse_gpus(gpus))
+    return Client(cluster), cluster
+
+
+def _tune_many(family, m, n, k, dtype, layout, trials, timeout, sampler, seed, replay, db, device,
+               from_file, gpus, scheduler, log) -> None:
+    """Many problems, or many GPUs: one Tuner per problem over one shared runner."""
+    from kgen.multi import read_problems, tune_many
+    from kgen.problem import Target
+    from kgen.runners import LocalGPURunner, Recording, ReplayRunner
+
+    client = cluster = None
+    try:
+        if from_file:
+            problems = read_problems(from_file)
+            spec = _problem(family, 1, 1, 1, dtype, layout)[0]
+        elif None in (m, n, k):
+            raise KgenError("give the problem's sizes", remedy="pass --m, --n and --k, or a file with --from")
+        else:
+            spec, problem = _problem(family, m, n, k, dtype, layout)
+            problems = [problem]
+        recording = Recording.load(replay) if replay else None
+        if recording is not None:
+            missing = [p.key for p in problems if p.key not in recording.problems()]
+            if missing:
+                raise KgenError(f"{replay} holds no measurements of {missing[0]}",
+                                remedy="recorded problems: " + ", ".join(sorted(recording.problems())[:5]))
+        if gpus or scheduler:
+            from kgen.runners import DaskRunner
+
+            client, cluster = _dask_client(gpus, scheduler)
+            if client.dashboard_link:
+                console.print(f"Dask dashboard: {client.dashboard_link}")
+            runner = DaskRunner(client, measure=ReplayRunner(recording, seed=seed or 0).answer if recording else None)
+            target = Target.h200(recording.device_name() or "NVIDIA H200") if recording else runner.target()
+        elif recording is not None:
+            runner = ReplayRunner(recording, seed=seed or 0)
+            target = Target.h200(recording.device_name() or "NVIDIA H200")
+        else:
+            target = Target.detect(device)
+            runner = LocalGPURunner((device,), target.l2_bytes)
+        store = _open_db(db)
+        trial_log = _trial_log(log, runner)
+        console.print(f"tuning {len(problems)} problems on {runner.slots} x {target.name} ({target.arch}), "
+                      f"{trials} trials each, sampler {sampler}")
+        done = {}
+
+        def progress(p) -> None:
+            done[p.problem.key] = p.done
+            if trial_log:
+                trial_log(p)
+
+        try:
+            with runner:
+                results = tune_many(spec, problems, target, runner, store, trials=trials, timeout_s=timeout,
+                                    sampler=sampler, seed=seed, on_progress=progress)
+        finally:
+            if trial_log:
+                trial_log.close()
+    except KgenError as exc:
+        _fail(exc)
+    finally:
+        if client is not None:
+            client.close()
+        if cluster is not None:
+            cluster.close()
+    table = Table(title=f"{len(results)} problems on {target.name}")
+    for col in ("problem", "measured / known", "failures", "best", "config"):
+        table.add_column(col)
+    for r in results:
+        fails = ", ".join(f"{k} {v}" for k, v in sorted(r.failures.items()) if v) or "none"
+        table.add_row(r.problem.key, f"{r.measured} / {r.known}", fails,
+                      _fmt_ms(r.best.time_ms if r.best else None), r.best.config_name if r.best else "-")
+    console.print(table)
+    if any(r.best is None for r in results):
+        raise typer.Exit(1)
+
+
+@app.command()
+def worker(scheduler: str = typer.Option(..., help="the Dask scheduler's address, tcp://HOST:PORT"),
+           gpus: str = typer.Option("all", help="this machine's GPUs to serve: all or 0,1")) -> None:
+    """Serve this machine's GPUs to a Dask scheduler: one single-threaded worker per GPU.
+
+    Equivalent, per GPU d:
+    CUDA_VISIBLE_DEVICES=d DASK_DISTRIBUTED__WORKER__DAEMON=False
+    dask worker tcp://HOST:PORT --nthreads 1 --resources GPU=1 --name HOST-gpud
+    """
+    import asyncio
+
+    try:
+        try:
+            from kgen.runners.dask import parse_gpus, serve_workers
+        except ImportError as exc:
+            raise KgenError(f"kgen worker needs dask.distributed ({exc})", remedy="pip install 'kgen[dist]'") from None
+        devices = parse_gpus(gpus)
+        console.print(f"serving GPUs {', '.join(map(str, devices))} to {scheduler} (Ctrl-C stops)")
+        asyncio.run(serve_workers(scheduler, devices))
+    except KgenError as exc:
+        _fail(exc)
+    except KeyboardInterrupt:
+        pass
 
 
 def _baseline_ms(runner, spec, problem) -> Optional[float]:

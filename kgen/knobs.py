@@ -91,6 +91,12 @@ class Knobs:
                       "dispatch raises instead of compiling or falling back to an untuned config")
     record_host = _EnvKnob("KGEN_RECORD_HOST", _parse_bool, lambda: False,
                            "store this machine's host name with each measurement")
+    dist_timeout_s = _EnvKnob("KGEN_DIST_TIMEOUT", float, lambda: 2 * knobs.trial_timeout_s + 30,
+                              "seconds a measurement sent to a Dask worker may take before that worker "
+                              "is restarted and the trial stored as a timeout")
+    dist_retries = _EnvKnob("KGEN_DIST_RETRIES", int, lambda: 1,
+                            "times a trial whose Dask worker was lost is sent again before it is stored "
+                            "as a runtime failure")
     seed = _EnvKnob("KGEN_SEED", int, lambda: 0, "seed of the search sampler and of test inputs")
 
     @classmethod

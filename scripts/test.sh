@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-python3 -m pip install '.[test,pg]'
+python3 -m pip install '.[test,pg,dist]'
 
 as_postgres() { runuser -u postgres -- "$@"; }
 
