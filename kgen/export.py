@@ -17,6 +17,7 @@ from pathlib import Path
 
 from kgen.compile import compile_ptx, compile_source
 from kgen.errors import CompileError, KgenError
+from kgen.multi import read_problems
 from kgen.problem import Problem, Target
 from kgen.provenance import kgen_version
 from kgen.render import render
@@ -46,29 +47,6 @@ class ExportSummary:
     arch: str
     problems: int
     kernels: int
-
-
-def _read_problem_list(path: str | Path) -> set[str]:
-    """Problem keys from a file: one key or one JSON object (m, n, k, dtype, layout) per line."""
-    from kgen.kernels.gemm import gemm_problem
-
-    keys = set()
-    for number, line in enumerate(Path(path).read_text().splitlines(), 1):
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        if line.startswith("{"):
-            try:
-                d = json.loads(line)
-                keys.add(gemm_problem(int(d["m"]), int(d["n"]), int(d["k"]), d.get("dtype", "float32"),
-                                      d.get("layout", "NN")).key)
-            except (ValueError, KeyError, TypeError) as exc:
-                raise KgenError(f"{path}:{number}: not a problem ({exc})",
-                                remedy='write a key per line, or {"m": .., "n": .., "k": .., "dtype": .., '
-                                       '"layout": ..}') from None
-        else:
-            keys.add(line)
-    return keys
 
 
 def _pick_device(db, family: str, digest: str, device: str | None) -> str:
@@ -135,7 +113,7 @@ def export_package(family: str, out_dir: str | Path, name: str = "kgen_kernels",
     spec = get_spec(family)
     digest = spec.template_digest()
     device = _pick_device(db, family, digest, device)
-    wanted = _read_problem_list(problems) if problems else None
+    wanted = {p.key for p in read_problems(problems)} if problems else None
     bests = []
     for key in db.problems(family, device, digest):
         if wanted is None or key in wanted:

@@ -128,7 +128,6 @@ class Target:
         from kgen.compile import nvrtc_version
 
         try:
-            import cupy
             from cupy.cuda import runtime
 
             count = runtime.getDeviceCount()

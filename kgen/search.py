@@ -29,7 +29,7 @@ from kgen.compile import CompilePool, CompileResult
 from kgen.errors import KgenError, TemplateError
 from kgen.knobs import knobs
 from kgen.measure.task import MeasureTask
-from kgen.measurement import Failure, Measurement, Record, Timing
+from kgen.measurement import Measurement, Record, Timing
 from kgen.problem import Problem, Target
 from kgen.provenance import provenance_for
 from kgen.render import render

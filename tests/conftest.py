@@ -1,6 +1,5 @@
 """Shared fixtures: a private KGEN_HOME per test session, and the gpu marker's skip."""
 
-import os
 import pytest
 
 
