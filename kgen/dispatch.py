@@ -43,13 +43,16 @@ class _Loaded:
 class Dispatcher:
     """Chooses, compiles, caches and launches; one per process (``default_dispatcher()``)."""
 
-    def __init__(self, db=None, launcher=None, targets: Mapping[int, Target] | None = None):
+    def __init__(self, db=None, launcher=None, targets: Mapping[int, Target] | None = None,
+                 miss_runner=None):
         self._db = db
         self._launcher = launcher
         self._targets: dict[int, Target] = dict(targets or {})
         self._loaded: dict[tuple[str, str, int], _Loaded] = {}
         self.plans: dict = {}    # families' per-signature call plans (see kgen.kernels.gemm.gemm)
         self._lock = threading.Lock()
+        self._miss_runner = miss_runner      # device -> Runner, for tune-on-miss (default: local GPU)
+        self.background: dict[tuple[str, str, int], threading.Thread] = {}
 
     # ---- collaborators, made on first use ---------------------------------------------------
     @property
@@ -141,7 +144,42 @@ class Dispatcher:
                                        config=choice.config.name)
                 loaded = _Loaded(spec, problem, choice, self.launcher.load(result.binary))
                 self._loaded[key] = loaded
+                if choice.how != "tuned" and knobs.tune_on_miss > 0:
+                    self._tune_in_background(spec, problem, device, target)
         return loaded
+
+    # ---- tune on miss ----------------------------------------------------------------------------
+    def _tune_in_background(self, spec, problem: Problem, device: int, target: Target) -> None:
+        """Tune an untuned problem (KGEN_TUNE_ON_MISS trials) in a thread; calls keep using
+        the fallback until it finishes, then the next call picks the tuned best."""
+        key = (spec.family, problem.key, device)
+        if key in self.background:
+            return
+
+        def work() -> None:
+            from kgen.search import tune
+
+            try:
+                runner = self._miss_runner(device) if self._miss_runner else _local_runner(device, target)
+                with runner:
+                    tune(spec, problem, target, runner, self.db, trials=knobs.tune_on_miss)
+            except Exception as exc:   # a background tune never breaks the caller
+                log.warning("tune on miss of %s failed: %s", problem.key, exc)
+            finally:
+                self.forget(spec.family, problem.key)
+
+        thread = threading.Thread(target=work, name=f"kgen-tune-on-miss-{problem.key}", daemon=True)
+        self.background[key] = thread
+        thread.start()
+
+    def forget(self, family: str, problem_key: str) -> None:
+        """Drop the loaded kernels and call plans of one problem: the next call chooses again."""
+        with self._lock:
+            for key in [k for k in self._loaded if k[0] == family and k[1] == problem_key]:
+                del self._loaded[key]
+            for sig in [s for s, plan in self.plans.items() if getattr(plan, "problem", None) is not None
+                        and plan.problem.family == family and plan.problem.key == problem_key]:
+                del self.plans[sig]
 
     def call(self, spec, problem: Problem, operands: Mapping[str, Any], device: int) -> None:
         loaded = self.prepare(spec, problem, device)
@@ -151,6 +189,12 @@ class Dispatcher:
         with self._lock:
             self._loaded.clear()
             self.plans.clear()
+
+
+def _local_runner(device: int, target: Target):
+    from kgen.runners import LocalGPURunner
+
+    return LocalGPURunner((device,), target.l2_bytes)
 
 
 _default: Dispatcher | None = None

@@ -66,6 +66,9 @@ class Knobs:
                            "(e.g. postgresql+psycopg://user:password@host/db)")
     write_to_team = _EnvKnob("KGEN_WRITE_TO_TEAM", _parse_bool, lambda: False,
                              "store new measurements in the team database instead of the local one")
+    tune_on_miss = _EnvKnob("KGEN_TUNE_ON_MISS", int, lambda: 0,
+                            "trials of a background tune started when dispatch meets an untuned problem "
+                            "(0: off)")
     verified_only = _EnvKnob("KGEN_VERIFIED_ONLY", _parse_bool, lambda: False,
                              "dispatch ignores imported records until `kgen db verify` confirmed them")
     dispatch_policy = _EnvKnob("KGEN_DISPATCH_POLICY", _parse_policy, lambda: "device",

@@ -301,3 +301,30 @@ def test_verified_only_dispatch_ignores_imported_records_until_verified(monkeypa
     monkeypatch.setenv("KGEN_VERIFIED_ONLY", "0")
     db2 = MemoryStore([imported])
     assert Dispatcher(db=db2, targets={0: target}).choose(spec, problem, target).how == "tuned"
+
+
+def test_tune_on_miss_tunes_in_the_background_and_the_next_call_uses_it(monkeypatch):
+    from pathlib import Path
+
+    from kgen.runners import Recording, ReplayRunner
+
+    recording = Recording.load(Path(__file__).parent / "data" / "h200_gemm_f32_simt.jsonl.gz")
+    monkeypatch.setenv("KGEN_TUNE_ON_MISS", "6")
+    dispatcher = Dispatcher(db=MemoryStore(), launcher=FakeLauncher(), targets={0: Target.h200()},
+                            miss_runner=lambda device: ReplayRunner(recording))
+    old = set_default_dispatcher(dispatcher)
+    try:
+        a, b, c = FakeArray((1000, 1000)), FakeArray((1000, 1000), ptr=BASE + (1 << 24)), \
+            FakeArray((1000, 1000), ptr=BASE + (2 << 24))
+        kgen.gemm(a, b, c)
+        problem = gemm_problem(1000, 1000, 1000)
+        first = dispatcher.prepare(GemmSimt(), problem, 0).choice
+        assert first.how == "default"
+        dispatcher.background[("gemm", problem.key, 0)].join(60)
+        assert len(dispatcher.db.records("gemm", problem.key)) == 6
+        kgen.gemm(a, b, c)                      # the plan was dropped: this call chooses again
+        again = dispatcher.prepare(GemmSimt(), problem, 0).choice
+        assert again.how == "tuned"
+        assert again.config.name == dispatcher.db.best("gemm", problem.key, "NVIDIA H200").measurement.config_name
+    finally:
+        set_default_dispatcher(old)
