@@ -132,8 +132,6 @@ class DaskRunner(Runner):
         self.measure = measure or GPUMeasure()
         owner = getattr(self.measure, "__self__", self.measure)
         self.needs_binaries = getattr(owner, "needs_binaries", True)
-        if hasattr(owner, "recording"):
-            self.recording = owner.recording     # the Tuner then proposes only recorded configs
         self._measurable = getattr(owner, "measurable", None)
         self.slots = slots or self.gpu_workers()
         self.timeout_s = timeout_s or knobs.dist_timeout_s
