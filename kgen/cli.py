@@ -311,17 +311,12 @@ def worker(scheduler: str = typer.Option(..., help="the Dask scheduler's address
 def _baseline_ms(runner, spec, problem) -> Optional[float]:
     from kgen.measure.task import MeasureTask
     from kgen.measurement import Timing
+    from kgen.space import Config
 
-    task = MeasureTask(spec=spec, problem=problem, config=_placeholder_config(), cubin=b"", entry="",
+    task = MeasureTask(spec=spec, problem=problem, config=Config("baseline", ()), cubin=b"", entry="",
                        resources={}, timing=Timing(), baseline=True)
     m = runner.submit(task).result()
     return m.time_ms if m.ok else None
-
-
-def _placeholder_config():
-    from kgen.space import Config
-
-    return Config("baseline", ())
 
 
 def _summary(result, baseline_ms, flops) -> None:

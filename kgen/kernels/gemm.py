@@ -196,12 +196,8 @@ class GemmSimt(KernelSpec):
         from kgen.arrays import describe
 
         a, b, c = (describe(operands[x]) for x in ("a", "b", "c"))
-        ct = np.float64 if problem["dtype"] == "float64" else np.float32
-        lda = a.strides[0] if problem["layout"][0] == "N" else a.strides[1]
-        ldb = b.strides[0] if problem["layout"][1] == "N" else b.strides[1]
-        return [np.uint64(a.ptr), np.uint64(b.ptr), np.uint64(c.ptr),
-                np.int32(problem["m"]), np.int32(problem["n"]), np.int32(problem["k"]),
-                np.int64(lda), np.int64(ldb), np.int64(c.strides[0]),
+        ct = _scalar_type(problem)
+        return [np.uint64(a.ptr), np.uint64(b.ptr), np.uint64(c.ptr), *_dims(problem, a, b, c.strides[0]),
                 ct(operands.get("alpha", 1.0)), ct(operands.get("beta", 0.0))]
 
     def run(self, kernel, problem: Problem, config: Config, operands: Mapping[str, Any]) -> None:
@@ -321,6 +317,19 @@ class _Plan:
     split_k: bool = False
 
 
+def _scalar_type(problem: Problem) -> type:
+    """NumPy type of alpha and beta: the kernel's compute type."""
+    return np.float64 if problem["dtype"] == "float64" else np.float32
+
+
+def _dims(problem: Problem, a, b, ldc: int) -> tuple:
+    """m, n, k, lda, ldb, ldc as the kernel's argument types; lda/ldb follow the layout."""
+    lda = a.strides[0] if problem["layout"][0] == "N" else a.strides[1]
+    ldb = b.strides[0] if problem["layout"][1] == "N" else b.strides[1]
+    return (np.int32(problem["m"]), np.int32(problem["n"]), np.int32(problem["k"]),
+            np.int64(lda), np.int64(ldb), np.int64(max(ldc, 1)))
+
+
 def _device_id(x) -> int | None:
     dev = getattr(x, "device", None)
     if dev is None:
@@ -349,15 +358,11 @@ def _make_plan(dispatcher, a, b, c) -> _Plan:
     loaded = dispatcher.prepare(_SPEC, problem, device)
     config = loaded.choice.config
     geo = _SPEC.launch(problem, config)
-    ai, bi = describe(a, "a"), describe(b, "b")
-    lda = ai.strides[0] if problem["layout"][0] == "N" else ai.strides[1]
-    ldb = bi.strides[0] if problem["layout"][1] == "N" else bi.strides[1]
     ldc = describe(c, "c").strides[0] if c is not None else problem["n"]
     plan.kernel, plan.config, plan.grid, plan.block, plan.shared_mem = (loaded.kernel, config, geo.grid,
                                                                        geo.block, geo.shared_mem)
-    plan.dims = (np.int32(problem["m"]), np.int32(problem["n"]), np.int32(problem["k"]),
-                 np.int64(lda), np.int64(ldb), np.int64(max(ldc, 1)))
-    plan.scalar = np.float64 if problem["dtype"] == "float64" else np.float32
+    plan.dims = _dims(problem, describe(a, "a"), describe(b, "b"), ldc)
+    plan.scalar = _scalar_type(problem)
     plan.split_k = config["SK"] > 1
     return plan
 
