@@ -1,4 +1,4 @@
-"""One view of any GPU array: CuPy, PyTorch, Numba, or anything with __cuda_array_interface__.
+"""One view of any GPU array: CuPy, PyTorch (bfloat16 too), JAX, or anything with __cuda_array_interface__.
 
 ``describe(x)`` gives pointer, shape, strides in elements, dtype name and device, with no
 copy and no synchronisation. Host arrays and unsupported types raise InputError subclasses.
@@ -12,6 +12,9 @@ from typing import Any
 import numpy as np
 
 from kgen.errors import DeviceError, DtypeError, InputError
+
+KNOWN_DTYPES = ("float16", "bfloat16", "float32", "float64", "uint16", "int8", "int16", "int32", "int64",
+                "uint8", "uint32", "uint64")
 
 
 @dataclass(frozen=True)
@@ -46,8 +49,58 @@ def _device_of(obj: Any, ptr: int) -> int:
     return int(attrs.device)
 
 
+def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for s in reversed(shape):
+        strides.append(acc)
+        acc *= max(s, 1)
+    return tuple(reversed(strides))
+
+
+def _describe_torch(obj: Any, name: str) -> ArrayInfo:
+    """PyTorch tensors directly: their __cuda_array_interface__ refuses bfloat16."""
+    if not obj.is_cuda:
+        raise DeviceError(f"{name} is a PyTorch tensor on {obj.device}; kgen kernels run on the GPU",
+                          remedy=f"pass {name}.cuda()")
+    dtype = str(obj.dtype).removeprefix("torch.")
+    if dtype not in KNOWN_DTYPES:
+        raise DtypeError(f"{name} has dtype torch.{dtype}, which kgen does not know")
+    return ArrayInfo(int(obj.data_ptr()), tuple(obj.shape), tuple(obj.stride()), dtype,
+                     int(obj.device.index or 0), int(obj.element_size()))
+
+
+def _describe_jax(obj: Any, name: str) -> ArrayInfo:
+    """JAX arrays: always dense row-major; the buffer must be ready before a kernel reads it."""
+    devices = list(obj.devices())
+    if len(devices) != 1 or devices[0].platform != "gpu":
+        raise DeviceError(f"{name} is a JAX array on {devices}; kgen needs one on a single GPU",
+                          remedy=f"jax.device_put({name}, jax.devices('gpu')[0])")
+    dtype = str(obj.dtype)
+    if dtype not in KNOWN_DTYPES:
+        raise DtypeError(f"{name} has dtype {dtype}, which kgen does not know")
+    obj.block_until_ready()
+    shape = tuple(int(s) for s in obj.shape)
+    return ArrayInfo(int(obj.unsafe_buffer_pointer()), shape, _contiguous_strides(shape), dtype,
+                     int(devices[0].id), int(obj.dtype.itemsize))
+
+
+def array_kind(obj: Any) -> str:
+    """'torch', 'jax' or 'cai' (CuPy and anything with __cuda_array_interface__)."""
+    module = type(obj).__module__
+    if module.startswith("torch") and hasattr(obj, "data_ptr"):
+        return "torch"
+    if module.startswith(("jax", "jaxlib")) and hasattr(obj, "unsafe_buffer_pointer"):
+        return "jax"
+    return "cai"
+
+
 def describe(obj: Any, name: str = "array") -> ArrayInfo:
     """ArrayInfo of a device array, or an InputError that says what to pass instead."""
+    kind = array_kind(obj)
+    if kind == "torch":
+        return _describe_torch(obj, name)
+    if kind == "jax":
+        return _describe_jax(obj, name)
     if isinstance(obj, np.ndarray):
         raise DeviceError(f"{name} is a NumPy array in host memory; kgen kernels run on the GPU",
                           remedy="pass cupy.asarray(x) (or a CUDA torch tensor)")
@@ -66,11 +119,7 @@ def describe(obj: Any, name: str = "array") -> ArrayInfo:
     shape = tuple(int(s) for s in cai["shape"])
     ptr = int(cai["data"][0])
     if cai.get("strides") is None:
-        strides, acc = [], 1
-        for s in reversed(shape):
-            strides.append(acc)
-            acc *= s
-        strides = tuple(reversed(strides))
+        strides = _contiguous_strides(shape)
     else:
         byte_strides = tuple(int(s) for s in cai["strides"])
         if any(s % dtype.itemsize for s in byte_strides):

@@ -53,22 +53,23 @@ def _local_db(url: str):
     return SqlStore(url) if url else SqlStore.default()
 
 
-def _problem(family: str, m: int, n: int, k: int, dtype: str, layout: str):
-    from kgen.kernels.gemm import DTYPES, LAYOUTS, gemm_problem
+def _problem(family: str, m: int, n: int, k: int, dtype: str, layout: str, target=None,
+             out_dtype: Optional[str] = None, epilogue: str = "none", precision: Optional[str] = None):
+    """(spec, problem) of a GEMM request; ``gemm`` routes half precision, float64 and tf32 to the
+    tensor-core families (the one preferred on ``target``)."""
+    from kgen.kernels.gemm import LAYOUTS
+    from kgen.kernels.gemm_route import gemm_request
+    from kgen.problem import Target
     from kgen.spec import get_spec
 
-    spec = get_spec(family)
-    if family != "gemm":
-        raise KgenError(f"the command line builds gemm problems only; {family!r} is tuned from Python",
-                        remedy="use kgen.search.tune(spec, problem, ...) for your own family")
-    if dtype not in DTYPES:
-        raise KgenError(f"dtype {dtype!r} is not supported by gemm", remedy=f"use one of {sorted(DTYPES)}")
+    get_spec(family)      # an unknown family says which exist
     layout = layout.upper()
     if layout not in LAYOUTS:
         raise KgenError(f"layout {layout!r} is not one of {LAYOUTS}", remedy="give two letters of N and T")
     if min(m, n, k) < 1:
         raise KgenError(f"sizes must be >= 1 (got m={m}, n={n}, k={k})")
-    return spec, gemm_problem(m, n, k, dtype, layout)
+    return gemm_request(family, m, n, k, dtype, layout, target or Target.h200(), out_dtype=out_dtype,
+                        epilogue=epilogue, precision=precision)[0]
 
 
 def _fmt_ms(ms: Optional[float]) -> str:
@@ -104,8 +105,11 @@ def tune(family: str = typer.Argument("gemm", help="kernel family"),
          m: Optional[int] = typer.Option(None, help="rows of A and C"),
          n: Optional[int] = typer.Option(None, help="columns of B and C"),
          k: Optional[int] = typer.Option(None, help="inner dimension"),
-         dtype: str = typer.Option("float32", help="float32, float64 or float16"),
+         dtype: str = typer.Option("float32", help="float32, float64, float16 or bfloat16"),
          layout: str = typer.Option("NN", help="A's and B's layout: N (as is) or T (transposed storage)"),
+         precision: Optional[str] = typer.Option(None, help="tf32: float32 on the tensor cores"),
+         out_dtype: Optional[str] = typer.Option(None, help="C's dtype (float32 allowed for half inputs)"),
+         epilogue: str = typer.Option("none", help="fused tail: none, relu, gelu, bias, bias_relu, bias_gelu"),
          trials: int = typer.Option(100, help="configs measured for this problem, stored ones included"),
          timeout: Optional[float] = typer.Option(None, help="stop after this many seconds, keeping the best"),
          sampler: str = typer.Option("tpe", help="tpe, random, gp, cmaes or exhaustive"),
@@ -125,26 +129,28 @@ def tune(family: str = typer.Argument("gemm", help="kernel family"),
     from kgen.runners import LocalGPURunner, Recording, ReplayRunner
     from kgen.search import SAMPLERS, tune as run_tune
 
+    extra = dict(out_dtype=out_dtype, epilogue=epilogue, precision=precision)
     if from_file or gpus or scheduler:
         _tune_many(family, m, n, k, dtype, layout, trials, timeout, sampler, seed, replay, db, device,
-                   from_file, gpus, scheduler, log)
+                   from_file, gpus, scheduler, log, extra)
         return
     try:
         if sampler not in SAMPLERS:
             raise KgenError(f"unknown sampler {sampler!r}", remedy=f"use one of {', '.join(SAMPLERS)}")
         if None in (m, n, k):
             raise KgenError("give the problem's sizes", remedy="pass --m, --n and --k, or a file with --from")
-        spec, problem = _problem(family, m, n, k, dtype, layout)
         baseline_ms = None
         if replay:
             recording = Recording.load(replay)
+            target = Target.h200(recording.device_name() or "NVIDIA H200")
+            spec, problem = _problem(family, m, n, k, dtype, layout, target, **extra)
             if problem.key not in recording.problems():
                 raise KgenError(f"{replay} holds no measurements of {problem.key}",
                                 remedy="recorded problems: " + ", ".join(sorted(recording.problems())[:5]))
-            target = Target.h200(recording.device_name() or "NVIDIA H200")
             runner = ReplayRunner(recording, seed=seed or 0)
         else:
             target = Target.detect(device)
+            spec, problem = _problem(family, m, n, k, dtype, layout, target, **extra)
             runner = LocalGPURunner((device,), target.l2_bytes)
         store = _open_db(db)
         with runner:
@@ -210,7 +216,7 @@ def _dask_client(gpus: Optional[str], scheduler: Optional[str]):
 
 
 def _tune_many(family, m, n, k, dtype, layout, trials, timeout, sampler, seed, replay, db, device,
-               from_file, gpus, scheduler, log) -> None:
+               from_file, gpus, scheduler, log, extra) -> None:
     """Many problems, or many GPUs: one Tuner per problem over one shared runner."""
     from kgen.multi import read_problems, tune_many
     from kgen.problem import Target
@@ -220,11 +226,11 @@ def _tune_many(family, m, n, k, dtype, layout, trials, timeout, sampler, seed, r
     try:
         if from_file:
             problems = read_problems(from_file)
-            spec = _problem(family, 1, 1, 1, dtype, layout)[0]
+            spec = _problem(family, 1, 1, 1, dtype, layout, **extra)[0]
         elif None in (m, n, k):
             raise KgenError("give the problem's sizes", remedy="pass --m, --n and --k, or a file with --from")
         else:
-            spec, problem = _problem(family, m, n, k, dtype, layout)
+            spec, problem = _problem(family, m, n, k, dtype, layout, **extra)
             problems = [problem]
         recording = Recording.load(replay) if replay else None
         if recording is not None:
@@ -346,6 +352,8 @@ def _summary(result, baseline_ms, flops) -> None:
 @app.command()
 def bench(family: str = typer.Argument("gemm"), m: int = typer.Option(...), n: int = typer.Option(...),
           k: int = typer.Option(...), dtype: str = typer.Option("float32"), layout: str = typer.Option("NN"),
+          precision: Optional[str] = typer.Option(None), out_dtype: Optional[str] = typer.Option(None),
+          epilogue: str = typer.Option("none"),
           runs: int = typer.Option(50, help="timed runs (median kept)"), device: int = typer.Option(0),
           db: str = typer.Option("")) -> None:
     """Time the best tuned config (or the default) against cuBLAS, side by side."""
@@ -357,8 +365,9 @@ def bench(family: str = typer.Argument("gemm"), m: int = typer.Option(...), n: i
     from kgen.render import render
 
     try:
-        spec, problem = _problem(family, m, n, k, dtype, layout)
         target = Target.detect(device)
+        spec, problem = _problem(family, m, n, k, dtype, layout, target, out_dtype=out_dtype,
+                                 epilogue=epilogue, precision=precision)
         choice = Dispatcher(db=_open_db(db), targets={device: target}).choose(spec, problem, target)
         from kgen.measure.launch import CupyKernel
         import cupy

@@ -81,6 +81,6 @@ def render(spec, problem: Problem, config, target: Target, space=None) -> Source
                             remedy="fix the template or the variables KernelSpec.context gives it",
                             template=str(path), config=config.name) from None
     options = tuple(spec.options)
-    arch = target.arch
+    arch = spec.compile_arch(target)
     digest = hashlib.sha256("\0".join([code, *options, arch]).encode()).hexdigest()
     return Source(code=code, entry=config.name, options=options, arch=arch, digest=digest)

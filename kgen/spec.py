@@ -69,6 +69,10 @@ class KernelSpec:
         ctx["entry"] = config.name
         return ctx
 
+    def compile_arch(self, target: Target) -> str:
+        """The NVRTC target: the device's ``sm_XY`` (families using sm_90a features override)."""
+        return target.arch
+
     # --- how it runs ---------------------------------------------------------------------
     def launch(self, problem: Problem, config: Config) -> Launch:
         raise NotImplementedError

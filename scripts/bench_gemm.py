@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+COPY_BYTES_PER_S = 4.1e12      # replaced by the copy rate measured at the start of a run
 sys.path.insert(0, str(ROOT))
 
 # (dtype, layout, m, n, k, trials): trials are the tune's budget for that problem.
@@ -40,6 +41,36 @@ SUITES = {
         ("float32", "NN", 4096, 4096, 4096, 60),
         ("float32", "NN", 1000, 1000, 1000, 40),
     ],
+    # tensor cores; a 7th field gives precision / out_dtype / epilogue
+    "tc": [
+        ("bfloat16", "NN", 4096, 4096, 4096, 120),
+        ("bfloat16", "TN", 4096, 4096, 4096, 60),
+        ("float16", "NN", 4096, 4096, 4096, 60),
+        ("float16", "TN", 4096, 4096, 4096, 60),
+        ("bfloat16", "NN", 8192, 8192, 8192, 30),
+        ("float16", "NN", 8192, 8192, 8192, 30),
+        ("bfloat16", "NN", 2048, 2048, 2048, 80),
+        ("bfloat16", "NN", 4096, 4096, 256, 80),
+        ("bfloat16", "NN", 1000, 1000, 1000, 80),
+        ("bfloat16", "NN", 3000, 5000, 700, 80),
+        ("bfloat16", "NN", 128, 4096, 4096, 80),
+        ("float16", "NN", 2048, 2048, 2048, 60),
+        ("float16", "NN", 1000, 1000, 1000, 60),
+        ("bfloat16", "NN", 1, 4096, 4096, 60),
+        ("bfloat16", "NN", 16, 4096, 4096, 60),
+        ("bfloat16", "NN", 64, 4096, 4096, 60),
+        ("bfloat16", "NN", 16, 8192, 8192, 40),
+        ("float32", "NN", 4096, 4096, 4096, 80, {"precision": "tf32"}),
+        ("float64", "NN", 4096, 4096, 4096, 60),
+        ("bfloat16", "NN", 4096, 4096, 4096, 60, {"epilogue": "bias_gelu"}),
+    ],
+    "tc-quick": [
+        ("bfloat16", "NN", 4096, 4096, 4096, 40),
+        ("bfloat16", "NN", 16, 4096, 4096, 30),
+        ("float32", "NN", 4096, 4096, 4096, 20, {"precision": "tf32"}),
+        ("float64", "NN", 4096, 4096, 4096, 20),
+        ("bfloat16", "NN", 4096, 4096, 4096, 20, {"epilogue": "bias_gelu"}),
+    ],
 }
 
 
@@ -56,6 +87,46 @@ def _median_ms(run, timing, flush) -> float:
     return statistics.median(time_runs(run, timing, flush))
 
 
+def _baselines(spec, problem, ops) -> dict:
+    """Library runs on the same operands: cuBLAS through CuPy and PyTorch, autotuned Triton."""
+    import cupy
+
+    runs = {}
+    if problem.family == "gemm":
+        a, b, c = ops["a"], ops["b"], ops["c"]
+        runs["cublas_cupy"] = lambda: cupy.matmul(a, b, out=c)
+        return runs
+    from kgen.kernels.gemm_tc import torch_baseline, torch_view
+
+    plain = problem["epilogue"] == "none" and problem["out_dtype"] == problem["dtype"]
+    if plain and problem["dtype"] in ("float16", "float64"):
+        a, b, c = ops["a"], ops["b"], ops["c"]
+        runs["cublas_cupy"] = lambda: cupy.matmul(a, b, out=c)
+    try:
+        runs["cublas_torch"] = torch_baseline(problem, ops)
+    except ImportError:
+        pass
+    if plain and problem["dtype"] in ("float16", "bfloat16"):
+        try:
+            sys.path.insert(0, str(ROOT / "scripts"))
+            from triton_matmul import matmul
+
+            a, b = torch_view(ops["a"], problem["dtype"]), torch_view(ops["b"], problem["dtype"])
+            c = torch_view(ops["c"], problem["out_dtype"])
+            runs["triton"] = lambda: matmul(a, b, c)
+        except ImportError as exc:
+            print(f"  (no triton baseline: {exc})")
+    return runs
+
+
+def _as_float64(problem, c):
+    if problem.family == "gemm":
+        return c.astype("float64")
+    from kgen.kernels.gemm_tc import as_float64
+
+    return as_float64(c, problem["out_dtype"])
+
+
 def bench_problem(spec, problem, target, db, runner, trials, timeout_s, flush, timing):
     import cupy
 
@@ -69,6 +140,9 @@ def bench_problem(spec, problem, target, db, runner, trials, timeout_s, flush, t
                                               f"{p.best.time_ms if p.best else float('nan'):.4f} ms", end=""))
     print()
     best = result.best
+    if best is None:
+        print(f"  every trial failed: {dict(result.failures)}")
+        return None, result
     config = spec.space(problem, target).make(best.config)
     binary = compile_source(render(spec, problem, config, target)).binary
     kernel = CupyKernel(binary.cubin, binary.entry, binary.path)
@@ -76,22 +150,46 @@ def bench_problem(spec, problem, target, db, runner, trials, timeout_s, flush, t
     want = spec.reference(problem, ops)["c"]
     spec.run(kernel, problem, config, ops)
     cupy.cuda.get_current_stream().synchronize()
-    got = ops["c"].astype(cupy.float64)
+    got = _as_float64(problem, ops["c"])
     relerr = float(cupy.linalg.norm(got - want) / cupy.linalg.norm(want))
-    a, b, c = ops["a"], ops["b"], ops["c"]
     kgen_ms = _median_ms(lambda: spec.run(kernel, problem, config, ops), timing, flush)
-    cublas_ms = _median_ms(lambda: cupy.matmul(a, b, out=c), timing, flush)
+    baselines = {name: _median_ms(run, timing, flush) for name, run in _baselines(spec, problem, ops).items()}
+    cublas = [v for name, v in baselines.items() if name.startswith("cublas")]
+    baselines["cublas"] = min(cublas)
     flops = spec.flops(problem)
-    row = dict(op="gemm", dtype=problem["dtype"], precision=problem["dtype"], layout=problem["layout"],
+    tc = problem.family != "gemm"
+    row = dict(op="gemm", family=problem.family, dtype=problem["dtype"],
+               precision=problem.get("precision") if tc and problem["dtype"] == "float32" else problem["dtype"],
+               out_dtype=problem.get("out_dtype", problem["dtype"]), layout=problem["layout"],
                m=problem["m"], n=problem["n"], k=problem["k"], kgen_ms=kgen_ms, kgen_config=config.name,
-               baselines={"cublas": cublas_ms}, relerr=relerr,
-               kgen_tflops=flops / kgen_ms / 1e9, cublas_tflops=flops / cublas_ms / 1e9,
-               ratio_vs_cublas=cublas_ms / kgen_ms, tune_trials=result.measured + result.known,
+               baselines=baselines, relerr=relerr,
+               kgen_tflops=flops / kgen_ms / 1e9, cublas_tflops=flops / baselines["cublas"] / 1e9,
+               ratio_vs_cublas=baselines["cublas"] / kgen_ms, tune_trials=result.measured + result.known,
                tune_s=result.seconds, tune_compile_s=result.compile_s, tune_measure_s=result.measure_s,
                tune_failures=dict(result.failures))
-    print(f"  kgen {kgen_ms:.4f} ms ({row['kgen_tflops']:.1f} TFLOP/s)  cublas {cublas_ms:.4f} ms "
-          f"({row['cublas_tflops']:.1f})  ratio {row['ratio_vs_cublas']:.3f}  relerr {relerr:.2e}  {config.name}")
+    if tc and problem["epilogue"] != "none":
+        row["epilogue"] = problem["epilogue"]
+    if "triton" in baselines:
+        row["ratio_vs_triton"] = baselines["triton"] / kgen_ms
+    if problem["m"] <= 64:
+        row["bandwidth_fraction"] = spec.bytes(problem) / (kgen_ms * 1e-3) / COPY_BYTES_PER_S
+    print(f"  kgen {kgen_ms:.4f} ms ({row['kgen_tflops']:.1f} TFLOP/s)  "
+          + "  ".join(f"{k} {v:.4f}" for k, v in baselines.items())
+          + f"  ratio {row['ratio_vs_cublas']:.3f}  relerr {relerr:.2e}  {config.name}")
     return row, result
+
+
+def copy_rate(flush) -> float:
+    """Device-to-device copy rate (bytes read + written per second) of a 1 GiB buffer."""
+    import cupy
+
+    from kgen.measure.bench import time_runs
+    from kgen.measurement import Timing
+
+    src = cupy.ones(1 << 28, dtype=cupy.float32)
+    dst = cupy.empty_like(src)
+    ms = statistics.median(time_runs(lambda: dst.__setitem__(Ellipsis, src), Timing(warmup=3, runs=20), flush))
+    return 2 * src.nbytes / (ms * 1e-3)
 
 
 def dispatch_overhead(spec, target, db, runner, timing, calls: int = 2000) -> dict:
@@ -145,11 +243,13 @@ def main() -> None:
     parser.add_argument("--export", default="", help="write the best record per problem here (JSON lines)")
     parser.add_argument("--recording", default="", help="write every record of the suite here (JSON lines)")
     parser.add_argument("--no-dispatch", action="store_true")
+    parser.add_argument("--commit", default="", help="the commit measured (where the tree has no .git)")
+    parser.add_argument("--families", default="", help="only these families (comma-separated)")
     args = parser.parse_args()
 
     import kgen  # noqa: F401
     from kgen.db import SqlStore, write_jsonl
-    from kgen.kernels.gemm import gemm_problem
+    from kgen.kernels.gemm_route import gemm_request
     from kgen.measure.bench import l2_flusher
     from kgen.measurement import Timing
     from kgen.problem import Target
@@ -157,44 +257,58 @@ def main() -> None:
     from kgen.spec import get_spec
 
     target = Target.detect(0)
-    spec = get_spec("gemm")
     out = Path(args.out) if args.out else ROOT / "scripts" / "results" / target.slug / "bench_gemm.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     url = args.db or f"sqlite:///{out.parent / ('bench_gemm_' + str(int(time.time())) + '.db')}"
     db = SqlStore(url)
     flush = l2_flusher(target.l2_bytes)
     timing = Timing(warmup=5, runs=50)
+    global COPY_BYTES_PER_S
+    COPY_BYTES_PER_S = copy_rate(flush)
+    print(f"copy rate {COPY_BYTES_PER_S / 1e12:.2f} TB/s")
+    families = set(args.families.split(",")) if args.families else None
     rows, results = [], []
     with LocalGPURunner((0,), target.l2_bytes) as runner:
-        for dtype, layout, m, n, k, trials in SUITES[args.suite]:
-            problem = gemm_problem(m, n, k, dtype, layout)
-            print(f"{dtype} {layout} {m}x{n}x{k}: tuning ({args.trials or trials} trials)", flush=True)
-            row, result = bench_problem(spec, problem, target, db, runner, args.trials or trials,
-                                        args.timeout, flush, timing)
-            rows.append(row)
-            results.append(result)
+        for dtype, layout, m, n, k, trials, *extra in SUITES[args.suite]:
+            extra = extra[0] if extra else {}
+            for spec, problem in gemm_request("gemm", m, n, k, dtype, layout, target, **extra):
+                if families and spec.family not in families:
+                    continue
+                print(f"{problem.key}: tuning ({args.trials or trials} trials)", flush=True)
+                try:
+                    row, result = bench_problem(spec, problem, target, db, runner, args.trials or trials,
+                                                args.timeout, flush, timing)
+                except Exception as exc:       # one broken family must not lose the other rows
+                    print(f"  FAILED: {type(exc).__name__}: {exc}")
+                    continue
+                results.append(result)
+                if row is not None:
+                    rows.append(row)
         if not args.no_dispatch:
-            rows.append(dispatch_overhead(spec, target, db, runner, timing))
+            rows.append(dispatch_overhead(get_spec("gemm"), target, db, runner, timing))
             print(rows[-1])
     ratios = [r["ratio_vs_cublas"] for r in rows if "ratio_vs_cublas" in r]
-    doc = {"device": target.name, "commit": _commit(),
+    doc = {"device": target.name, "commit": args.commit or _commit(),
            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "suite": args.suite, "nvrtc": target.nvrtc_version, "driver": target.driver_version,
-           "timing": timing.as_dict(), "geomean_ratio_vs_cublas": statistics.geometric_mean(ratios) if ratios else None,
+           "timing": timing.as_dict(), "copy_bytes_per_s": COPY_BYTES_PER_S,
+           "geomean_ratio_vs_cublas": statistics.geometric_mean(ratios) if ratios else None,
            "rows": rows}
     out.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"wrote {out}")
     if args.export:
-        best = [db.best("gemm", r.problem.key, target.name) for r in results]
+        best = [db.best(r.problem.family, r.problem.key, target.name) for r in results]
         write_jsonl(args.export, [b for b in best if b is not None])
     if args.recording:
-        records = [rec for r in results for rec in db.records("gemm", r.problem.key, target.name)]
+        records = [rec for r in results for rec in db.records(r.problem.family, r.problem.key, target.name)]
         write_jsonl(args.recording, records)
-    print(f"{'problem':34} {'kgen ms':>9} {'cublas ms':>9} {'ratio':>6}")
+    print(f"{'problem':48} {'kgen ms':>9} {'cublas ms':>9} {'ratio':>6} {'triton':>6}")
     for r in rows:
         if "ratio_vs_cublas" in r:
-            print(f"{r['dtype']} {r['layout']} {r['m']}x{r['n']}x{r['k']:<14} {r['kgen_ms']:9.4f} "
-                  f"{r['baselines']['cublas']:9.4f} {r['ratio_vs_cublas']:6.3f}")
+            what = f"{r['family']} {r['precision']} {r['layout']} {r.get('epilogue', '')}"
+            print(f"{what:28} {r['m']}x{r['n']}x{r['k']:<12} {r['kgen_ms']:9.4f} "
+                  f"{r['baselines']['cublas']:9.4f} {r['ratio_vs_cublas']:6.3f} "
+                  f"{r.get('ratio_vs_triton', float('nan')):6.3f}")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 # Everything that needs the GPU, in one call: install the carried wheels, run every `gpu`
 # test, run the benchmarks; logs and results go under $OUT (default ./gpu_out).
 #   scripts/gpu_check.sh                 # tests + the full GEMM benchmark
-#   scripts/gpu_check.sh tests           # tests only
+#   scripts/gpu_check.sh tests [FILES]   # tests only (all gpu tests, or these files)
 #   scripts/gpu_check.sh bench [ARGS]    # benchmark only (ARGS go to bench_gemm.py)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +19,8 @@ what=${1:-all}; shift || true
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
 status=0
 if [ "$what" = all ] || [ "$what" = tests ]; then
-  python3 -m pytest -q -m "gpu or multi_gpu" tests 2>&1 | tee "$OUT/gpu_tests.log"
+  [ "$what" = tests ] && [ $# -gt 0 ] && files=("$@") || files=(tests)
+  python3 -m pytest -q -rs -m "gpu or multi_gpu" "${files[@]}" 2>&1 | tee "$OUT/gpu_tests.log"
   status=${PIPESTATUS[0]}
 fi
 if [ "$what" = all ] || [ "$what" = bench ]; then

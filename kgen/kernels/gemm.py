@@ -367,13 +367,26 @@ def _make_plan(dispatcher, a, b, c) -> _Plan:
     return plan
 
 
-def gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0):
-    """C = alpha * a @ b + beta * c on the GPU, with the best kernel kgen knows for the shape.
+def _float32_cai(x) -> bool:
+    try:
+        return x.__cuda_array_interface__["typestr"] == "<f4"
+    except Exception:          # no interface, or one that refuses the dtype (torch bfloat16)
+        return False
 
-    ``a`` and ``b`` are CuPy arrays (or any ``__cuda_array_interface__`` arrays) of
-    float32, float64 or float16; a transposed view is read as such, never copied. Without
-    ``c`` a new array is returned. Runs on the current CuPy stream, without synchronising.
-    The first call of a shape chooses and loads the kernel; later calls reuse that plan.
+
+def gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, *, bias=None, activation=None,
+         precision=None, dtype=None, out_dtype=None):
+    """C = act(alpha * a @ b + beta * c + bias) on the GPU, with the best kernel kgen knows.
+
+    ``a`` and ``b`` are CuPy arrays, PyTorch tensors, JAX arrays (or any
+    ``__cuda_array_interface__`` arrays) of float32, float64, float16 or bfloat16 (a CuPy
+    uint16 array holds bfloat16 bits when ``dtype="bfloat16"`` says so); a transposed view
+    is read as such, never copied. float32 runs on CUDA cores unless ``precision="tf32"``;
+    the rest on tensor cores. ``bias`` (one value per column, in the output dtype) and
+    ``activation`` ("relu" or "gelu") are fused into the kernel; ``out_dtype`` may be
+    float32 for half-precision inputs. Without ``c`` a new array of the caller's type is
+    returned. Runs on the caller's current stream, without synchronising. The first call
+    of a signature chooses and loads the kernel; later calls reuse that plan.
 
     >>> # import cupy, kgen
     >>> # a = cupy.random.rand(512, 256, dtype=cupy.float32); b = cupy.random.rand(256, 128, dtype=cupy.float32)
@@ -381,6 +394,18 @@ def gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0):
     """
     from kgen.dispatch import default_dispatcher
 
+    if (bias is not None or activation is not None or precision not in (None, "ieee") or dtype is not None
+            or out_dtype is not None or not _float32_cai(a)):
+        from kgen.kernels.gemm_route import uses_tensor_cores
+
+        probe = dtype or getattr(getattr(a, "dtype", None), "name", None) or str(getattr(a, "dtype", ""))
+        probe = probe.removeprefix("torch.")
+        if probe != "float32" or uses_tensor_cores("float32", precision, "none" if bias is None and
+                                                   activation is None else "bias", out_dtype):
+            from kgen.kernels.gemm_tc_call import tc_gemm
+
+            return tc_gemm(a, b, c, alpha, beta, bias=bias, activation=activation, precision=precision,
+                           dtype=dtype, out_dtype=out_dtype)
     dispatcher = default_dispatcher()
     try:
         ia, ib = a.__cuda_array_interface__, b.__cuda_array_interface__

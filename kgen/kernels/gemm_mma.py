@@ -1,0 +1,197 @@
+"""GEMM on tensor cores with mma.sync, ldmatrix and a cp.async pipeline (sm_80 and later).
+
+float16 / bfloat16 (m16n8k16), float32 as tf32 (m16n8k8) and float64 (m8n8k4), every
+layout, any size and alignment, with the fused epilogue of ``kgen.kernels.gemm_tc``.
+
+>>> from kgen.problem import Target
+>>> spec = GemmMma()
+>>> p = spec.problem(4096, 4096, 4096, "bfloat16", "NN")
+>>> spec.default_config(p, Target.h200()).name
+'gemm_mma_bf16_nn_128x128x32_w64x64_s4_va8_vb8_g8_mb1'
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+import numpy as np
+
+from kgen.errors import NoConfigError
+from kgen.kernels.gemm_tc import ITEMSIZE, TensorCoreGemm, type_context
+from kgen.problem import Problem, Target
+from kgen.space import Config, Constraint, Param, Space
+from kgen.spec import Launch, register
+
+# input dtype -> (MMA_M, MMA_K, accumulators per mma per thread, BK choices)
+ATOMS = {
+    "float16": (16, 16, 4, (16, 32, 64)),
+    "bfloat16": (16, 16, 4, (16, 32, 64)),
+    "float32": (16, 8, 4, (8, 16, 32)),
+    "float64": (8, 4, 2, (4, 8, 16)),
+}
+
+
+def _pad(dtype: str, kmajor: bool) -> int:
+    """Elements added to each shared-memory row so fragment reads hit distinct banks."""
+    if ITEMSIZE[dtype] == 2:
+        return 8
+    if dtype == "float32":
+        return 4 if kmajor else 8
+    return 4
+
+
+def tile_shape(dtype: str, layout: str, v: Mapping[str, int]) -> dict[str, int]:
+    """Padded shared-memory rows and tile sizes (elements) of A and B, and the bytes in all."""
+    a_kmajor, b_kmajor = layout[0] == "N", layout[1] == "T"
+    sa_row = (v["BK"] if a_kmajor else v["BM"]) + _pad(dtype, a_kmajor)
+    sb_row = (v["BK"] if b_kmajor else v["BN"]) + _pad(dtype, b_kmajor)
+    sa_tile = (v["BM"] if a_kmajor else v["BK"]) * sa_row
+    sb_tile = (v["BN"] if b_kmajor else v["BK"]) * sb_row
+    return dict(SA_ROW=sa_row, SB_ROW=sb_row, SA_TILE=sa_tile, SB_TILE=sb_tile,
+                SMEM=v["STAGES"] * (sa_tile + sb_tile) * ITEMSIZE[dtype])
+
+
+def _pow2_at_least(x: int) -> int:
+    return 1 << max(0, math.ceil(math.log2(max(1, x))))
+
+
+class GemmMma(TensorCoreGemm):
+    family = "gemm_mma"
+    template = "gemm/mma.cu.j2"
+
+    def supports(self, problem: Problem, target: Target) -> bool:
+        return problem["dtype"] in ATOMS and target.cc >= (8, 0)
+
+    def space(self, problem: Problem, target: Target) -> Space:
+        dtype, layout = problem["dtype"], problem["layout"]
+        size = ITEMSIZE[dtype]
+        mma_m, mma_k, acc_per, bks = ATOMS[dtype]
+        acc_words = acc_per * (2 if dtype == "float64" else 1)
+        vecs = tuple(v for v in (1, 2, 4, 8) if v * size <= 16)
+        m, n, k = problem["m"], problem["n"], problem["k"]
+        align_a, align_b = problem["align_a"], problem["align_b"]
+        a_kmajor, b_kmajor = layout[0] == "N", layout[1] == "T"
+
+        def warps(v):
+            return (v["BM"] // v["WM"]) * (v["BN"] // v["WN"])
+
+        def accumulators(v):
+            return (v["WM"] // mma_m) * (v["WN"] // 8) * acc_words
+
+        def chunks(v):   # cp.async copies per thread per stage, A and B together
+            threads = 32 * max(1, warps(v))
+            return -(-v["BM"] * v["BK"] // (v["VA"] * threads)) + -(-v["BN"] * v["BK"] // (v["VB"] * threads))
+
+        def regs(v):     # accumulators, fragments, ~3 per unrolled copy (addresses, sizes), the rest
+            frags = (v["WM"] // mma_m) * (4 if mma_m == 16 else 2) + (v["WN"] // 8) * 2
+            return accumulators(v) + frags + 3 * chunks(v) + 48
+
+        def smem(v):
+            return tile_shape(dtype, layout, v)["SMEM"]
+
+        params = [
+            Param("BM", (16, 32, 64, 128, 256)),
+            Param("BN", (16, 32, 64, 128, 256)),
+            Param("BK", bks),
+            Param("WM", (16, 32, 64)),
+            Param("WN", (16, 32, 64)),
+            Param("STAGES", (2, 3, 4, 5, 6)),
+            Param("VA", vecs),
+            Param("VB", vecs),
+            Param("GM", (1, 8)),
+            Param("MINB", (1, 2)),
+        ]
+        constraints = [
+            Constraint("block tile fits the problem", lambda v: v["BM"] <= max(16, _pow2_at_least(m))
+                       and v["BN"] <= max(16, _pow2_at_least(n)), ("BM", "BN")),
+            Constraint("warp tile divides block tile", lambda v: v["BM"] % v["WM"] == 0
+                       and v["BN"] % v["WN"] == 0, ("BM", "BN", "WM", "WN")),
+            Constraint("1 to 16 warps", lambda v: 1 <= warps(v) <= 16, ("BM", "BN", "WM", "WN")),
+            Constraint("accumulators fit in registers", lambda v: accumulators(v) <= 128, ("WM", "WN")),
+            Constraint("A vector fits alignment and tile", lambda v: v["VA"] <= align_a and
+                       (v["BK"] if a_kmajor else v["BM"]) % v["VA"] == 0, ("BM", "BK", "VA")),
+            Constraint("B vector fits alignment and tile", lambda v: v["VB"] <= align_b and
+                       (v["BK"] if b_kmajor else v["BN"]) % v["VB"] == 0, ("BN", "BK", "VB")),
+            Constraint("pipeline no deeper than the k loop", lambda v: v["STAGES"] - 1 <= max(1, -(-k // v["BK"])),
+                       ("BK", "STAGES")),
+            Constraint("shared memory fits the device", lambda v: smem(v) <= target.smem_per_block_optin,
+                       ("BM", "BN", "BK", "STAGES")),
+            Constraint("grouping only with several block rows",
+                       lambda v: v["GM"] == 1 or v["GM"] < -(-m // v["BM"]), ("BM", "GM")),
+            Constraint("at most 32 copies per thread per stage", lambda v: chunks(v) <= 32,
+                       ("BM", "BN", "BK", "WM", "WN", "VA", "VB")),
+            Constraint("registers and shared memory fit MINB blocks", lambda v: regs(v) <= 255 and
+                       regs(v) * 32 * warps(v) * v["MINB"] <= target.regs_per_sm and
+                       smem(v) * v["MINB"] <= target.smem_per_sm,
+                       ("BM", "BN", "BK", "WM", "WN", "STAGES", "VA", "VB", "MINB")),
+        ]
+        derived = {"THREADS": lambda v: 32 * warps(v), "MMA_M": lambda v: mma_m, "MMA_K": lambda v: mma_k,
+                   "ACC_PER_MMA": lambda v: acc_per, "REGS_EST": regs}
+        for key in ("SA_ROW", "SB_ROW", "SA_TILE", "SB_TILE", "SMEM"):
+            derived[key] = (lambda name: lambda v: tile_shape(dtype, layout, v)[name])(key)
+        short = type_context(problem)["short"]
+
+        def namer(v):
+            return (f"gemm_mma_{short}_{layout.lower()}_{v['BM']}x{v['BN']}x{v['BK']}_w{v['WM']}x{v['WN']}"
+                    f"_s{v['STAGES']}_va{v['VA']}_vb{v['VB']}_g{v['GM']}_mb{v['MINB']}")
+
+        return Space(params, constraints, derived, namer)
+
+    def context(self, problem: Problem, config: Config, space: Space) -> dict[str, Any]:
+        ctx = type_context(problem)
+        ctx.update(space.full_values(config.as_dict()))
+        ctx["entry"] = config.name
+        return ctx
+
+    def default_config(self, problem: Problem, target: Target) -> Config:
+        """A large tile for large problems, smaller ones as the problem shrinks."""
+        space = self.space(problem, target)
+        dtype = problem["dtype"]
+        bks = ATOMS[dtype][3]
+        widest = 16 // ITEMSIZE[dtype]
+        for bm, bn, wm, wn in ((128, 128, 64, 64), (128, 64, 64, 32), (64, 64, 32, 32), (32, 64, 16, 32),
+                               (16, 64, 16, 16), (64, 16, 16, 16), (16, 16, 16, 16)):
+            for va in (min(widest, problem["align_a"]), 1):
+                for vb in (min(widest, problem["align_b"]), 1):
+                    for stages in (4, 3, 2):
+                        for gm in (8, 1):
+                            v = dict(BM=bm, BN=bn, BK=bks[1], WM=wm, WN=wn, STAGES=stages, VA=va, VB=vb,
+                                     GM=gm, MINB=1)
+                            if space.is_valid(v):
+                                return space.make(v)
+        configs = space.configs()
+        if not configs:
+            raise NoConfigError(f"no valid {self.family} config for {problem.key}")
+        return configs[0]
+
+    # ---- launch -----------------------------------------------------------------------
+    def launch(self, problem: Problem, config: Config) -> Launch:
+        v = config.as_dict()
+        tiles = -(-problem["m"] // v["BM"]) * -(-problem["n"] // v["BN"])
+        warps = (v["BM"] // v["WM"]) * (v["BN"] // v["WN"])
+        return Launch((max(tiles, 1), 1, 1), (32 * warps, 1, 1),
+                      tile_shape(problem["dtype"], problem["layout"], v)["SMEM"])
+
+    def args(self, problem: Problem, config: Config, operands: Mapping[str, Any]) -> list:
+        return gemm_args(problem, operands)
+
+
+def gemm_args(problem: Problem, operands: Mapping[str, Any]) -> list:
+    """Pointers, sizes, leading dimensions, alpha and beta in the kernel's argument order."""
+    from kgen.arrays import describe
+
+    a, b, c = (describe(operands[x], x) for x in ("a", "b", "c"))
+    bias = operands.get("bias")
+    layout = problem["layout"]
+    lda = a.strides[0] if layout[0] == "N" else a.strides[1]
+    ldb = b.strides[0] if layout[1] == "N" else b.strides[1]
+    scalar = np.float64 if problem["dtype"] == "float64" else np.float32
+    return [np.uint64(a.ptr), np.uint64(b.ptr), np.uint64(c.ptr),
+            np.uint64(describe(bias, "bias").ptr if bias is not None else 0),
+            np.int32(problem["m"]), np.int32(problem["n"]), np.int32(problem["k"]),
+            np.int64(max(lda, 1)), np.int64(max(ldb, 1)), np.int64(max(c.strides[0], 1)),
+            scalar(operands.get("alpha", 1.0)), scalar(operands.get("beta", 0.0))]
+
+
+register(GemmMma())

@@ -1,0 +1,83 @@
+"""Which GEMM family runs a request: CUDA cores (float32) or the tensor-core families.
+
+float32 without tf32 and without an epilogue stays on the CUDA-core family ``gemm``;
+float16, bfloat16, float64, tf32 and every fused epilogue go to the tensor cores: the
+Hopper family ``gemm_wgmma`` where it runs the problem, and the portable ``gemm_mma``.
+
+>>> uses_tensor_cores("float32", None, "none", None)
+False
+>>> uses_tensor_cores("bfloat16", None, "none", None)
+True
+"""
+
+from __future__ import annotations
+
+from kgen.errors import DtypeError, KgenError
+from kgen.kernels.gemm_tc import TC_INPUTS, tc_problem
+from kgen.problem import Problem, Target
+from kgen.spec import get_spec
+
+# preferred first; a family missing from the registry is skipped
+TENSOR_CORE_FAMILIES = ("gemm_wgmma", "gemm_mma")
+PRECISIONS = (None, "ieee", "tf32")
+
+
+def uses_tensor_cores(dtype: str, precision: str | None, epilogue: str, out_dtype: str | None) -> bool:
+    if precision not in PRECISIONS:
+        raise KgenError(f"unknown precision {precision!r}", remedy="use 'tf32' or leave it unset")
+    if dtype == "float32":
+        if precision == "tf32":
+            return True
+        if epilogue != "none" or (out_dtype not in (None, "float32")):
+            raise KgenError("float32 GEMM with a fused epilogue runs on tensor cores, as tf32",
+                            remedy="pass precision='tf32' (--precision tf32), or apply bias and "
+                                   "activation after the call")
+        return False
+    if precision == "tf32":
+        raise DtypeError(f"precision 'tf32' applies to float32 inputs, not {dtype}")
+    return True
+
+
+def tensor_core_specs(problem_args: dict, target: Target) -> list[tuple[object, Problem]]:
+    """(spec, problem) of every tensor-core family that can run the request, preferred first."""
+    from kgen.spec import families
+
+    found = []
+    known = families()
+    for family in TENSOR_CORE_FAMILIES:
+        if family not in known:
+            continue
+        spec = get_spec(family)
+        problem = tc_problem(family, **problem_args)
+        if spec.supports(problem, target):
+            found.append((spec, problem))
+    if not found:
+        raise DtypeError(f"no tensor-core GEMM family runs {problem_args['dtype']} on {target.name} "
+                         f"(compute capability {target.cc[0]}.{target.cc[1]})",
+                         remedy="tensor-core GEMM needs sm_80 or later")
+    return found
+
+
+def gemm_request(family: str, m: int, n: int, k: int, dtype: str, layout: str, target: Target,
+                 out_dtype: str | None = None, epilogue: str = "none", precision: str | None = None,
+                 align_a: int | None = None, align_b: int | None = None) -> list[tuple[object, Problem]]:
+    """(spec, problem) pairs for a GEMM request by family name: ``gemm`` routes by dtype."""
+    from kgen.kernels.gemm import gemm_problem
+
+    if family == "gemm" and not uses_tensor_cores(dtype, precision, epilogue, out_dtype):
+        return [(get_spec("gemm"), gemm_problem(m, n, k, dtype, layout, align_a, align_b))]
+    if dtype not in TC_INPUTS:
+        raise DtypeError(f"dtype {dtype!r} is not supported by gemm", remedy=f"use one of {sorted(TC_INPUTS)}")
+    args = dict(m=m, n=n, k=k, dtype=dtype, layout=layout, out_dtype=out_dtype, epilogue=epilogue,
+                align_a=align_a, align_b=align_b)
+    if family == "gemm":
+        return tensor_core_specs(args, target)
+    spec = get_spec(family)
+    if family not in TENSOR_CORE_FAMILIES:
+        raise KgenError(f"the command line builds gemm problems only; {family!r} is tuned from Python",
+                        remedy="use kgen.search.tune(spec, problem, ...) for your own family")
+    problem = tc_problem(family, **args)
+    if not spec.supports(problem, target):
+        raise KgenError(f"{family} cannot run {problem.key} on {target.name}",
+                        remedy="use family gemm, which picks one that can")
+    return [(spec, problem)]

@@ -1,0 +1,294 @@
+"""What every tensor-core GEMM family shares: the problem, the operands, the reference.
+
+C = act(alpha * op(A) @ op(B) + beta * C + bias), with A and B in float16, bfloat16,
+float32 read as tf32 (opt-in), or float64; accumulation in float32 (float64 for float64);
+C in ``out_dtype``. ``epilogue`` names the fused tail: none, relu, gelu, bias, bias_relu,
+bias_gelu (bias is one value per column of C, in ``out_dtype``; gelu is the erf form).
+
+CuPy has no bfloat16: on the GPU side bfloat16 arrays are CuPy uint16 arrays holding the
+bit patterns (``to_bf16`` / ``from_bf16`` convert).
+
+>>> p = tc_problem("gemm_mma", 128, 64, 32, "bfloat16", "TN", epilogue="bias_gelu")
+>>> p.key
+'gemm_mma|align_a=8|align_b=8|dtype=bfloat16|epilogue=bias_gelu|k=32|layout=TN|m=128|n=64|out_dtype=bfloat16|precision=native'
+>>> epilogue_parts(p)
+(True, 'gelu')
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+from kgen.errors import DtypeError, KgenError
+from kgen.kernels import gemm_rules as rules
+from kgen.problem import Problem
+from kgen.spec import Check, KernelSpec
+
+# input dtype -> (C++ input type, accumulator C++ type, input bytes, short name)
+TC_INPUTS: dict[str, tuple[str, str, int, str]] = {
+    "float16": ("__half", "float", 2, "f16"),
+    "bfloat16": ("__nv_bfloat16", "float", 2, "bf16"),
+    "float32": ("float", "float", 4, "tf32"),
+    "float64": ("double", "double", 8, "f64"),
+}
+# output dtype -> (C++ type, bytes)
+TC_OUTPUTS: dict[str, tuple[str, int]] = {
+    "float16": ("__half", 2), "bfloat16": ("__nv_bfloat16", 2), "float32": ("float", 4),
+    "float64": ("double", 8),
+}
+# header-free storage spelling (16-bit values as their bits; see templates/common/convert.cuh)
+_STORAGE = {"float16": "unsigned short", "bfloat16": "unsigned short", "float32": "float",
+            "float64": "double"}
+EPILOGUES = ("none", "relu", "gelu", "bias", "bias_relu", "bias_gelu")
+ACTIVATIONS = ("none", "relu", "gelu")
+ITEMSIZE = {d: v[2] for d, v in TC_INPUTS.items()}
+
+
+def allowed_outputs(dtype: str) -> tuple[str, ...]:
+    """Output dtypes a tensor-core GEMM of ``dtype`` inputs can write."""
+    if dtype in ("float16", "bfloat16"):
+        return (dtype, "float32")
+    return (dtype,)
+
+
+def epilogue_name(bias: bool, activation: str | None) -> str:
+    act = activation or "none"
+    if act not in ACTIVATIONS:
+        raise KgenError(f"unknown activation {activation!r}", remedy=f"use one of {list(ACTIVATIONS)}")
+    if bias:
+        return "bias" if act == "none" else f"bias_{act}"
+    return act
+
+
+def epilogue_parts(problem: Problem) -> tuple[bool, str]:
+    """(has a bias, activation) of the problem's epilogue."""
+    e = problem["epilogue"]
+    if e.startswith("bias"):
+        return True, e[5:] or "none"
+    return False, e
+
+
+def tc_problem(family: str, m: int, n: int, k: int, dtype: str = "bfloat16", layout: str = "NN",
+               out_dtype: str | None = None, epilogue: str = "none", align_a: int | None = None,
+               align_b: int | None = None) -> Problem:
+    """A tensor-core GEMM problem; alignment defaults to what fresh arrays of the shape allow."""
+    if dtype not in TC_INPUTS:
+        raise DtypeError(f"tensor-core GEMM takes {sorted(TC_INPUTS)}; got {dtype}")
+    out_dtype = out_dtype or dtype
+    if out_dtype not in allowed_outputs(dtype):
+        raise DtypeError(f"{dtype} inputs can write {list(allowed_outputs(dtype))}, not {out_dtype}",
+                         remedy="choose another out_dtype")
+    if epilogue not in EPILOGUES:
+        raise KgenError(f"unknown epilogue {epilogue!r}", remedy=f"use one of {list(EPILOGUES)}")
+    if layout not in ("NN", "NT", "TN", "TT"):
+        raise KgenError(f"unknown layout {layout!r}", remedy="use NN, NT, TN or TT")
+    size = ITEMSIZE[dtype]
+    lda = k if layout[0] == "N" else m
+    ldb = n if layout[1] == "N" else k
+    return Problem.of(family, m=m, n=n, k=k, dtype=dtype, out_dtype=out_dtype, layout=layout,
+                      epilogue=epilogue, precision="tf32" if dtype == "float32" else "native",
+                      align_a=align_a if align_a is not None else rules.natural_alignment(lda, size),
+                      align_b=align_b if align_b is not None else rules.natural_alignment(ldb, size))
+
+
+def type_context(problem: Problem) -> dict[str, Any]:
+    """C++ spellings and sizes the templates need for the problem's dtypes and epilogue."""
+    in_t, acc_t, in_size, short = TC_INPUTS[problem["dtype"]]
+    out_t, out_size = TC_OUTPUTS[problem["out_dtype"]]
+    bias, act = epilogue_parts(problem)
+    return dict(dtype=problem["dtype"], out_dtype=problem["out_dtype"], layout=problem["layout"],
+                in_t=in_t, acc_t=acc_t, out_t=out_t, in_size=in_size, out_size=out_size,
+                in_store_t=_STORAGE[problem["dtype"]], out_store_t=_STORAGE[problem["out_dtype"]],
+                short=short, has_bias=int(bias), activation=act)
+
+
+# ---- bfloat16 as uint16 bit patterns (GPU side) ---------------------------------------------
+
+def to_bf16(x):
+    """CuPy float32 array -> uint16 bfloat16 bits, rounded to nearest even."""
+    import cupy
+
+    u = cupy.ascontiguousarray(x, dtype=cupy.float32).view(cupy.uint32)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(cupy.uint16)
+
+
+def from_bf16(bits):
+    """uint16 bfloat16 bits -> CuPy float32 array (exact)."""
+    import cupy
+
+    return (cupy.ascontiguousarray(bits).astype(cupy.uint32) << 16).view(cupy.float32)
+
+
+def to_tf32(x):
+    """float32 values rounded to tf32 (10 mantissa bits, nearest, ties away), as float32."""
+    import cupy
+
+    u = cupy.ascontiguousarray(x, dtype=cupy.float32).view(cupy.uint32)
+    return ((u + 0x1000) & 0xFFFFE000).astype(cupy.uint32).view(cupy.float32)
+
+
+def as_float64(arr, dtype: str):
+    """Any operand or output as float64 (bfloat16 bits decoded)."""
+    import cupy
+
+    if dtype == "bfloat16":
+        return from_bf16(arr).astype(cupy.float64)
+    return arr.astype(cupy.float64)
+
+
+def _gelu(x):
+    from cupyx.scipy.special import erf
+
+    return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
+
+
+# tolerance on max |error| / max |reference|, by output dtype (float32 out of half inputs is tighter)
+_TOLERANCE = {"bfloat16": 1e-2, "float16": 2e-3, "float32": 1e-4, "float64": 1e-12}
+
+
+class TensorCoreGemm(KernelSpec):
+    """Operands, reference, check and baseline of the tensor-core GEMM families.
+
+    Subclasses set ``family`` and ``template`` and implement ``space``, ``context``,
+    ``launch``, ``args`` and ``default_config``.
+    """
+
+    shape_params = ("m", "n", "k")
+    outputs = ("c",)
+    options = ("--std=c++17",)
+
+    def problem(self, m: int, n: int, k: int, dtype: str = "bfloat16", layout: str = "NN",
+                **kw) -> Problem:
+        return tc_problem(self.family, m, n, k, dtype, layout, **kw)
+
+    def supports(self, problem: Problem, target) -> bool:
+        """Whether this family can run ``problem`` on ``target`` at all."""
+        return problem["dtype"] in TC_INPUTS
+
+    # ---- measurement (GPU) ------------------------------------------------------------
+    def inputs(self, problem: Problem, seed: int) -> dict[str, Any]:
+        import cupy
+
+        rng = cupy.random.default_rng(seed)
+        m, n, k, dtype, layout = (problem[x] for x in ("m", "n", "k", "dtype", "layout"))
+        out = problem["out_dtype"]
+
+        def values(shape, dt):
+            x = (rng.random(shape, dtype=cupy.float32) * 2 - 1)
+            if dt == "bfloat16":
+                return to_bf16(x)
+            return x.astype(dt)
+
+        def operand(rows, cols, transposed):
+            x = values((cols, rows) if transposed else (rows, cols), dtype)
+            return x.T if transposed else x
+
+        has_bias, _ = epilogue_parts(problem)
+        c = cupy.empty((m, n), dtype=cupy.uint16 if out == "bfloat16" else out)
+        c.fill(0xFFFF if out == "bfloat16" else cupy.nan)
+        return {"a": operand(m, k, layout[0] == "T"), "b": operand(k, n, layout[1] == "T"), "c": c,
+                "bias": values((n,), out) if has_bias else None, "alpha": 1.0, "beta": 0.0}
+
+    def reference(self, problem: Problem, operands: Mapping[str, Any]) -> dict[str, Any]:
+        dtype, out = problem["dtype"], problem["out_dtype"]
+        a, b = operands["a"], operands["b"]
+        if dtype == "float32":          # the tensor cores see tf32
+            a, b = to_tf32(a), to_tf32(b)
+        ref = operands.get("alpha", 1.0) * (as_float64(a, dtype) @ as_float64(b, dtype))
+        beta = operands.get("beta", 0.0)
+        if beta:
+            ref += beta * as_float64(operands["c"], out)
+        has_bias, act = epilogue_parts(problem)
+        if has_bias:
+            ref += as_float64(operands["bias"], out)[None, :]
+        if act == "relu":
+            ref = ref.clip(0.0, None)
+        elif act == "gelu":
+            ref = _gelu(ref)
+        return {"c": ref}
+
+    def tolerance(self, problem: Problem) -> float:
+        if problem["dtype"] == "float32":
+            return 1e-3
+        return _TOLERANCE[problem["out_dtype"]]
+
+    def check(self, problem: Problem, arrays: Mapping[str, Any], expected: Mapping[str, Any]) -> Check:
+        import cupy
+
+        got = as_float64(arrays["c"], problem["out_dtype"])
+        want = expected["c"]
+        if not bool(cupy.isfinite(got).all()):
+            return Check(False, float("inf"), "c holds NaN or Inf (unwritten or overflowed)")
+        scale = float(cupy.abs(want).max()) or 1.0
+        err = float(cupy.abs(got - want).max()) / scale
+        tol = self.tolerance(problem)
+        if not err <= tol:
+            return Check(False, err, f"c: max error {err:.3g} over tolerance {tol:.1g}")
+        return Check(True, err)
+
+    def baseline(self, problem: Problem, operands: Mapping[str, Any]):
+        """cuBLAS through PyTorch (bias and activation as separate PyTorch ops), else CuPy."""
+        try:
+            return torch_baseline(problem, operands)
+        except ImportError:
+            pass
+        import cupy
+
+        if problem["dtype"] == "bfloat16" or problem["epilogue"] != "none" \
+                or problem["dtype"] != problem["out_dtype"] or problem["dtype"] == "float32":
+            return None
+        a, b, c = operands["a"], operands["b"], operands["c"]
+        return lambda: cupy.matmul(a, b, out=c)
+
+    def flops(self, problem: Problem) -> float:
+        return 2.0 * problem["m"] * problem["n"] * problem["k"]
+
+    def bytes(self, problem: Problem) -> float:
+        size = ITEMSIZE[problem["dtype"]]
+        out = TC_OUTPUTS[problem["out_dtype"]][1]
+        m, n, k = problem["m"], problem["n"], problem["k"]
+        return float(size * (m * k + k * n) + out * m * n)
+
+
+def torch_view(arr, dtype: str):
+    """A PyTorch tensor over a CuPy array's memory (uint16 bits read as bfloat16)."""
+    import torch
+
+    t = torch.from_dlpack(arr)
+    return t.view(torch.bfloat16) if dtype == "bfloat16" else t
+
+
+def torch_baseline(problem: Problem, operands: Mapping[str, Any]):
+    """cuBLAS through torch.matmul (tf32 allowed for tf32 problems), then bias and activation."""
+    import torch
+
+    dtype, out = problem["dtype"], problem["out_dtype"]
+    a, b = torch_view(operands["a"], dtype), torch_view(operands["b"], dtype)
+    c = torch_view(operands["c"], out)
+    bias = torch_view(operands["bias"], out) if operands.get("bias") is not None else None
+    _, act = epilogue_parts(problem)
+    torch.backends.cuda.matmul.allow_tf32 = dtype == "float32"
+    ptr = _cupy_stream_ptr()
+    stream = torch.cuda.ExternalStream(ptr) if ptr else torch.cuda.default_stream()
+
+    def run():
+        with torch.cuda.stream(stream):
+            if out == dtype:
+                torch.matmul(a, b, out=c)
+            else:
+                c.copy_(torch.matmul(a, b))
+            if bias is not None:
+                c.add_(bias)
+            if act == "relu":
+                torch.relu_(c)
+            elif act == "gelu":
+                c.copy_(torch.nn.functional.gelu(c))
+
+    return run
+
+
+def _cupy_stream_ptr() -> int:
+    import cupy
+
+    return cupy.cuda.get_current_stream().ptr

@@ -1,0 +1,183 @@
+"""The call path of the tensor-core GEMM families, for CuPy, PyTorch and JAX arrays.
+
+``kgen.gemm`` sends a call here when it needs the tensor cores (see ``gemm_route``). The
+first call of a signature validates the operands, asks the dispatcher for each family's
+best kernel and keeps the fastest known one; later calls reuse that plan. The result has
+the caller's array type; the kernel runs on the caller's current stream (PyTorch's for
+PyTorch tensors, CuPy's otherwise; JAX inputs are waited for first).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kgen.arrays import ArrayInfo, array_kind, describe
+from kgen.errors import DeviceError, DtypeError, InputError, LayoutError, ShapeError
+from kgen.kernels import gemm_rules as rules
+from kgen.kernels.gemm_route import tensor_core_specs
+from kgen.kernels.gemm_tc import allowed_outputs, epilogue_name
+from kgen.problem import Problem
+
+_RANK = {"tuned": 0, "nearest": 1, "default": 2}
+
+
+@dataclass
+class TcPlan:
+    spec: Any
+    problem: Problem
+    kernel: Any
+    config: Any
+    launch: Any
+    kind: str            # the caller's array type: cai | torch | jax
+    device: int
+    how: str = ""
+
+
+def _input_dtype(info: ArrayInfo, dtype: str | None, name: str) -> str:
+    if info.dtype == "uint16" and dtype in (None, "bfloat16"):
+        if dtype is None:
+            raise DtypeError(f"{name} is uint16: kgen reads uint16 arrays only as bfloat16 bits, when told",
+                             remedy="pass dtype='bfloat16'")
+        return "bfloat16"
+    if dtype not in (None, info.dtype):
+        raise DtypeError(f"{name} is {info.dtype}, not the dtype={dtype} asked for",
+                         remedy="cast it, or leave dtype unset")
+    return info.dtype
+
+
+def _check_output(ci: ArrayInfo, m: int, n: int, out_dtype: str, device: int) -> None:
+    stored = "uint16" if out_dtype == "bfloat16" else out_dtype
+    if ci.shape != (m, n):
+        raise ShapeError(f"c has shape {list(ci.shape)}, expected [{m}, {n}]")
+    if ci.dtype not in (out_dtype, stored):
+        raise DtypeError(f"c is {ci.dtype} but the output dtype is {out_dtype}", remedy=f"pass c as {out_dtype}")
+    if ci.device != device:
+        raise DeviceError(f"c is on device {ci.device}, a and b on device {device}")
+    if n > 1 and ci.strides[1] != 1 or (m > 1 and ci.strides[0] < n):
+        raise LayoutError(f"c must be row-major (strides [ldc, 1], ldc >= n); has strides {list(ci.strides)}",
+                          remedy="pass a C-contiguous c, and copy the result where it must go")
+
+
+def _layout(info: ArrayInfo, name: str) -> tuple[str, int]:
+    found = rules.operand_layout(info.shape, info.strides)
+    if found is None:
+        raise LayoutError(f"{name} has strides {info.strides} (elements) for shape {info.shape}: "
+                          "neither row-major nor a transposed view of a row-major array",
+                          remedy=f"pass a contiguous copy of {name}")
+    return found
+
+
+def make_plan(dispatcher, a, b, c, bias, activation, precision, dtype, out_dtype) -> TcPlan:
+    """Validate everything (typed errors), then choose and load the kernel."""
+    ai, bi = describe(a, "a"), describe(b, "b")
+    if len(ai.shape) != 2 or len(bi.shape) != 2:
+        raise ShapeError(f"gemm takes 2-D arrays; got a{list(ai.shape)} and b{list(bi.shape)}",
+                         remedy="reshape to 2-D (batched GEMM is not supported yet)")
+    (m, k), (k2, n) = ai.shape, bi.shape
+    if k != k2:
+        raise ShapeError(f"inner dimensions differ: a is {m}x{k}, b is {k2}x{n}",
+                         remedy="pass b with as many rows as a has columns")
+    in_a, in_b = _input_dtype(ai, dtype, "a"), _input_dtype(bi, dtype, "b")
+    if in_a != in_b:
+        raise DtypeError(f"a is {in_a} and b is {in_b}", remedy="cast both to one dtype")
+    if ai.device != bi.device:
+        raise DeviceError(f"a is on device {ai.device} and b on device {bi.device}")
+    out = out_dtype or in_a
+    if out not in allowed_outputs(in_a):
+        raise DtypeError(f"{in_a} inputs can write {list(allowed_outputs(in_a))}, not {out}")
+    if c is not None:
+        if array_kind(c) == "jax":
+            raise InputError("c is a JAX array, and JAX arrays are immutable",
+                             remedy="leave c unset: the result comes back as a new JAX array")
+        _check_output(describe(c, "c"), m, n, out, ai.device)
+    if bias is not None:
+        bi_ = describe(bias, "bias")
+        if bi_.shape != (n,):
+            raise ShapeError(f"bias has shape {list(bi_.shape)}, expected [{n}] (one value per column of c)")
+        if bi_.dtype not in (out, "uint16" if out == "bfloat16" else out):
+            raise DtypeError(f"bias is {bi_.dtype} but the output dtype is {out}", remedy=f"pass bias as {out}")
+        if bi_.device != ai.device:
+            raise DeviceError(f"bias is on device {bi_.device}, a and b on device {ai.device}")
+        if bi_.strides[0] != 1 and n > 1:
+            raise LayoutError("bias must be contiguous", remedy="pass a contiguous copy of bias")
+    la, lda = _layout(ai, "a")
+    lb, ldb = _layout(bi, "b")
+    target = dispatcher.target(ai.device)
+    args = dict(m=m, n=n, k=k, dtype=in_a, layout=la + lb, out_dtype=out,
+                epilogue=epilogue_name(bias is not None, activation),
+                align_a=rules.alignment(ai.ptr, lda, ai.itemsize), align_b=rules.alignment(bi.ptr, ldb, bi.itemsize))
+    best = None
+    for order, (spec, problem) in enumerate(tensor_core_specs(args, target)):
+        if m == 0 or n == 0:
+            return TcPlan(spec, problem, None, None, None, array_kind(a), ai.device)
+        loaded = dispatcher.prepare(spec, problem, ai.device)
+        choice = loaded.choice
+        rank = (_RANK[choice.how], choice.time_ms if choice.time_ms is not None else float("inf"), order)
+        if best is None or rank < best[0]:
+            best = (rank, spec, problem, loaded)
+    _, spec, problem, loaded = best
+    return TcPlan(spec, problem, loaded.kernel, loaded.choice.config, spec.launch(problem, loaded.choice.config),
+                  array_kind(a), ai.device, loaded.choice.how)
+
+
+def _signature(arrays, activation, precision, dtype, out_dtype) -> tuple:
+    sig: tuple = (activation, precision, dtype, out_dtype)
+    for x in arrays:
+        if x is None:
+            sig += (None,)
+        else:
+            i = describe(x)
+            sig += (array_kind(x), i.shape, i.strides, i.dtype, i.ptr & 15, i.device)
+    return sig
+
+
+def _empty(dispatcher, kind: str, like, shape, dtype: str):
+    if kind == "torch":
+        import torch
+
+        return torch.empty(shape, dtype=getattr(torch, dtype), device=like.device)
+    return dispatcher.launcher.empty(shape, "uint16" if dtype == "bfloat16" else dtype, like=like)
+
+
+def _to_jax(arr, dtype: str):
+    import jax
+    import jax.numpy as jnp
+
+    out = jax.dlpack.from_dlpack(arr)
+    return jax.lax.bitcast_convert_type(out, jnp.bfloat16) if dtype == "bfloat16" else out
+
+
+def _stream(kind: str, device: int):
+    """A context running launches on PyTorch's current stream for PyTorch callers, else a no-op."""
+    import contextlib
+
+    if kind != "torch":
+        return contextlib.nullcontext()
+    import cupy
+    import torch
+
+    return cupy.cuda.ExternalStream(torch.cuda.current_stream(device).cuda_stream, device)
+
+
+def tc_gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, *, bias=None, activation=None,
+            precision=None, dtype=None, out_dtype=None):
+    """C = act(alpha * a @ b + beta * c + bias) on the tensor cores (see ``kgen.gemm``)."""
+    from kgen.dispatch import default_dispatcher
+
+    dispatcher = default_dispatcher()
+    sig = _signature((a, b, c, bias), activation, precision, dtype, out_dtype)
+    plan = dispatcher.plans.get(sig)
+    if plan is None:
+        plan = dispatcher.plans[sig] = make_plan(dispatcher, a, b, c, bias, activation, precision, dtype, out_dtype)
+    problem = plan.problem
+    out = problem["out_dtype"]
+    if c is None:
+        c = _empty(dispatcher, "torch" if plan.kind == "torch" else "cai", a, (problem["m"], problem["n"]), out)
+        beta = 0.0
+    if plan.kernel is not None:
+        operands = {"a": a, "b": b, "c": c, "bias": bias, "alpha": alpha, "beta": beta}
+        with _stream(plan.kind, plan.device):
+            plan.kernel.launch(plan.launch.grid, plan.launch.block,
+                               plan.spec.args(problem, plan.config, operands), plan.launch.shared_mem)
+    return _to_jax(c, out) if plan.kind == "jax" else c

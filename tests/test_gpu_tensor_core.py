@@ -1,0 +1,190 @@
+"""Tensor-core GEMM on the GPU: random configs of every precision, layout and epilogue at odd
+sizes; kgen.gemm on CuPy, PyTorch (bfloat16, streams, CUDA graphs) and JAX arrays.
+Marked ``gpu``; scripts/gpu_check.sh runs them."""
+
+import random
+
+import pytest
+
+from kgen.compile import CompilePool
+from kgen.kernels.gemm_tc import EPILOGUES, allowed_outputs
+from kgen.measure.verify import verify
+from kgen.render import render
+
+pytestmark = pytest.mark.gpu
+
+SHAPES = [(7, 7, 7), (33, 17, 1000), (1000, 520, 776), (1, 4097, 129)]
+LAYOUTS = ("NN", "NT", "TN", "TT")
+
+
+def _target():
+    from kgen.problem import Target
+
+    return Target.detect(0)
+
+
+def _cases(spec, dtype, target, per_shape=2):
+    rng = random.Random(hash(dtype) & 0xFFFF)
+    for layout in LAYOUTS:
+        for m, n, k in SHAPES:
+            epilogue = rng.choice(EPILOGUES)
+            out = rng.choice(allowed_outputs(dtype))
+            problem = spec.problem(m, n, k, dtype, layout, out_dtype=out, epilogue=epilogue)
+            space = spec.space(problem, target)
+            for config in space.sample(per_shape, seed=rng.randrange(1 << 30)) + [spec.default_config(problem, target)]:
+                yield problem, config, render(spec, problem, config, target, space)
+
+
+def _verify_all(spec, dtype, beta=0.0):
+    from kgen.measure.launch import CupyKernel
+
+    target = _target()
+    cases = list(_cases(spec, dtype, target))
+    with CompilePool(16) as pool:
+        results = list(pool.map([src for _, _, src in cases]))
+    failures = []
+    for (problem, config, _), result in zip(cases, results):
+        assert result.failure is None, f"{config.name}: {result.failure}"
+        kernel = CupyKernel(result.binary.cubin, result.binary.entry, result.binary.path)
+        operands = spec.inputs(problem, seed=len(failures))
+        check = verify(spec, problem, config, kernel, operands, spec.reference(problem, operands))
+        if not check.ok:
+            failures.append(f"{config.name} {problem.key}: {check.detail}")
+    assert not failures, "\n".join(failures[:10])
+    return len(cases)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+def test_mma_random_configs_are_correct(dtype):
+    from kgen.kernels.gemm_mma import GemmMma
+
+    assert _verify_all(GemmMma(), dtype) >= 40
+
+
+def test_mma_alpha_beta():
+    import cupy
+
+    from kgen.kernels.gemm_mma import GemmMma
+    from kgen.measure.launch import CupyKernel
+    from kgen.compile import compile_source
+
+    spec, target = GemmMma(), _target()
+    problem = spec.problem(130, 70, 300, "float16", "TN", out_dtype="float32", epilogue="bias_relu")
+    config = spec.default_config(problem, target)
+    binary = compile_source(render(spec, problem, config, target)).binary
+    kernel = CupyKernel(binary.cubin, binary.entry, binary.path)
+    ops = spec.inputs(problem, 5)
+    ops["c"] = cupy.random.default_rng(1).random((130, 70), dtype=cupy.float32)
+    ops["alpha"], ops["beta"] = 0.5, -2.0
+    want = spec.reference(problem, ops)
+    spec.run(kernel, problem, config, ops)
+    check = spec.check(problem, ops, want)
+    assert check.ok, check.detail
+
+
+def _torch():
+    return pytest.importorskip("torch")
+
+
+def test_gemm_on_torch_bfloat16_with_fused_bias_gelu():
+    torch = _torch()
+    import kgen
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    a = torch.rand(300, 512, device="cuda", generator=g).sub_(0.5).to(torch.bfloat16)
+    bt = torch.rand(200, 512, device="cuda", generator=g).sub_(0.5).to(torch.bfloat16)
+    bias = torch.rand(200, device="cuda", generator=g).to(torch.bfloat16)
+    out = kgen.gemm(a, bt.T, bias=bias, activation="gelu")      # B as a transposed view
+    assert isinstance(out, torch.Tensor) and out.dtype == torch.bfloat16 and out.shape == (300, 200)
+    want = torch.nn.functional.gelu(a.double() @ bt.T.double() + bias.double())
+    err = ((out.double() - want).abs().max() / want.abs().max()).item()
+    assert err < 1e-2, err
+
+
+def test_gemm_on_cupy_uint16_bits_as_bfloat16():
+    import cupy
+
+    import kgen
+    from kgen.kernels.gemm_tc import from_bf16, to_bf16
+
+    rng = cupy.random.default_rng(3)
+    a = to_bf16(rng.random((65, 129), dtype=cupy.float32) - 0.5)
+    b = to_bf16(rng.random((129, 33), dtype=cupy.float32) - 0.5)
+    out = kgen.gemm(a, b, dtype="bfloat16", out_dtype="float32")
+    assert out.dtype == cupy.float32
+    want = from_bf16(a).astype(cupy.float64) @ from_bf16(b).astype(cupy.float64)
+    assert float(cupy.abs(out - want).max() / cupy.abs(want).max()) < 1e-4
+
+
+def test_gemm_float16_and_float64_on_cupy_return_cupy():
+    import cupy
+
+    import kgen
+
+    rng = cupy.random.default_rng(4)
+    for dtype, tol in (("float16", 2e-3), ("float64", 1e-12)):
+        a = (rng.random((257, 100)) - 0.5).astype(dtype)
+        b = (rng.random((300, 100)) - 0.5).astype(dtype).T
+        out = kgen.gemm(a, b)
+        assert isinstance(out, cupy.ndarray) and out.dtype == dtype
+        want = a.astype(cupy.float64) @ b.astype(cupy.float64)
+        assert float(cupy.abs(out - want).max() / cupy.abs(want).max()) < tol
+
+
+def test_gemm_tf32_is_opt_in():
+    import cupy
+
+    import kgen
+
+    rng = cupy.random.default_rng(5)
+    a = rng.random((512, 512), dtype=cupy.float32)
+    b = rng.random((512, 512), dtype=cupy.float32)
+    out = kgen.gemm(a, b, precision="tf32")
+    want = a.astype(cupy.float64) @ b.astype(cupy.float64)
+    err = float(cupy.abs(out - want).max() / cupy.abs(want).max())
+    assert 1e-7 < err < 1e-3, err          # tf32's rounding shows, within tolerance
+
+
+def test_gemm_runs_on_the_callers_torch_stream_and_in_a_cuda_graph():
+    torch = _torch()
+    import kgen
+
+    a = torch.randn(512, 256, device="cuda", dtype=torch.float16)
+    b = torch.randn(256, 384, device="cuda", dtype=torch.float16)
+    c = torch.empty(512, 384, device="cuda", dtype=torch.float16)
+    want = (a.float() @ b.float())
+    side = torch.cuda.Stream()
+    kgen.gemm(a, b, c)               # the first call plans and loads outside the stream
+    torch.cuda.synchronize()
+    c.fill_(float("nan"))
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(50_000_000)     # keep the side stream busy: a launch elsewhere would overtake
+        kgen.gemm(a, b, c)
+    side.synchronize()
+    assert ((c.float() - want).abs().max() / want.abs().max()).item() < 2e-3
+
+    graph = torch.cuda.CUDAGraph()
+    c.fill_(float("nan"))
+    torch.cuda.synchronize()
+    with torch.cuda.graph(graph):
+        kgen.gemm(a, b, c)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert ((c.float() - want).abs().max() / want.abs().max()).item() < 2e-3
+
+
+def test_gemm_on_jax_bfloat16():
+    jax = pytest.importorskip("jax")
+    jnp = pytest.importorskip("jax.numpy")
+    import kgen
+
+    if not any(d.platform == "gpu" for d in jax.devices()):
+        pytest.skip("JAX sees no GPU")
+    key = jax.random.PRNGKey(0)
+    a = jax.random.normal(key, (96, 200), dtype=jnp.bfloat16)
+    b = jax.random.normal(jax.random.PRNGKey(1), (200, 72), dtype=jnp.bfloat16)
+    out = kgen.gemm(a, b)
+    assert isinstance(out, jax.Array) and out.dtype == jnp.bfloat16
+    want = a.astype(jnp.float32) @ b.astype(jnp.float32)
+    err = float(jnp.abs(out.astype(jnp.float32) - want).max() / jnp.abs(want).max())
+    assert err < 1e-2, err
