@@ -1,6 +1,6 @@
 """GEMM on tensor cores with mma.sync, ldmatrix and a cp.async pipeline (sm_80 and later).
 
-float16 / bfloat16 (m16n8k16), float32 as tf32 (m16n8k8) and float64 (m8n8k4), every
+float16 / bfloat16 (m16n8k16), float32 as tf32 (m16n8k8) and float64 (m16n8k8, sm_90), every
 layout, any size and alignment, with the fused epilogue of ``kgen.kernels.gemm_tc``.
 
 >>> from kgen.problem import Target
@@ -28,7 +28,7 @@ ATOMS = {
     "float16": (16, 16, 4, (16, 32, 64)),
     "bfloat16": (16, 16, 4, (16, 32, 64)),
     "float32": (16, 8, 4, (8, 16, 32)),
-    "float64": (8, 4, 2, (4, 8, 16)),
+    "float64": (16, 8, 4, (8, 16, 32)),      # the m16n8k8 fp64 shape of sm_90
 }
 
 
@@ -61,6 +61,8 @@ class GemmMma(TensorCoreGemm):
     template = "gemm/mma.cu.j2"
 
     def supports(self, problem: Problem, target: Target) -> bool:
+        if problem["dtype"] == "float64":
+            return target.cc >= (9, 0)
         return problem["dtype"] in ATOMS and target.cc >= (8, 0)
 
     def space(self, problem: Problem, target: Target) -> Space:
@@ -83,9 +85,9 @@ class GemmMma(TensorCoreGemm):
             threads = 32 * max(1, warps(v))
             return -(-v["BM"] * v["BK"] // (v["VA"] * threads)) + -(-v["BN"] * v["BK"] // (v["VB"] * threads))
 
-        def regs(v):     # accumulators, fragments, ~3 per unrolled copy (addresses, sizes), the rest
-            frags = (v["WM"] // mma_m) * (4 if mma_m == 16 else 2) + (v["WN"] // 8) * 2
-            return accumulators(v) + frags + 3 * chunks(v) + 48
+        def regs(v):     # accumulators, fragments, ~4 per unrolled copy (addresses, sizes), the rest
+            frags = ((v["WM"] // mma_m) * 4 + (v["WN"] // 8) * 2) * (2 if dtype == "float64" else 1)
+            return accumulators(v) + frags + 4 * chunks(v) + 48
 
         def smem(v):
             return tile_shape(dtype, layout, v)["SMEM"]
@@ -119,7 +121,7 @@ class GemmMma(TensorCoreGemm):
                        ("BM", "BN", "BK", "STAGES")),
             Constraint("grouping only with several block rows",
                        lambda v: v["GM"] == 1 or v["GM"] < -(-m // v["BM"]), ("BM", "GM")),
-            Constraint("at most 32 copies per thread per stage", lambda v: chunks(v) <= 32,
+            Constraint("at most 16 copies per thread per stage", lambda v: chunks(v) <= 16,
                        ("BM", "BN", "BK", "WM", "WN", "VA", "VB")),
             Constraint("registers and shared memory fit MINB blocks", lambda v: regs(v) <= 255 and
                        regs(v) * 32 * warps(v) * v["MINB"] <= target.regs_per_sm and

@@ -12,8 +12,11 @@ def poison(operands: Mapping[str, Any], outputs) -> None:
 
     for name in outputs:
         arr = operands[name]
-        if cupy.dtype(arr.dtype).kind == "f":
+        kind = cupy.dtype(arr.dtype).kind
+        if kind == "f":
             arr.fill(cupy.nan)
+        elif kind == "u":        # all ones: NaN when the bits are bfloat16
+            arr.fill(cupy.iinfo(arr.dtype).max)
         else:
             arr.fill(-1)
 

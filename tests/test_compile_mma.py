@@ -1,0 +1,105 @@
+"""gemm_mma (mma.sync) with no GPU: 50 sampled configs of every precision x layout, each
+with a random output dtype and epilogue, compile for sm_90; the SASS holds HMMA / DMMA,
+ldmatrix and cp.async. About 1 s of one core per compile (800 compiles, ~7 min on 2 cores)."""
+
+from __future__ import annotations
+
+import random
+import re
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from kgen.compile import CompilePool, compile_source
+from kgen.kernels.gemm_mma import GemmMma
+from kgen.kernels.gemm_tc import EPILOGUES, allowed_outputs
+from kgen.problem import Target
+from kgen.render import render
+
+PER_CASE = int(__import__("os").environ.get("KGEN_MMA_PER_CASE", "50"))
+DTYPES = ("float16", "bfloat16", "float32", "float64")
+LAYOUTS = ("NN", "NT", "TN", "TT")
+CASES = [(d, l) for d in DTYPES for l in LAYOUTS]
+SPEC = GemmMma()
+
+
+@pytest.fixture(scope="module")
+def target():
+    return Target.h200()
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory, target):
+    base = tmp_path_factory.getbasetemp()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KGEN_HOME", str(base / "kgen-home"))
+        mp.setenv("KGEN_CACHE_DIR", str(base / "cubin-cache"))
+        mp.delenv("KGEN_ARCH", raising=False)
+        jobs = []
+        start = time.perf_counter()
+        with CompilePool(2) as pool:
+            for seed, (dtype, layout) in enumerate(CASES):
+                rng = random.Random(seed)
+                shape = (rng.choice([1, 100, 1000, 4096]), rng.choice([64, 1000, 4096]), 1000)
+                space = SPEC.space(SPEC.problem(*shape, dtype, layout), target)
+                for config in space.sample(PER_CASE, seed=seed):
+                    problem = SPEC.problem(*shape, dtype, layout, out_dtype=rng.choice(allowed_outputs(dtype)),
+                                           epilogue=rng.choice(EPILOGUES))
+                    source = render(SPEC, problem, config, target, space)
+                    jobs.append(((dtype, layout), config, source, pool.submit(source)))
+            results = {}
+            for case, config, source, fut in jobs:
+                results.setdefault(case, []).append((config, source, fut.result()))
+        print(f"\ncompiled {len(jobs)} mma configs in {time.perf_counter() - start:.1f} s")
+    return results
+
+
+@pytest.mark.parametrize("dtype,layout", CASES)
+def test_sampled_mma_configs_compile_for_sm90(compiled, dtype, layout):
+    rows = compiled[(dtype, layout)]
+    assert len(rows) >= PER_CASE
+    failed = [(c.name, r.failure.detail[:300]) for c, _, r in rows if r.failure is not None]
+    assert not failed, failed
+    spilled = [c.name for c, _, r in rows if r.binary.resources.get("spill_stores")]
+    assert len(spilled) <= len(rows) // 10, spilled      # the register estimate keeps spills rare
+    for config, source, result in rows:
+        assert config.name.startswith(f"gemm_mma_{'tf32' if dtype == 'float32' else SPEC_SHORT[dtype]}_")
+        assert source.arch == "sm_90" and result.binary.cubin[:4] == b"\x7fELF"
+        assert config.name.encode() in result.binary.cubin
+
+
+SPEC_SHORT = {"float16": "f16", "bfloat16": "bf16", "float64": "f64"}
+
+
+def _sass(cubin: bytes) -> str:
+    try:
+        from cuda import pathfinder
+
+        tool = pathfinder.find_nvidia_binary_utility("cuobjdump")
+    except Exception:
+        tool = None
+    if not tool:
+        pytest.skip("cuobjdump not found (pip install nvidia-cuda-cuobjdump)")
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "k.cubin"
+        path.write_bytes(cubin)
+        out = subprocess.run([tool, "-sass", str(path)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+@pytest.mark.parametrize("dtype,unit,frag_load", [("bfloat16", "HMMA", "LDSM"), ("float32", "HMMA", "LDS"),
+                                                  ("float64", "DMMA", "LDS")])
+def test_sass_has_tensor_core_instructions_and_async_copies(target, dtype, unit, frag_load):
+    problem = SPEC.problem(4096, 4096, 4096, dtype, "TN")
+    config = SPEC.default_config(problem, target)
+    result = compile_source(render(SPEC, problem, config, target))
+    assert result.failure is None
+    sass = _sass(result.binary.cubin)
+    assert re.search(rf"\b{unit}\.", sass), unit
+    assert re.search(rf"\b{frag_load}\b|\b{frag_load}\.", sass)
+    assert "LDGSTS" in sass                           # cp.async
+    assert result.binary.resources["spill_stores"] == 0
