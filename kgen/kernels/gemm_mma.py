@@ -7,7 +7,7 @@ layout, any size and alignment, with the fused epilogue of ``kgen.kernels.gemm_t
 >>> spec = GemmMma()
 >>> p = spec.problem(4096, 4096, 4096, "bfloat16", "NN")
 >>> spec.default_config(p, Target.h200()).name
-'gemm_mma_bf16_nn_128x128x32_w64x64_s4_va8_vb8_g8_mb1'
+'gemm_mma_bf16_nn_128x128x32_w64x64_s4_va8_vb8_g8_k1_mb1'
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from kgen.spec import Launch, register
 
 # input dtype -> (MMA_M, MMA_K, accumulators per mma per thread, BK choices)
 ATOMS = {
-    "float16": (16, 16, 4, (16, 32, 64)),
-    "bfloat16": (16, 16, 4, (16, 32, 64)),
+    "float16": (16, 16, 4, (16, 32, 64, 128)),
+    "bfloat16": (16, 16, 4, (16, 32, 64, 128)),
     "float32": (16, 8, 4, (8, 16, 32)),
     "float64": (16, 8, 4, (8, 16, 32)),      # the m16n8k8 fp64 shape of sm_90
 }
@@ -42,14 +42,17 @@ def _pad(dtype: str, kmajor: bool) -> int:
 
 
 def tile_shape(dtype: str, layout: str, v: Mapping[str, int]) -> dict[str, int]:
-    """Padded shared-memory rows and tile sizes (elements) of A and B, and the bytes in all."""
+    """Padded shared-memory rows and tile sizes (elements) of A and B, and the bytes in all
+    (the pipeline's, or the k slices' partial sums where those need more)."""
     a_kmajor, b_kmajor = layout[0] == "N", layout[1] == "T"
     sa_row = (v["BK"] if a_kmajor else v["BM"]) + _pad(dtype, a_kmajor)
     sb_row = (v["BK"] if b_kmajor else v["BN"]) + _pad(dtype, b_kmajor)
     sa_tile = (v["BM"] if a_kmajor else v["BK"]) * sa_row
     sb_tile = (v["BN"] if b_kmajor else v["BK"]) * sb_row
+    acc_size = 8 if dtype == "float64" else 4
+    partial = (v.get("WK", 1) - 1) * v["BM"] * v["BN"] * acc_size
     return dict(SA_ROW=sa_row, SB_ROW=sb_row, SA_TILE=sa_tile, SB_TILE=sb_tile,
-                SMEM=v["STAGES"] * (sa_tile + sb_tile) * ITEMSIZE[dtype])
+                SMEM=max(v["STAGES"] * (sa_tile + sb_tile) * ITEMSIZE[dtype], partial))
 
 
 def _pow2_at_least(x: int) -> int:
@@ -76,7 +79,7 @@ class GemmMma(TensorCoreGemm):
         a_kmajor, b_kmajor = layout[0] == "N", layout[1] == "T"
 
         def warps(v):
-            return (v["BM"] // v["WM"]) * (v["BN"] // v["WN"])
+            return (v["BM"] // v["WM"]) * (v["BN"] // v["WN"]) * v["WK"]
 
         def accumulators(v):
             return (v["WM"] // mma_m) * (v["WN"] // 8) * acc_words
@@ -102,6 +105,7 @@ class GemmMma(TensorCoreGemm):
             Param("VA", vecs),
             Param("VB", vecs),
             Param("GM", (1, 8)),
+            Param("WK", (1, 2, 4)),
             Param("MINB", (1, 2)),
         ]
         constraints = [
@@ -109,7 +113,8 @@ class GemmMma(TensorCoreGemm):
                        and v["BN"] <= max(16, _pow2_at_least(n)), ("BM", "BN")),
             Constraint("warp tile divides block tile", lambda v: v["BM"] % v["WM"] == 0
                        and v["BN"] % v["WN"] == 0, ("BM", "BN", "WM", "WN")),
-            Constraint("1 to 16 warps", lambda v: 1 <= warps(v) <= 16, ("BM", "BN", "WM", "WN")),
+            Constraint("1 to 16 warps", lambda v: 1 <= warps(v) <= 16, ("BM", "BN", "WM", "WN", "WK")),
+            Constraint("k slices of whole mma steps", lambda v: v["BK"] % (v["WK"] * mma_k) == 0, ("BK", "WK")),
             Constraint("accumulators fit in registers", lambda v: accumulators(v) <= 128, ("WM", "WN")),
             Constraint("A vector fits alignment and tile", lambda v: v["VA"] <= align_a and
                        (v["BK"] if a_kmajor else v["BM"]) % v["VA"] == 0, ("BM", "BK", "VA")),
@@ -118,15 +123,15 @@ class GemmMma(TensorCoreGemm):
             Constraint("pipeline no deeper than the k loop", lambda v: v["STAGES"] - 1 <= max(1, -(-k // v["BK"])),
                        ("BK", "STAGES")),
             Constraint("shared memory fits the device", lambda v: smem(v) <= target.smem_per_block_optin,
-                       ("BM", "BN", "BK", "STAGES")),
+                       ("BM", "BN", "BK", "STAGES", "WK")),
             Constraint("grouping only with several block rows",
                        lambda v: v["GM"] == 1 or v["GM"] < -(-m // v["BM"]), ("BM", "GM")),
             Constraint("at most 16 copies per thread per stage", lambda v: chunks(v) <= 16,
-                       ("BM", "BN", "BK", "WM", "WN", "VA", "VB")),
+                       ("BM", "BN", "BK", "WM", "WN", "VA", "VB", "WK")),
             Constraint("registers and shared memory fit MINB blocks", lambda v: regs(v) <= 255 and
                        regs(v) * 32 * warps(v) * v["MINB"] <= target.regs_per_sm and
                        smem(v) * v["MINB"] <= target.smem_per_sm,
-                       ("BM", "BN", "BK", "WM", "WN", "STAGES", "VA", "VB", "MINB")),
+                       ("BM", "BN", "BK", "WM", "WN", "STAGES", "VA", "VB", "WK", "MINB")),
         ]
         derived = {"THREADS": lambda v: 32 * warps(v), "MMA_M": lambda v: mma_m, "MMA_K": lambda v: mma_k,
                    "ACC_PER_MMA": lambda v: acc_per, "REGS_EST": regs}
@@ -136,7 +141,7 @@ class GemmMma(TensorCoreGemm):
 
         def namer(v):
             return (f"gemm_mma_{short}_{layout.lower()}_{v['BM']}x{v['BN']}x{v['BK']}_w{v['WM']}x{v['WN']}"
-                    f"_s{v['STAGES']}_va{v['VA']}_vb{v['VB']}_g{v['GM']}_mb{v['MINB']}")
+                    f"_s{v['STAGES']}_va{v['VA']}_vb{v['VB']}_g{v['GM']}_k{v['WK']}_mb{v['MINB']}")
 
         return Space(params, constraints, derived, namer)
 
@@ -159,7 +164,7 @@ class GemmMma(TensorCoreGemm):
                     for stages in (4, 3, 2):
                         for gm in (8, 1):
                             v = dict(BM=bm, BN=bn, BK=bks[1], WM=wm, WN=wn, STAGES=stages, VA=va, VB=vb,
-                                     GM=gm, MINB=1)
+                                     GM=gm, WK=1, MINB=1)
                             if space.is_valid(v):
                                 return space.make(v)
         configs = space.configs()
@@ -171,7 +176,7 @@ class GemmMma(TensorCoreGemm):
     def launch(self, problem: Problem, config: Config) -> Launch:
         v = config.as_dict()
         tiles = -(-problem["m"] // v["BM"]) * -(-problem["n"] // v["BN"])
-        warps = (v["BM"] // v["WM"]) * (v["BN"] // v["WN"])
+        warps = (v["BM"] // v["WM"]) * (v["BN"] // v["WN"]) * v["WK"]
         return Launch((max(tiles, 1), 1, 1), (32 * warps, 1, 1),
                       tile_shape(problem["dtype"], problem["layout"], v)["SMEM"])
 
