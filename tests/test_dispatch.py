@@ -15,68 +15,11 @@ from kgen.kernels.gemm import GemmSimt, gemm_problem
 from kgen.measurement import Measurement, Provenance, Record
 from kgen.problem import Target
 
+from fakes import BASE, FakeArray, FakeKernel, FakeLauncher  # noqa: F401
+
 SPEC = GemmSimt()
 TARGET = Target.h200()
-BASE = 0x7F00_0000_0000          # a 256-byte aligned fake device address
 
-
-class FakeArray:
-    """Just enough of a CUDA array: __cuda_array_interface__ and .device.id."""
-
-    def __init__(self, shape, dtype="float32", ptr=BASE, strides=None, device=0):
-        self.shape = tuple(shape)
-        self.dtype = np.dtype(dtype)
-        self.ptr = ptr
-        self.elem_strides = strides
-        self.device = SimpleNamespace(id=device)
-
-    @property
-    def __cuda_array_interface__(self):
-        strides = None if self.elem_strides is None else tuple(s * self.dtype.itemsize for s in self.elem_strides)
-        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, False),
-                "strides": strides, "version": 3}
-
-    @property
-    def T(self):
-        s = self.elem_strides or (self.shape[1], 1)
-        return FakeArray(self.shape[::-1], self.dtype, self.ptr, s[::-1], self.device.id)
-
-
-class FakeKernel:
-    def __init__(self, binary):
-        self.binary = binary
-        self.entry = binary.entry
-        self.launches = []
-        self.scales = []
-
-    def launch(self, grid, block, args, shared_mem=0):
-        self.launches.append(SimpleNamespace(grid=tuple(grid), block=tuple(block), args=list(args),
-                                             shared_mem=shared_mem))
-
-    def scale(self, array, factor):
-        self.scales.append((array, factor))
-
-
-class FakeLauncher:
-    def __init__(self):
-        self.kernels: list[FakeKernel] = []
-        self.allocated = []
-
-    def load(self, binary):
-        assert binary.cubin and binary.entry
-        k = FakeKernel(binary)
-        self.kernels.append(k)
-        return k
-
-    def empty(self, shape, dtype, like=None):
-        out = FakeArray(shape, dtype, ptr=BASE + 0x1000_0000 * (len(self.allocated) + 1),
-                        device=like.device.id if like is not None else 0)
-        self.allocated.append(out)
-        return out
-
-    @property
-    def launches(self):
-        return [(k, l) for k in self.kernels for l in k.launches]
 
 
 @pytest.fixture

@@ -72,10 +72,10 @@ def gemm_request(family: str, m: int, n: int, k: int, dtype: str, layout: str, t
                 align_a=align_a, align_b=align_b)
     if family == "gemm":
         return tensor_core_specs(args, target)
-    spec = get_spec(family)
     if family not in TENSOR_CORE_FAMILIES:
         raise KgenError(f"the command line builds gemm problems only; {family!r} is tuned from Python",
                         remedy="use kgen.search.tune(spec, problem, ...) for your own family")
+    spec = get_spec(family)
     problem = tc_problem(family, **args)
     if not spec.supports(problem, target):
         raise KgenError(f"{family} cannot run {problem.key} on {target.name}",

@@ -15,7 +15,7 @@ from typing import Any
 from kgen.arrays import ArrayInfo, array_kind, describe
 from kgen.errors import DeviceError, DtypeError, InputError, LayoutError, ShapeError
 from kgen.kernels import gemm_rules as rules
-from kgen.kernels.gemm_route import tensor_core_specs
+from kgen.kernels.gemm_route import tensor_core_specs, uses_tensor_cores
 from kgen.kernels.gemm_tc import allowed_outputs, epilogue_name
 from kgen.problem import Problem
 
@@ -83,6 +83,7 @@ def make_plan(dispatcher, a, b, c, bias, activation, precision, dtype, out_dtype
         raise DtypeError(f"a is {in_a} and b is {in_b}", remedy="cast both to one dtype")
     if ai.device != bi.device:
         raise DeviceError(f"a is on device {ai.device} and b on device {bi.device}")
+    uses_tensor_cores(in_a, precision, "none" if bias is None and activation is None else "bias", out_dtype)
     out = out_dtype or in_a
     if out not in allowed_outputs(in_a):
         raise DtypeError(f"{in_a} inputs can write {list(allowed_outputs(in_a))}, not {out}")

@@ -1,0 +1,146 @@
+"""kgen.gemm's tensor-core route with fake arrays and a fake launcher (kernels really compile):
+which family, which arguments, which errors; the command line's routing."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import kgen
+from kgen.db import MemoryStore
+from kgen.dispatch import Dispatcher, set_default_dispatcher
+from kgen.errors import DtypeError, KgenError, LayoutError, ShapeError
+from kgen.kernels.gemm_mma import GemmMma
+from kgen.kernels.gemm_route import gemm_request, uses_tensor_cores
+from kgen.measurement import Measurement, Provenance, Record
+from kgen.problem import Target
+
+from fakes import BASE, FakeArray, FakeLauncher
+
+TARGET = Target.h200()
+MMA = GemmMma()
+
+
+@pytest.fixture
+def fake():
+    launcher = FakeLauncher()
+    dispatcher = Dispatcher(db=MemoryStore(), launcher=launcher, targets={0: TARGET})
+    old = set_default_dispatcher(dispatcher)
+    try:
+        yield SimpleNamespace(launcher=launcher, dispatcher=dispatcher)
+    finally:
+        set_default_dispatcher(old)
+
+
+def _args(launch):
+    return [x.item() if hasattr(x, "item") else x for x in launch.args]
+
+
+def test_float16_goes_to_the_tensor_cores_with_pointers_sizes_and_leading_dims(fake):
+    a = FakeArray((100, 64), "float16")
+    bt = FakeArray((48, 64), "float16", ptr=BASE + 0x100_0000)     # B given as a transposed view
+    c = kgen.gemm(a, bt.T)
+    assert c.dtype == np.float16 and c.shape == (100, 48)
+    (kernel, launch), = fake.launcher.launches
+    assert kernel.entry.startswith("gemm_mma_f16_nt_")
+    args = _args(launch)
+    assert args[:4] == [a.ptr, bt.ptr, c.ptr, 0]                    # no bias
+    assert args[4:10] == [100, 48, 64, 64, 64, 48]                  # m n k lda ldb ldc
+    assert args[10:] == [1.0, 0.0]
+    problem = MMA.problem(100, 48, 64, "float16", "NT")
+    geo = MMA.launch(problem, fake.dispatcher.choose(MMA, problem, TARGET).config)
+    assert (launch.grid, launch.block, launch.shared_mem) == (geo.grid, geo.block, geo.shared_mem)
+
+
+def test_a_repeated_call_reuses_the_plan(fake):
+    a, b = FakeArray((64, 64), "float16"), FakeArray((64, 64), "float16", ptr=BASE + 0x100_0000)
+    kgen.gemm(a, b)
+    kgen.gemm(a, b)
+    assert len(fake.launcher.kernels) == 1 and len(fake.launcher.launches) == 2
+
+
+def test_uint16_is_bfloat16_only_when_told(fake):
+    a, b = FakeArray((32, 16), "uint16"), FakeArray((16, 8), "uint16", ptr=BASE + 0x100_0000)
+    with pytest.raises(DtypeError, match="dtype='bfloat16'"):
+        kgen.gemm(a, b)
+    c = kgen.gemm(a, b, dtype="bfloat16")
+    assert c.dtype == np.uint16
+    assert fake.launcher.launches[0][0].entry.startswith("gemm_mma_bf16_nn_")
+    out = kgen.gemm(a, b, dtype="bfloat16", out_dtype="float32")
+    assert out.dtype == np.float32
+
+
+def test_bias_and_activation_are_fused_into_one_launch(fake):
+    a, b = FakeArray((64, 32), "float16"), FakeArray((32, 40), "float16", ptr=BASE + 0x100_0000)
+    bias = FakeArray((40,), "float16", ptr=BASE + 0x200_0000)
+    kgen.gemm(a, b, bias=bias, activation="gelu")
+    (kernel, launch), = fake.launcher.launches
+    assert _args(launch)[3] == bias.ptr
+    loaded = [x for x in fake.dispatcher._loaded.values()][0]
+    assert loaded.problem["epilogue"] == "bias_gelu"
+    with pytest.raises(ShapeError, match="one value per column"):
+        kgen.gemm(a, b, bias=FakeArray((64,), "float16"))
+    with pytest.raises(DtypeError, match="bias is float32"):
+        kgen.gemm(a, b, bias=FakeArray((40,), "float32"))
+    with pytest.raises(KgenError, match="unknown activation"):
+        kgen.gemm(a, b, activation="tanh")
+
+
+def test_float32_is_ieee_unless_tf32_is_asked_for(fake):
+    a, b = FakeArray((64, 64)), FakeArray((64, 64), ptr=BASE + 0x100_0000)
+    kgen.gemm(a, b)
+    assert fake.launcher.launches[-1][0].entry.startswith("gemm_simt_f32_")
+    kgen.gemm(a, b, precision="tf32")
+    assert fake.launcher.launches[-1][0].entry.startswith("gemm_mma_tf32_")
+    with pytest.raises(KgenError, match="precision='tf32'"):
+        kgen.gemm(a, b, activation="relu")
+    with pytest.raises(DtypeError, match="float32 inputs"):
+        kgen.gemm(FakeArray((8, 8), "float16"), FakeArray((8, 8), "float16"), precision="tf32")
+
+
+def test_bad_operands_raise_typed_errors(fake):
+    a = FakeArray((64, 32), "float16")
+    with pytest.raises(ShapeError, match="inner dimensions"):
+        kgen.gemm(a, FakeArray((31, 8), "float16"))
+    with pytest.raises(DtypeError, match="a is float16 and b is float64"):
+        kgen.gemm(a, FakeArray((32, 8), "float64"))
+    with pytest.raises(LayoutError, match="neither row-major"):
+        kgen.gemm(a, FakeArray((32, 8), "float16", strides=(16, 2)))
+    with pytest.raises(ShapeError, match="c has shape"):
+        kgen.gemm(a, FakeArray((32, 8), "float16"), FakeArray((64, 9), "float16"))
+    with pytest.raises(DtypeError, match="can write"):
+        kgen.gemm(a, FakeArray((32, 8), "float16"), out_dtype="float64")
+
+
+def test_a_tuned_record_is_used(fake):
+    problem = MMA.problem(256, 256, 256, "float16", "NN")
+    space = MMA.space(problem, TARGET)
+    config = next(c for c in space.sample(50, seed=4) if c.name != MMA.default_config(problem, TARGET).name)
+    prov = Provenance(device=TARGET.name, cc="9.0", template_digest=MMA.template_digest())
+    fake.dispatcher.db.commit([Record("gemm_mma", Measurement(config.name, config.as_dict(), problem.key,
+                                                              times_ms=(0.01,) * 5), prov)])
+    kgen.gemm(FakeArray((256, 256), "float16"), FakeArray((256, 256), "float16", ptr=BASE + 0x100_0000))
+    assert fake.launcher.launches[0][0].entry == config.name
+
+
+def test_routing_by_dtype_precision_and_epilogue():
+    assert not uses_tensor_cores("float32", None, "none", None)
+    assert uses_tensor_cores("float32", "tf32", "none", None)
+    assert uses_tensor_cores("float64", None, "none", None)
+    (spec, problem), = gemm_request("gemm", 64, 64, 64, "bfloat16", "TN", TARGET, epilogue="bias_relu")
+    assert spec.family == "gemm_mma" and problem["epilogue"] == "bias_relu" and problem["layout"] == "TN"
+    (spec, problem), = gemm_request("gemm", 64, 64, 64, "float32", "NN", TARGET)
+    assert spec.family == "gemm" and problem.family == "gemm"
+    with pytest.raises(KgenError, match="from Python"):
+        gemm_request("vector_add", 1, 1, 1, "float32", "NN", TARGET, precision="tf32")
+
+
+def test_cli_routes_tensor_core_dtypes():
+    from kgen.cli import _problem
+
+    spec, problem = _problem("gemm", 128, 64, 32, "float16", "nt", TARGET, out_dtype="float32")
+    assert spec.family == "gemm_mma" and problem["out_dtype"] == "float32" and problem["layout"] == "NT"
+    spec, problem = _problem("gemm", 128, 64, 32, "float32", "NN", TARGET, precision="tf32")
+    assert spec.family == "gemm_mma" and problem["precision"] == "tf32"
