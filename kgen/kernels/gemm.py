@@ -394,18 +394,12 @@ def gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, *, bias=None, acti
     """
     from kgen.dispatch import default_dispatcher
 
-    if (bias is not None or activation is not None or precision not in (None, "ieee") or dtype is not None
+    if (bias is not None or activation is not None or precision is not None or dtype is not None
             or out_dtype is not None or not _float32_cai(a)):
-        from kgen.kernels.gemm_route import uses_tensor_cores
+        from kgen.kernels.gemm_tc_call import tc_gemm   # which also sends float32 back here where it must
 
-        probe = dtype or getattr(getattr(a, "dtype", None), "name", None) or str(getattr(a, "dtype", ""))
-        probe = probe.removeprefix("torch.")
-        if probe != "float32" or uses_tensor_cores("float32", precision, "none" if bias is None and
-                                                   activation is None else "bias", out_dtype):
-            from kgen.kernels.gemm_tc_call import tc_gemm
-
-            return tc_gemm(a, b, c, alpha, beta, bias=bias, activation=activation, precision=precision,
-                           dtype=dtype, out_dtype=out_dtype)
+        return tc_gemm(a, b, c, alpha, beta, bias=bias, activation=activation, precision=precision,
+                       dtype=dtype, out_dtype=out_dtype)
     dispatcher = default_dispatcher()
     try:
         ia, ib = a.__cuda_array_interface__, b.__cuda_array_interface__

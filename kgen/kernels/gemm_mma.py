@@ -15,8 +15,6 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-import numpy as np
-
 from kgen.errors import NoConfigError
 from kgen.kernels.gemm_tc import ITEMSIZE, TensorCoreGemm, type_context
 from kgen.problem import Problem, Target
@@ -179,26 +177,6 @@ class GemmMma(TensorCoreGemm):
         warps = (v["BM"] // v["WM"]) * (v["BN"] // v["WN"]) * v["WK"]
         return Launch((max(tiles, 1), 1, 1), (32 * warps, 1, 1),
                       tile_shape(problem["dtype"], problem["layout"], v)["SMEM"])
-
-    def args(self, problem: Problem, config: Config, operands: Mapping[str, Any]) -> list:
-        return gemm_args(problem, operands)
-
-
-def gemm_args(problem: Problem, operands: Mapping[str, Any]) -> list:
-    """Pointers, sizes, leading dimensions, alpha and beta in the kernel's argument order."""
-    from kgen.arrays import describe
-
-    a, b, c = (describe(operands[x], x) for x in ("a", "b", "c"))
-    bias = operands.get("bias")
-    layout = problem["layout"]
-    lda = a.strides[0] if layout[0] == "N" else a.strides[1]
-    ldb = b.strides[0] if layout[1] == "N" else b.strides[1]
-    scalar = np.float64 if problem["dtype"] == "float64" else np.float32
-    return [np.uint64(a.ptr), np.uint64(b.ptr), np.uint64(c.ptr),
-            np.uint64(describe(bias, "bias").ptr if bias is not None else 0),
-            np.int32(problem["m"]), np.int32(problem["n"]), np.int32(problem["k"]),
-            np.int64(max(lda, 1)), np.int64(max(ldb, 1)), np.int64(max(c.strides[0], 1)),
-            scalar(operands.get("alpha", 1.0)), scalar(operands.get("beta", 0.0))]
 
 
 register(GemmMma())

@@ -20,6 +20,8 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
+import numpy as np
+
 from kgen.errors import DtypeError, KgenError
 from kgen.kernels import gemm_rules as rules
 from kgen.problem import Problem
@@ -165,6 +167,32 @@ class TensorCoreGemm(KernelSpec):
     def supports(self, problem: Problem, target) -> bool:
         """Whether this family can run ``problem`` on ``target`` at all."""
         return problem["dtype"] in TC_INPUTS
+
+    def arg_builder(self, problem: Problem, config, lds: tuple):
+        """A function (a, b, c, bias pointers (0: none), alpha, beta) -> kernel arguments, with
+        everything else (m, n, k, lda, ldb, ldc) fixed now; families whose kernels take other
+        arguments override this."""
+        scalar = np.float64 if problem["dtype"] == "float64" else np.float32
+        dims = (np.int32(problem["m"]), np.int32(problem["n"]), np.int32(problem["k"]),
+                np.int64(max(lds[0], 1)), np.int64(max(lds[1], 1)), np.int64(max(lds[2], 1)))
+        u64 = np.uint64
+
+        def build(pa, pb, pc, pbias, alpha, beta):
+            return (u64(pa), u64(pb), u64(pc), u64(pbias), *dims, scalar(alpha), scalar(beta))
+
+        return build
+
+    def args(self, problem: Problem, config, operands: Mapping[str, Any]) -> list:
+        from kgen.arrays import describe
+
+        a, b, c = (describe(operands[x], x) for x in ("a", "b", "c"))
+        bias = operands.get("bias")
+        layout = problem["layout"]
+        lda = a.strides[0] if layout[0] == "N" else a.strides[1]
+        ldb = b.strides[0] if layout[1] == "N" else b.strides[1]
+        build = self.arg_builder(problem, config, (lda, ldb, c.strides[0]))
+        return list(build(a.ptr, b.ptr, c.ptr, describe(bias, "bias").ptr if bias is not None else 0,
+                          operands.get("alpha", 1.0), operands.get("beta", 0.0)))
 
     # ---- measurement (GPU) ------------------------------------------------------------
     def inputs(self, problem: Problem, seed: int) -> dict[str, Any]:

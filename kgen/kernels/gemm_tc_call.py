@@ -9,6 +9,7 @@ PyTorch tensors, CuPy's otherwise; JAX inputs are waited for first).
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +33,8 @@ class TcPlan:
     kind: str            # the caller's array type: cai | torch | jax
     device: int
     how: str = ""
+    build: Any = None    # (pointers, alpha, beta) -> kernel arguments
+    simt: bool = False   # float32 without tf32 after all: the CUDA-core path runs it
 
 
 def _input_dtype(info: ArrayInfo, dtype: str | None, name: str) -> str:
@@ -83,7 +86,9 @@ def make_plan(dispatcher, a, b, c, bias, activation, precision, dtype, out_dtype
         raise DtypeError(f"a is {in_a} and b is {in_b}", remedy="cast both to one dtype")
     if ai.device != bi.device:
         raise DeviceError(f"a is on device {ai.device} and b on device {bi.device}")
-    uses_tensor_cores(in_a, precision, "none" if bias is None and activation is None else "bias", out_dtype)
+    if not uses_tensor_cores(in_a, precision, "none" if bias is None and activation is None else "bias",
+                             out_dtype):
+        return TcPlan(None, None, None, None, None, array_kind(a), ai.device, simt=True)
     out = out_dtype or in_a
     if out not in allowed_outputs(in_a):
         raise DtypeError(f"{in_a} inputs can write {list(allowed_outputs(in_a))}, not {out}")
@@ -118,19 +123,26 @@ def make_plan(dispatcher, a, b, c, bias, activation, precision, dtype, out_dtype
         if best is None or rank < best[0]:
             best = (rank, spec, problem, loaded)
     _, spec, problem, loaded = best
-    return TcPlan(spec, problem, loaded.kernel, loaded.choice.config, spec.launch(problem, loaded.choice.config),
-                  array_kind(a), ai.device, loaded.choice.how)
+    ldc = describe(c, "c").strides[0] if c is not None else n
+    config = loaded.choice.config
+    return TcPlan(spec, problem, loaded.kernel, config, spec.launch(problem, config), array_kind(a), ai.device,
+                  loaded.choice.how, spec.arg_builder(problem, config, (lda, ldb, max(ldc, 1))))
 
 
-def _signature(arrays, activation, precision, dtype, out_dtype) -> tuple:
-    sig: tuple = (activation, precision, dtype, out_dtype)
-    for x in arrays:
-        if x is None:
-            sig += (None,)
-        else:
-            i = describe(x)
-            sig += (array_kind(x), i.shape, i.strides, i.dtype, i.ptr & 15, i.device)
-    return sig
+def _view(x) -> tuple[tuple, int]:
+    """(what decides the plan, data pointer) of an operand, as cheaply as its type allows."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(x, torch.Tensor):
+        ptr = x.data_ptr()
+        return ("torch", x.shape, x.stride(), x.dtype, ptr & 15, x.device), ptr
+    try:
+        cai = x.__cuda_array_interface__
+    except AttributeError:
+        info = describe(x)      # a JAX array (waited for), or the error saying what to pass
+        return (array_kind(x), info.shape, info.strides, info.dtype, info.ptr & 15, info.device), info.ptr
+    ptr = cai["data"][0]
+    dev = getattr(x, "device", None)
+    return ("cai", cai["shape"], cai["strides"], cai["typestr"], ptr & 15, getattr(dev, "id", dev)), ptr
 
 
 def _empty(dispatcher, kind: str, like, shape, dtype: str):
@@ -149,16 +161,19 @@ def _to_jax(arr, dtype: str):
     return jax.lax.bitcast_convert_type(out, jnp.bfloat16) if dtype == "bfloat16" else out
 
 
-def _stream(kind: str, device: int):
-    """A context running launches on PyTorch's current stream for PyTorch callers, else a no-op."""
-    import contextlib
+_streams: dict = {}
 
-    if kind != "torch":
-        return contextlib.nullcontext()
+
+def _torch_stream(device: int):
+    """CuPy's view of PyTorch's current stream (cached per stream)."""
     import cupy
     import torch
 
-    return cupy.cuda.ExternalStream(torch.cuda.current_stream(device).cuda_stream, device)
+    ptr = torch.cuda.current_stream(device).cuda_stream
+    stream = _streams.get(ptr)
+    if stream is None:
+        stream = _streams[ptr] = cupy.cuda.ExternalStream(ptr, device)
+    return stream
 
 
 def tc_gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, *, bias=None, activation=None,
@@ -167,18 +182,29 @@ def tc_gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, *, bias=None, a
     from kgen.dispatch import default_dispatcher
 
     dispatcher = default_dispatcher()
-    sig = _signature((a, b, c, bias), activation, precision, dtype, out_dtype)
+    (va, pa), (vb, pb) = _view(a), _view(b)
+    vc, pc = _view(c) if c is not None else (None, 0)
+    vbias, pbias = _view(bias) if bias is not None else (None, 0)
+    sig = ("tc", va, vb, vc, vbias, activation, precision, dtype, out_dtype)
     plan = dispatcher.plans.get(sig)
     if plan is None:
         plan = dispatcher.plans[sig] = make_plan(dispatcher, a, b, c, bias, activation, precision, dtype, out_dtype)
+    if plan.simt:
+        from kgen.kernels.gemm import gemm
+
+        return gemm(a, b, c, alpha, beta)
     problem = plan.problem
-    out = problem["out_dtype"]
     if c is None:
-        c = _empty(dispatcher, "torch" if plan.kind == "torch" else "cai", a, (problem["m"], problem["n"]), out)
+        c = _empty(dispatcher, "torch" if plan.kind == "torch" else "cai", a, (problem["m"], problem["n"]),
+                   problem["out_dtype"])
+        pc = _view(c)[1]
         beta = 0.0
     if plan.kernel is not None:
-        operands = {"a": a, "b": b, "c": c, "bias": bias, "alpha": alpha, "beta": beta}
-        with _stream(plan.kind, plan.device):
-            plan.kernel.launch(plan.launch.grid, plan.launch.block,
-                               plan.spec.args(problem, plan.config, operands), plan.launch.shared_mem)
-    return _to_jax(c, out) if plan.kind == "jax" else c
+        args = plan.build(pa, pb, pc, pbias, alpha, beta)
+        geo = plan.launch
+        if plan.kind == "torch":
+            with _torch_stream(plan.device):
+                plan.kernel.launch(geo.grid, geo.block, args, geo.shared_mem)
+        else:
+            plan.kernel.launch(geo.grid, geo.block, args, geo.shared_mem)
+    return _to_jax(c, problem["out_dtype"]) if plan.kind == "jax" else c
