@@ -3,7 +3,8 @@
 # test, run the benchmarks; logs and results go under $OUT (default ./gpu_out).
 #   scripts/gpu_check.sh                 # tests + the full GEMM benchmark
 #   scripts/gpu_check.sh tests [FILES]   # tests only (all gpu tests, or these files)
-#   scripts/gpu_check.sh bench [ARGS]    # benchmark only (ARGS go to bench_gemm.py)
+#   scripts/gpu_check.sh bench [ARGS]    # GEMM benchmark only (ARGS go to bench_gemm.py)
+#   scripts/gpu_check.sh dispatch [ARGS] # call overhead and cold start (ARGS go to bench_dispatch.py)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu_out}
@@ -26,6 +27,11 @@ fi
 if [ "$what" = all ] || [ "$what" = bench ]; then
   python3 scripts/bench_gemm.py --out "$OUT/bench_gemm.json" --export "$OUT/tuning_db.jsonl" \
     --recording "$OUT/recording.jsonl" "$@" 2>&1 | tee "$OUT/bench_gemm.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+fi
+if [ "$what" = all ] || [ "$what" = dispatch ]; then
+  [ "$what" = dispatch ] && dargs=("$@") || dargs=()
+  python3 scripts/bench_dispatch.py --out "$OUT/bench_dispatch.json" "${dargs[@]}" 2>&1 | tee "$OUT/bench_dispatch.log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi
 exit $status

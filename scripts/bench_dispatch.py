@@ -1,0 +1,166 @@
+"""Host time per call on a small GEMM, side by side: kgen.gemm (CuPy float32 on CUDA cores,
+CuPy float16 and PyTorch bfloat16 on tensor cores), the exported module, a raw
+cupy.RawKernel launch of the same cubin, cupy.matmul and torch.matmul; and the cold start
+of a tuned problem in a fresh process with a warm cubin cache.
+
+Writes scripts/results/<device>/bench_dispatch.json: rows {path, us_per_call} and
+{path: "cold_start", ms}.
+
+    python scripts/bench_dispatch.py [--out FILE] [--commit SHA]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+N = 256           # the problem: N x N x N
+
+
+def per_call_us(fn, calls: int = 3000, repeats: int = 5) -> float:
+    """Best of ``repeats`` of the host time of ``calls`` back-to-back calls (GPU not waited for)."""
+    import cupy
+
+    best = float("inf")
+    for _ in range(repeats):
+        cupy.cuda.get_current_stream().synchronize()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        t1 = time.perf_counter()
+        cupy.cuda.get_current_stream().synchronize()
+        best = min(best, (t1 - t0) / calls * 1e6)
+    return best
+
+
+COLD = r"""
+import json, sys, time
+import cupy
+a = cupy.random.default_rng(1).random(({n}, {n}), dtype=cupy.float32)
+b = cupy.random.default_rng(2).random(({n}, {n}), dtype=cupy.float32)
+cupy.cuda.Device(0).synchronize()
+t0 = time.perf_counter()
+import kgen
+t1 = time.perf_counter()
+c = kgen.gemm(a, b)
+cupy.cuda.Device(0).synchronize()
+t2 = time.perf_counter()
+from kgen.dispatch import default_dispatcher
+how = [l.choice.how for l in default_dispatcher()._loaded.values()]
+ok = bool(cupy.allclose(c, a @ b, rtol=1e-4, atol=1e-3))
+print(json.dumps({{"import_ms": (t1 - t0) * 1e3, "first_call_ms": (t2 - t1) * 1e3, "how": how, "ok": ok}}))
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default="")
+    parser.add_argument("--commit", default="")
+    args = parser.parse_args()
+
+    import cupy
+
+    import kgen
+    from kgen.db import SqlStore
+    from kgen.dispatch import Dispatcher, set_default_dispatcher
+    from kgen.kernels.gemm import gemm_problem
+    from kgen.problem import Target
+    from kgen.runners import LocalGPURunner
+    from kgen.search import tune
+    from kgen.spec import get_spec
+
+    target = Target.detect(0)
+    out = Path(args.out) if args.out else ROOT / "scripts" / "results" / target.slug / "bench_dispatch.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="kgen-bench-dispatch-"))
+    url = f"sqlite:///{work / 'tuning.db'}"
+    db = SqlStore(url)
+    spec = get_spec("gemm")
+    problem = gemm_problem(N, N, N, "float32", "NN")
+    with LocalGPURunner((0,), target.l2_bytes) as runner:
+        tune(spec, problem, target, runner, db, trials=20)
+    set_default_dispatcher(Dispatcher(db=db))
+    rng = cupy.random.default_rng(0)
+    a, b = rng.random((N, N), dtype=cupy.float32), rng.random((N, N), dtype=cupy.float32)
+    c = cupy.empty((N, N), dtype=cupy.float32)
+    kgen.gemm(a, b, c)
+    loaded = kgen.dispatch.default_dispatcher().prepare(spec, problem, 0)
+    geo = spec.launch(problem, loaded.choice.config)
+    raw_args = spec.args(problem, loaded.choice.config, {"a": a, "b": b, "c": c})
+    fn = loaded.kernel.function
+    split_k = loaded.choice.config["SK"] > 1
+
+    def raw():
+        if split_k:
+            c.fill(0)
+        fn(geo.grid, geo.block, raw_args, shared_mem=geo.shared_mem)
+
+    rows = [dict(path="kgen.gemm cupy float32", us_per_call=per_call_us(lambda: kgen.gemm(a, b, c)),
+                 config=loaded.choice.config.name, how=loaded.choice.how),
+            dict(path="raw RawKernel launch (same cubin)", us_per_call=per_call_us(raw)),
+            dict(path="cupy.matmul float32", us_per_call=per_call_us(lambda: cupy.matmul(a, b, out=c)))]
+
+    # the exported module of the same database
+    pkg = work / "pkg"
+    subprocess.run([sys.executable, "-m", "kgen.cli", "export", "gemm", "-o", str(pkg), "--name", "bench_kernels",
+                    "--db", url], check=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    sys.path.insert(0, str(pkg))
+    import bench_kernels
+
+    bench_kernels.gemm(a, b, c)
+    rows.append(dict(path="exported module float32", us_per_call=per_call_us(lambda: bench_kernels.gemm(a, b, c))))
+
+    h = rng.random((N, N), dtype=cupy.float32).astype(cupy.float16)
+    hc = cupy.empty((N, N), dtype=cupy.float16)
+    kgen.gemm(h, h, hc)
+    rows.append(dict(path="kgen.gemm cupy float16 (tensor cores)", us_per_call=per_call_us(lambda: kgen.gemm(h, h, hc))))
+    rows.append(dict(path="cupy.matmul float16", us_per_call=per_call_us(lambda: cupy.matmul(h, h, out=hc))))
+    try:
+        import torch
+
+        t = torch.rand(N, N, device="cuda", dtype=torch.bfloat16)
+        tc = torch.empty(N, N, device="cuda", dtype=torch.bfloat16)
+        kgen.gemm(t, t, tc)
+        rows.append(dict(path="kgen.gemm torch bfloat16 (tensor cores)",
+                         us_per_call=per_call_us(lambda: kgen.gemm(t, t, tc))))
+        rows.append(dict(path="torch.matmul bfloat16", us_per_call=per_call_us(lambda: torch.matmul(t, t, out=tc))))
+        t32 = torch.rand(N, N, device="cuda")
+        tc32 = torch.empty(N, N, device="cuda")
+        rows.append(dict(path="torch.matmul float32", us_per_call=per_call_us(lambda: torch.matmul(t32, t32, out=tc32))))
+    except ImportError:
+        pass
+
+    # cold start: a fresh process, the tuned record in the database, the cubin in the disk cache
+    env = {**os.environ, "KGEN_DB_URL": url, "PYTHONPATH": os.pathsep.join(sys.path)}
+    runs = []
+    for _ in range(3):
+        res = subprocess.run([sys.executable, "-c", COLD.format(n=N)], capture_output=True, text=True, env=env)
+        if res.returncode != 0:
+            raise SystemExit(res.stderr)
+        runs.append(json.loads(res.stdout.strip().splitlines()[-1]))
+    cold = min(runs, key=lambda r: r["first_call_ms"])
+    rows.append(dict(path="cold_start", ms=cold["first_call_ms"], import_ms=cold["import_ms"], how=cold["how"],
+                     correct=cold["ok"], runs_ms=[r["first_call_ms"] for r in runs]))
+    raw_us = rows[1]["us_per_call"]
+    for r in rows:
+        if "us_per_call" in r and r["path"].startswith(("kgen", "exported")):
+            r["overhead_over_raw_us"] = r["us_per_call"] - raw_us
+    doc = {"device": target.name, "commit": args.commit, "m": N, "n": N, "k": N,
+           "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "rows": rows}
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+    for r in rows:
+        print(r)
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
