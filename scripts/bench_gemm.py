@@ -239,6 +239,23 @@ def dispatch_overhead(spec, target, db, runner, timing, calls: int = 2000) -> di
                 config=loaded.choice.config.name, how=loaded.choice.how)
 
 
+def _row_key(row: dict) -> tuple:
+    return (row["op"], row.get("family", "gemm"), row.get("dtype"), row.get("precision"), row.get("out_dtype"),
+            row.get("layout"), row.get("epilogue"), row.get("m"), row.get("n"), row.get("k"))
+
+
+def _merged(path: Path, device: str, run: dict, rows: list) -> dict:
+    """The results file with these rows replacing earlier rows of the same problems; each row
+    keeps the commit and date of the run that measured it, ``runs`` lists every run."""
+    doc = json.loads(path.read_text()) if path.is_file() else {"device": device, "rows": []}
+    runs = doc.get("runs") or ([{k: doc[k] for k in ("commit", "date", "suite") if k in doc}] if doc["rows"] else [])
+    for row in doc["rows"]:
+        for k in ("commit", "date", "suite"):
+            row.setdefault(k, doc.get(k))
+    new = {_row_key(r) for r in rows}
+    return {"device": device, "runs": runs + [run], "rows": [r for r in doc["rows"] if _row_key(r) not in new] + rows}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--suite", default="simt", choices=sorted(SUITES))
@@ -249,6 +266,7 @@ def main() -> None:
     parser.add_argument("--export", default="", help="write the best record per problem here (JSON lines)")
     parser.add_argument("--recording", default="", help="write every record of the suite here (JSON lines)")
     parser.add_argument("--no-dispatch", action="store_true")
+    parser.add_argument("--merge", action="store_true", help="keep the file's rows of other problems")
     parser.add_argument("--commit", default="", help="the commit measured (where the tree has no .git)")
     parser.add_argument("--families", default="", help="only these families (comma-separated)")
     args = parser.parse_args()
@@ -294,13 +312,15 @@ def main() -> None:
             rows.append(dispatch_overhead(get_spec("gemm"), target, db, runner, timing))
             print(rows[-1])
     ratios = [r["ratio_vs_cublas"] for r in rows if "ratio_vs_cublas" in r]
-    doc = {"device": target.name, "commit": args.commit or _commit(),
+    run = {"commit": args.commit or _commit(),
            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "suite": args.suite, "nvrtc": target.nvrtc_version, "driver": target.driver_version,
            "timing": timing.as_dict(), "copy_bytes_per_s": COPY_BYTES_PER_S,
-           "geomean_ratio_vs_cublas": statistics.geometric_mean(ratios) if ratios else None,
-           "rows": rows}
-    out.write_text(json.dumps(doc, indent=1) + "\n")
+           "geomean_ratio_vs_cublas": statistics.geometric_mean(ratios) if ratios else None}
+    for row in rows:
+        row.update(commit=run["commit"], date=run["date"], suite=args.suite)
+    out.write_text(json.dumps(_merged(out, target.name, run, rows) if args.merge else
+                              {"device": target.name, **run, "rows": rows}, indent=1) + "\n")
     print(f"wrote {out}")
     if args.export:
         best = [db.best(r.problem.family, r.problem.key, target.name) for r in results]
