@@ -19,7 +19,11 @@ from kgen.problem import Target
 
 from fakes import BASE, FakeArray, FakeLauncher
 
-TARGET = Target.h200()
+# an sm_80 device: the portable family runs everything (the Hopper one needs sm_90a and a driver
+# to encode its tensor maps); routing on the H200 is checked without launching
+TARGET = Target(name="NVIDIA A100-SXM4-80GB", cc=(8, 0), sm_count=108, smem_per_block=48 * 1024,
+                smem_per_block_optin=163 * 1024, smem_per_sm=164 * 1024)
+H200 = Target.h200()
 MMA = GemmMma()
 
 
@@ -118,7 +122,7 @@ def test_a_tuned_record_is_used(fake):
     problem = MMA.problem(256, 256, 256, "float16", "NN")
     space = MMA.space(problem, TARGET)
     config = next(c for c in space.sample(50, seed=4) if c.name != MMA.default_config(problem, TARGET).name)
-    prov = Provenance(device=TARGET.name, cc="9.0", template_digest=MMA.template_digest())
+    prov = Provenance(device=TARGET.name, cc="8.0", template_digest=MMA.template_digest())
     fake.dispatcher.db.commit([Record("gemm_mma", Measurement(config.name, config.as_dict(), problem.key,
                                                               times_ms=(0.01,) * 5), prov)])
     kgen.gemm(FakeArray((256, 256), "float16"), FakeArray((256, 256), "float16", ptr=BASE + 0x100_0000))
@@ -131,6 +135,13 @@ def test_routing_by_dtype_precision_and_epilogue():
     assert uses_tensor_cores("float64", None, "none", None)
     (spec, problem), = gemm_request("gemm", 64, 64, 64, "bfloat16", "TN", TARGET, epilogue="bias_relu")
     assert spec.family == "gemm_mma" and problem["epilogue"] == "bias_relu" and problem["layout"] == "TN"
+    # on the H200 the Hopper family comes first where TMA can read the operands
+    found = gemm_request("gemm", 64, 64, 64, "bfloat16", "TN", H200)
+    assert [s.family for s, _ in found] == ["gemm_wgmma", "gemm_mma"]
+    found = gemm_request("gemm", 64, 63, 63, "bfloat16", "NN", H200)     # 126-byte rows: no TMA
+    assert [s.family for s, _ in found] == ["gemm_mma"]
+    (spec, _), = gemm_request("gemm", 64, 64, 64, "float64", "NN", H200)
+    assert spec.family == "gemm_mma"
     (spec, problem), = gemm_request("gemm", 64, 64, 64, "float32", "NN", TARGET)
     assert spec.family == "gemm" and problem.family == "gemm"
     with pytest.raises(KgenError, match="from Python"):

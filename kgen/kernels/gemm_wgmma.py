@@ -1,0 +1,214 @@
+"""Hopper (sm_90a) tensor-core GEMM: TMA + wgmma, warp-specialised, persistent tiles.
+
+float16 / bfloat16 inputs, float32 accumulation, every layout (MN-major operands use the
+wgmma transpose bits), the fused epilogues of ``gemm_tc``. TMA needs 16-byte row strides,
+so A's and B's leading dimensions must be multiples of 8 elements (``align_a``/``align_b``
+>= 8); other problems belong to the portable mma.sync family.
+
+Parameters: BM x BN block tile (BK = 64: one 128-byte swizzle span of 16-bit values),
+STAGES (depth of the shared-memory ring), CONSUMERS (1 or 2 consumer warpgroups, each
+owning 64 or 128 rows), GM (block rows grouped by the tile scheduler for L2 reuse),
+PINGPONG (two consumers take alternate tiles, so one's epilogue overlaps the other's
+mainloop; named ``..._pp``).
+
+>>> from kgen.problem import Target
+>>> spec = GemmWgmma()
+>>> p = spec.problem(4096, 4096, 4096, "bfloat16", "NT")
+>>> spec.supports(p, Target.h200())
+True
+>>> spec.default_config(p, Target.h200()).name
+'gemm_wgmma_bf16_nt_128x256x64_s4_c2_g8'
+>>> spec.launch(p, spec.default_config(p, Target.h200()))
+Launch(grid=(132, 1, 1), block=(384, 1, 1), shared_mem=197712)
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+import numpy as np
+
+from kgen import tma
+from kgen.errors import NoConfigError
+from kgen.kernels.gemm_tc import TensorCoreGemm, allowed_outputs, type_context
+from kgen.problem import Problem, Target
+from kgen.space import Config, Constraint, Param, Space
+from kgen.spec import Launch, register
+
+DTYPES = ("float16", "bfloat16")
+BK = 64                       # 16-bit elements: 128 bytes, the 128-byte swizzle span
+SWIZZLE = 128
+DEFAULT_SM_COUNT = 132        # H200 / H100 SXM; space() takes the target's
+MAX_ACC_FLOATS = 168          # accumulator floats per consumer thread (setmaxnreg 232)
+BARRIER_BYTES = 16            # a full and an empty mbarrier per stage (+ 2 ping-pong ones)
+ALIGN_SLACK = 1024            # the kernel rounds its shared base up to 1024 bytes
+
+
+def smem_bytes(bm: int, bn: int, stages: int) -> int:
+    """Dynamic shared memory of a config: the A and B rings, barriers, alignment slack."""
+    return stages * (bm + bn) * BK * 2 + stages * BARRIER_BYTES + 16 + ALIGN_SLACK
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _pow2_at_least(x: int) -> int:
+    return 1 << max(0, math.ceil(math.log2(max(1, x))))
+
+
+class GemmWgmma(TensorCoreGemm):
+    family = "gemm_wgmma"
+    template = "gemm/wgmma.cu.j2"
+    options = ("--std=c++17",)
+    sm_count = DEFAULT_SM_COUNT
+
+    def compile_arch(self, target: Target) -> str:
+        """wgmma and setmaxnreg exist only in the arch-specific sm_90a target."""
+        if tuple(target.cc) == (9, 0):
+            return "sm_90a"
+        return target.arch
+
+    def supports(self, problem: Problem, target: Target) -> bool:
+        """Hopper, 16-bit inputs, and operands TMA can describe (16-byte row strides)."""
+        return (tuple(target.cc) == (9, 0) and problem["dtype"] in DTYPES
+                and problem["out_dtype"] in allowed_outputs(problem["dtype"])
+                and problem["align_a"] >= 8 and problem["align_b"] >= 8
+                and min(problem["m"], problem["n"], problem["k"]) >= 1)
+
+    # ---- space ------------------------------------------------------------------------
+    def space(self, problem: Problem, target: Target) -> Space:
+        self.sm_count = target.sm_count
+        dtype, layout = problem["dtype"], problem["layout"]
+        short = "bf16" if dtype == "bfloat16" else "f16"
+        m, n = problem["m"], problem["n"]
+
+        def rpc(v):   # rows of the tile one consumer warpgroup owns
+            return v["BM"] if v["PINGPONG"] else v["BM"] // v["CONSUMERS"]
+
+        params = [
+            Param("BM", (64, 128, 256)),
+            Param("BN", (64, 128, 192, 256)),
+            Param("BK", (BK,)),
+            Param("STAGES", (2, 3, 4, 5, 6)),
+            Param("CONSUMERS", (1, 2)),
+            Param("GM", (1, 8)),
+            Param("PINGPONG", (0, 1)),
+        ]
+        constraints = [
+            Constraint("block tile fits the problem",
+                       lambda v: v["BM"] <= max(64, _pow2_at_least(m)) and v["BN"] <= max(64, 64 * _ceil_div(n, 64)),
+                       ("BM", "BN")),
+            Constraint("shared memory fits the device",
+                       lambda v: smem_bytes(v["BM"], v["BN"], v["STAGES"]) <= target.smem_per_block_optin,
+                       ("BM", "BN", "STAGES")),
+            Constraint("ping-pong needs two consumers", lambda v: not v["PINGPONG"] or v["CONSUMERS"] == 2,
+                       ("CONSUMERS", "PINGPONG")),
+            Constraint("a consumer warpgroup owns 64 or 128 rows", lambda v: rpc(v) in (64, 128),
+                       ("BM", "CONSUMERS", "PINGPONG")),
+            Constraint("accumulators fit in registers", lambda v: v["BN"] // 2 * (rpc(v) // 64) <= MAX_ACC_FLOATS,
+                       ("BM", "BN", "CONSUMERS", "PINGPONG")),
+            Constraint("grouping only with several block rows",
+                       lambda v: v["GM"] == 1 or v["GM"] < _ceil_div(m, v["BM"]), ("BM", "GM")),
+        ]
+        derived = {
+            "RPC": rpc,
+            "SLABS": lambda v: rpc(v) // 64,
+            "THREADS": lambda v: 128 * (v["CONSUMERS"] + 1),
+            "SMEM": lambda v: smem_bytes(v["BM"], v["BN"], v["STAGES"]),
+        }
+
+        def namer(v):
+            return (f"gemm_wgmma_{short}_{layout.lower()}_{v['BM']}x{v['BN']}x{v['BK']}"
+                    f"_s{v['STAGES']}_c{v['CONSUMERS']}_g{v['GM']}" + ("_pp" if v["PINGPONG"] else ""))
+
+        return Space(params, constraints, derived, namer)
+
+    def context(self, problem: Problem, config: Config, space: Space) -> dict[str, Any]:
+        # What changes the binary: types, layout, epilogue and the config; shapes are arguments.
+        ctx = type_context(problem)
+        ctx.update(space.full_values(config.as_dict()))
+        ctx["entry"] = config.name
+        return ctx
+
+    def default_config(self, problem: Problem, target: Target) -> Config:
+        """128x256 tiles, 4 stages, 2 consumers (the cuBLAS-class shape), else smaller ones."""
+        space = self.space(problem, target)
+        for bm, bn, stages, consumers in ((128, 256, 4, 2), (128, 128, 6, 2), (128, 128, 6, 1),
+                                          (64, 256, 4, 1), (64, 128, 6, 1), (64, 64, 6, 1)):
+            for gm in (8, 1):
+                v = dict(BM=bm, BN=bn, BK=BK, STAGES=stages, CONSUMERS=consumers, GM=gm, PINGPONG=0)
+                if space.is_valid(v):
+                    return space.make(v)
+        configs = space.configs()
+        if not configs:
+            raise NoConfigError(f"no valid gemm_wgmma config for {problem.key}")
+        return configs[0]
+
+    # ---- launch -----------------------------------------------------------------------
+    def launch(self, problem: Problem, config: Config) -> Launch:
+        bm, bn = config["BM"], config["BN"]
+        tiles = _ceil_div(problem["m"], bm) * _ceil_div(problem["n"], bn)
+        grid = max(1, min(tiles, self.sm_count))
+        return Launch((grid, 1, 1), (128 * (config["CONSUMERS"] + 1), 1, 1),
+                      smem_bytes(bm, bn, config["STAGES"]))
+
+    def tensor_maps(self, problem: Problem, config: Config, a, b) -> tuple:
+        """The two TmaDesc records for A and B (``a`` / ``b``: kgen.arrays.ArrayInfo)."""
+        dtype, layout = problem["dtype"], problem["layout"]
+        m, n, k = problem["m"], problem["n"], max(1, problem["k"])
+        # (inner, outer) dims, leading dimension, and box of each operand's storage
+        if layout[0] == "N":      # row-major M x K: K contiguous, one box of 64 k x BM rows
+            a_map = ((k, m), _ld(a.strides[0], m, k), (BK, config["BM"]))
+        else:                     # stored K x M: M contiguous, boxes of 64 m x 64 k
+            a_map = ((m, k), _ld(a.strides[1], k, m), (64, BK))
+        if layout[1] == "N":      # row-major K x N: N contiguous, boxes of 64 n x 64 k
+            b_map = ((n, k), _ld(b.strides[0], k, n), (64, BK))
+        else:                     # stored N x K: K contiguous, one box of 64 k x BN rows
+            b_map = ((k, n), _ld(b.strides[1], n, k), (BK, config["BN"]))
+        size = 2
+        return (tma.encode_tiled(a.ptr, dtype, a_map[0], a_map[1] * size, a_map[2], SWIZZLE),
+                tma.encode_tiled(b.ptr, dtype, b_map[0], b_map[1] * size, b_map[2], SWIZZLE))
+
+    def arg_builder(self, problem: Problem, config: Config, lds: tuple):
+        """(a, b, c, bias pointers, alpha, beta) -> arguments; tensor maps come from kgen.tma's cache."""
+        layout = problem["layout"]
+        dims = (np.int32(problem["m"]), np.int32(problem["n"]), np.int32(problem["k"]),
+                np.int64(lds[2] if problem["m"] > 1 else max(problem["n"], 1)))
+
+        def build(pa, pb, pc, pbias, alpha, beta):
+            map_a, map_b = self.tensor_maps(problem, config, _pointer_view(pa, lds[0], layout[0]),
+                                            _pointer_view(pb, lds[1], layout[1]))
+            return (map_a, map_b, np.uint64(pc), np.uint64(pbias), *dims, np.float32(alpha), np.float32(beta))
+
+        return build
+
+    def args(self, problem: Problem, config: Config, operands: Mapping[str, Any]) -> list:
+        from kgen.arrays import describe
+
+        a, b, c = (describe(operands[x], x) for x in ("a", "b", "c"))
+        map_a, map_b = self.tensor_maps(problem, config, a, b)
+        bias = operands.get("bias")
+        bias_ptr = describe(bias, "bias").ptr if bias is not None else 0
+        ldc = c.strides[0] if problem["m"] > 1 else max(problem["n"], 1)
+        return [map_a, map_b, np.uint64(c.ptr), np.uint64(bias_ptr),
+                np.int32(problem["m"]), np.int32(problem["n"]), np.int32(problem["k"]),
+                np.int64(ldc), np.float32(operands.get("alpha", 1.0)), np.float32(operands.get("beta", 0.0))]
+
+
+def _pointer_view(ptr: int, ld: int, layout_letter: str):
+    """What ``tensor_maps`` reads of an operand (pointer, element strides), from a pointer and ld."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(ptr=ptr, strides=(ld, 1) if layout_letter == "N" else (1, ld))
+
+
+def _ld(stride: int, outer: int, inner: int) -> int:
+    """Row stride (elements) of an operand's storage; a single row has no stride of its own."""
+    if outer <= 1:
+        return 8 * _ceil_div(max(inner, 1), 8)
+    return stride
+
+
+register(GemmWgmma())

@@ -1,0 +1,184 @@
+"""Hopper TMA tensor maps: 2-D tiled descriptors for ``cp.async.bulk.tensor``, and their rules.
+
+A tensor map is a 128-byte opaque record the driver encodes
+(``cuTensorMapEncodeTiled``); a kernel takes it by value as
+``const __grid_constant__ TmaDesc tmap`` with
+``struct alignas(64) TmaDesc { unsigned long long words[16]; };``. CuPy passes a NumPy
+structured scalar (``numpy.void``) as such a struct, so ``encode_tiled`` returns one.
+
+The rules TMA imposes are checked by ``tma_rejects`` with no GPU, so a kernel family can
+turn them into space constraints or ``supports()`` answers:
+
+>>> tma_rejects(0, "bfloat16", (1000, 776), 2000, (64, 128), 128)
+[]
+>>> tma_rejects(0, "bfloat16", (1000, 776), 2002, (64, 128), 128)
+['row stride 2002 bytes is not a multiple of 16']
+>>> tma_rejects(8, "float16", (64, 64), 128, (64, 300), 128)
+['base pointer 0x8 is not 16-byte aligned', 'box dimension 300 is not in 1..256']
+
+Encoded maps are cached by everything that goes into them (pointer, dtype, dims, stride,
+box, swizzle) in a small LRU dict, so a repeated call costs one dict lookup.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Sequence
+
+import numpy as np
+
+from kgen.errors import KgenError
+
+#: the record a kernel receives: 16 little-endian 64-bit words, 64-byte aligned
+TMA_DESC_DTYPE = np.dtype([("words", "<u8", (16,))], align=True)
+
+#: element size of the dtypes a tensor map can describe here
+ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "uint16": 2,
+                 "uint8": 1, "int8": 1, "int32": 4, "uint32": 4}
+
+SWIZZLE_SPANS = (0, 32, 64, 128)   # bytes; 0 = no swizzle
+MAX_BOX = 256
+CACHE_SIZE = 256
+
+
+class TmaError(KgenError):
+    """A tensor map cannot describe the requested memory (alignment, box or stride rules)."""
+
+    default_remedy = ("TMA needs a 16-byte aligned base pointer and row stride: pass arrays whose "
+                      "leading dimension is a multiple of 8 (16-bit) / 4 (32-bit) elements, or use "
+                      "a GEMM family without TMA (gemm_mma)")
+
+
+def tma_rejects(ptr: int, dtype: str, dims: Sequence[int], row_stride_bytes: int,
+                box: Sequence[int], swizzle_bytes: int) -> list[str]:
+    """Why TMA would refuse this 2-D map (an empty list when it is fine). Pure, no GPU.
+
+    ``dims`` and ``box`` are ``(inner, outer)`` in elements; the inner dimension is the
+    contiguous one. ``row_stride_bytes`` is the distance between consecutive outer rows.
+    """
+    why = []
+    size = ELEMENT_BYTES.get(dtype)
+    if size is None:
+        return [f"dtype {dtype} has no TMA element type here"]
+    inner, outer = (int(d) for d in dims)
+    if ptr % 16:
+        why.append(f"base pointer {ptr:#x} is not 16-byte aligned")
+    if inner < 1 or outer < 1 or inner > 1 << 32 or outer > 1 << 32:
+        why.append(f"dims {tuple(dims)} must be in 1..2^32")
+    if row_stride_bytes % 16:
+        why.append(f"row stride {row_stride_bytes} bytes is not a multiple of 16")
+    elif row_stride_bytes >= 1 << 40:
+        why.append(f"row stride {row_stride_bytes} bytes is not below 2^40")
+    elif outer > 1 and row_stride_bytes < inner * size:
+        why.append(f"row stride {row_stride_bytes} bytes is shorter than a row ({inner * size} bytes)")
+    for b in box:
+        if not 1 <= int(b) <= MAX_BOX:
+            why.append(f"box dimension {b} is not in 1..{MAX_BOX}")
+    inner_bytes = int(box[0]) * size
+    if inner_bytes % 16:
+        why.append(f"box inner extent {inner_bytes} bytes is not a multiple of 16")
+    if swizzle_bytes not in SWIZZLE_SPANS:
+        why.append(f"swizzle {swizzle_bytes} bytes is not one of {SWIZZLE_SPANS}")
+    elif swizzle_bytes and inner_bytes > swizzle_bytes:
+        why.append(f"box inner extent {inner_bytes} bytes exceeds the {swizzle_bytes}-byte swizzle span")
+    return why
+
+
+def box_matches_swizzle(box_inner: int, dtype: str, swizzle_bytes: int) -> bool:
+    """Whether a box's inner extent fills the swizzle span exactly (what wgmma layouts assume)."""
+    return box_inner * ELEMENT_BYTES[dtype] == swizzle_bytes
+
+
+def stride_ok(ld_elements: int, dtype: str) -> bool:
+    """Whether a leading dimension gives a 16-byte-multiple row stride."""
+    return (ld_elements * ELEMENT_BYTES[dtype]) % 16 == 0
+
+
+def words_to_desc(words: Sequence[int]) -> np.void:
+    """A ``numpy.void`` TmaDesc record from 16 64-bit words."""
+    rec = np.zeros((), dtype=TMA_DESC_DTYPE)
+    rec["words"] = np.asarray(list(words), dtype=np.uint64)
+    return rec[()]
+
+
+_CACHE: "OrderedDict[tuple, np.void]" = OrderedDict()
+
+
+def clear_cache() -> None:
+    _CACHE.clear()
+
+
+def encode_tiled(ptr: int, dtype: str, dims: Sequence[int], row_stride_bytes: int,
+                 box: Sequence[int], swizzle_bytes: int = 128) -> np.void:
+    """A 2-D tiled tensor map (zero fill out of bounds, 256-byte L2 promotion) as a TmaDesc.
+
+    Raises TmaError (with the reasons) when TMA cannot describe the region, or when the
+    driver refuses the encoding. Needs the CUDA driver (``cuda-bindings``), not a context.
+
+    >>> # desc = encode_tiled(a.data.ptr, "bfloat16", (k, m), lda * 2, (64, 128), 128)
+    """
+    key = (int(ptr), dtype, tuple(int(d) for d in dims), int(row_stride_bytes),
+           tuple(int(b) for b in box), int(swizzle_bytes))
+    hit = _CACHE.get(key)
+    if hit is not None:
+        _CACHE.move_to_end(key)
+        return hit
+    why = tma_rejects(ptr, dtype, dims, row_stride_bytes, box, swizzle_bytes)
+    if why:
+        raise TmaError(f"TMA cannot describe a {dtype} {tuple(dims)} tensor at {ptr:#x} "
+                       f"(row stride {row_stride_bytes} B, box {tuple(box)}): " + "; ".join(why),
+                       ptr=ptr, dims=tuple(dims), box=tuple(box))
+    desc = _driver_encode(*key)
+    _CACHE[key] = desc
+    if len(_CACHE) > CACHE_SIZE:
+        _CACHE.popitem(last=False)
+    return desc
+
+
+def _driver_encode(ptr, dtype, dims, row_stride_bytes, box, swizzle_bytes) -> np.void:
+    try:
+        from cuda.bindings import driver as drv
+    except ImportError as exc:
+        raise TmaError("cuda-bindings is not installed: tensor maps need cuTensorMapEncodeTiled",
+                       remedy="pip install cuda-bindings") from exc
+    data_type = {
+        "float16": drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+        "bfloat16": drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+        "uint16": drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT16,
+        "float32": drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+        "float64": drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT64,
+        "uint8": drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT8,
+        "int8": drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT8,
+        "int32": drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_INT32,
+        "uint32": drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT32,
+    }[dtype]
+    swizzle = {
+        0: drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE,
+        32: drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_32B,
+        64: drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_64B,
+        128: drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+    }[swizzle_bytes]
+    try:
+        err, tmap = _encode_call(drv, data_type, ptr, dims, row_stride_bytes, box, swizzle)
+    except Exception as exc:   # no libcuda (no driver on this machine), or a binding error
+        raise TmaError(f"cannot call cuTensorMapEncodeTiled: {type(exc).__name__}: {exc}",
+                       remedy="encode tensor maps on a machine with the NVIDIA driver") from None
+    if err != drv.CUresult.CUDA_SUCCESS:
+        raise TmaError(f"cuTensorMapEncodeTiled refused a {dtype} {tuple(dims)} map at {ptr:#x} "
+                       f"(row stride {row_stride_bytes} B, box {tuple(box)}, swizzle {swizzle_bytes}): {err}",
+                       remedy="check the driver supports TMA (CUDA 12+, compute capability 9.0+) and "
+                              "the operand's alignment", ptr=ptr, dims=tuple(dims), box=tuple(box))
+    return words_to_desc(int(w) for w in tmap.opaque)
+
+
+def _encode_call(drv, data_type, ptr, dims, row_stride_bytes, box, swizzle):
+    return drv.cuTensorMapEncodeTiled(
+        data_type, 2, ptr,
+        [drv.cuuint64_t(dims[0]), drv.cuuint64_t(dims[1])],
+        [drv.cuuint64_t(row_stride_bytes)],                       # rank - 1 strides, bytes
+        [drv.cuuint32_t(box[0]), drv.cuuint32_t(box[1])],
+        [drv.cuuint32_t(1), drv.cuuint32_t(1)],
+        drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        swizzle,
+        drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)   # NONE = zeros

@@ -1,0 +1,477 @@
+"""gemm_wgmma (sm_90a TMA + wgmma): compiles and SASS with no GPU, TMA rules, host-side
+argument building; GPU-marked correctness at odd sizes for every dtype x layout x epilogue.
+
+Compiling one wgmma config takes ~2.3 s of one core, so the default samples 10 configs per
+dtype x layout (80 compiles; the whole file takes ~3.5 min on 2 cores); KGEN_FULL_COMPILE=1
+compiles 50 of each (400 compiles, ~7.5 min on 2 cores).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import random
+import re
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from kgen import tma
+from kgen.compile import CompilePool, compile_source
+from kgen.kernels.gemm_tc import EPILOGUES, allowed_outputs
+from kgen.kernels.gemm_wgmma import BK, GemmWgmma, smem_bytes
+from kgen.problem import Target
+from kgen.render import render
+
+PER_CASE = 50 if os.environ.get("KGEN_FULL_COMPILE") == "1" else 10
+DTYPES = ("float16", "bfloat16")
+LAYOUTS = ("NN", "NT", "TN", "TT")
+CASES = [(d, l) for d in DTYPES for l in LAYOUTS]
+SPEC = GemmWgmma()
+
+
+@pytest.fixture(scope="module")
+def target():
+    t = Target.h200()
+    assert SPEC.compile_arch(t) == "sm_90a"
+    return t
+
+
+def _variant(rng: random.Random, dtype: str, layout: str, m=4096, n=4096, k=4096):
+    """The problem with a random output dtype and epilogue (they change the generated code)."""
+    return SPEC.problem(m, n, k, dtype, layout, out_dtype=rng.choice(allowed_outputs(dtype)),
+                        epilogue=rng.choice(EPILOGUES))
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory, target):
+    """PER_CASE sampled configs of every dtype x layout, each with a random output type and
+    epilogue, compiled once through one pool of 2 (see tests/test_compile.py for the env)."""
+    base = tmp_path_factory.getbasetemp()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KGEN_HOME", str(base / "kgen-home"))
+        mp.setenv("KGEN_CACHE_DIR", str(base / "cubin-cache"))
+        mp.delenv("KGEN_ARCH", raising=False)
+        jobs = []
+        start = time.perf_counter()
+        with CompilePool(2) as pool:
+            for seed, (dtype, layout) in enumerate(CASES):
+                rng = random.Random(seed)
+                space = SPEC.space(SPEC.problem(4096, 4096, 4096, dtype, layout), target)
+                for config in space.sample(PER_CASE, seed=seed):
+                    problem = _variant(rng, dtype, layout)
+                    source = render(SPEC, problem, config, target, space)
+                    jobs.append(((dtype, layout), problem, config, source, pool.submit(source)))
+            results = {}
+            for case, problem, config, source, fut in jobs:
+                results.setdefault(case, []).append((problem, config, source, fut.result()))
+        print(f"\ncompiled {len(jobs)} wgmma configs in {time.perf_counter() - start:.1f} s")
+    return results
+
+
+@pytest.mark.parametrize("dtype,layout", CASES)
+def test_sampled_wgmma_configs_compile_for_sm90a_without_spills(compiled, dtype, layout):
+    rows = compiled[(dtype, layout)]
+    assert len(rows) >= PER_CASE
+    failed = [(c.name, p["out_dtype"], p["epilogue"], r.failure.detail[:400])
+              for p, c, _, r in rows if r.failure is not None]
+    assert not failed, failed
+    short = "bf16" if dtype == "bfloat16" else "f16"
+    for problem, config, source, result in rows:
+        b = result.binary
+        assert config.name.startswith(f"gemm_wgmma_{short}_{layout.lower()}_")
+        assert source.arch == "sm_90a" and b.arch == "sm_90a" and b.entry == config.name
+        assert b.cubin[:4] == b"\x7fELF" and config.name.encode() in b.cubin
+        res = b.resources
+        assert res["registers"] > 0, (config.name, res)
+        assert res.get("spill_stores", 0) == 0 and res.get("spill_loads", 0) == 0, (config.name, res)
+        assert res.get("stack", 0) == 0, (config.name, res)     # no local memory at all
+        if config["CONSUMERS"] == 2:   # setmaxnreg's 40/232 split assumes the 168-register entry
+            assert res["registers"] == 168, (config.name, res)
+
+
+# ---------------------------------------------------------------- SASS
+
+def _sass_tool() -> tuple[str, list[str]] | None:
+    try:
+        from cuda import pathfinder
+    except ImportError:
+        return None
+    for name, args in (("cuobjdump", ["-sass"]), ("nvdisasm", [])):
+        try:
+            path = pathfinder.find_nvidia_binary_utility(name)
+        except Exception:
+            path = None
+        if path:
+            return path, args
+    return None
+
+
+def _sass(cubin: bytes) -> str:
+    tool = _sass_tool()
+    if tool is None:
+        pytest.skip("neither cuobjdump nor nvdisasm found (pip install nvidia-cuda-cuobjdump)")
+    path, args = tool
+    with tempfile.TemporaryDirectory() as d:
+        f = Path(d) / "k.cubin"
+        f.write_bytes(cubin)
+        out = subprocess.run([path, *args, str(f)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_sass_has_hgmma_tma_and_transposes_per_layout(target, layout):
+    problem = SPEC.problem(4096, 4096, 4096, "bfloat16", layout)
+    config = SPEC.default_config(problem, target)
+    assert config.name == f"gemm_wgmma_bf16_{layout.lower()}_128x256x64_s4_c2_g8"
+    result = compile_source(render(SPEC, problem, config, target))
+    assert result.failure is None, result.failure
+    sass = _sass(result.binary.cubin)
+    hgmma = re.findall(r"HGMMA\.64x256x16\.F32\.BF16[^;]*", sass)
+    assert len(hgmma) == BK // 16, hgmma           # 4 k16 steps per stage, one m64 slab each
+    assert "UTMALDG.2D" in sass                    # TMA loads
+    assert "SYNCS.PHASECHK" in sass                # mbarrier try_wait
+    assert "USETMAXREG" in sass                    # setmaxnreg producer / consumer split
+    assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in sass  # one wgmma group kept in flight
+    for ins in hgmma:   # A "T" is M-major (tnspA), B "N" is N-major (tnspB)
+        assert ("tnspA" in ins) == (layout[0] == "T"), ins
+        assert ("tnspB" in ins) == (layout[1] == "N"), ins
+    # a K-major operand is one TMA box per stage; MN-major ones loop over 64-wide chunks
+    if layout == "NT":
+        assert len(re.findall(r"UTMALDG\.2D", sass)) == 2
+    assert result.binary.resources.get("spill_stores", 0) == 0
+
+
+def test_sass_of_a_ping_pong_config(target):
+    problem = SPEC.problem(4096, 4096, 4096, "float16", "TN", epilogue="bias_gelu")
+    space = SPEC.space(problem, target)
+    config = space.config(BM=128, BN=128, BK=64, STAGES=6, CONSUMERS=2, GM=8, PINGPONG=1)
+    assert config.name == "gemm_wgmma_f16_tn_128x128x64_s6_c2_g8_pp"
+    result = compile_source(render(SPEC, problem, config, target, space))
+    assert result.failure is None, result.failure
+    res = result.binary.resources
+    assert res.get("spill_stores", 0) == 0 and res.get("stack", 0) == 0 and res["registers"] == 168
+    sass = _sass(result.binary.cubin)
+    hgmma = re.findall(r"HGMMA\.64x128x16\.F32[^;]*", sass)
+    assert len(hgmma) == 2 * BK // 16 and all("tnspA.tnspB" in h for h in hgmma)   # 2 m64 slabs
+
+
+# ---------------------------------------------------------------- the family's space
+
+def test_supports(target):
+    p = SPEC.problem(1000, 520, 776, "bfloat16", "TN")
+    assert SPEC.supports(p, target)
+    assert not SPEC.supports(SPEC.problem(64, 64, 64, "float32", "NN"), target)
+    assert not SPEC.supports(SPEC.problem(64, 64, 64, "float64", "NN"), target)
+    assert not SPEC.supports(SPEC.problem(100, 64, 36, "float16", "NN"), target)      # lda = 36
+    assert not SPEC.supports(SPEC.problem(100, 60, 64, "float16", "NN"), target)      # ldb = 60
+    assert not SPEC.supports(SPEC.problem(100, 64, 64, "float16", "TN"), target)      # lda = m = 100 -> 4
+    ampere = Target("A100", (8, 0), 108, 48 * 1024, 163 * 1024, 164 * 1024)
+    assert not SPEC.supports(p, ampere)
+    assert SPEC.compile_arch(ampere) == "sm_80"
+
+
+def test_space_respects_shared_memory_registers_and_names(target):
+    for dtype, layout in CASES:
+        problem = SPEC.problem(4096, 4096, 4096, dtype, layout)
+        space = SPEC.space(problem, target)
+        configs = space.configs()
+        assert len(configs) >= 50
+        for c in configs:
+            v = space.full_values(c.as_dict())
+            assert v["SMEM"] == smem_bytes(v["BM"], v["BN"], v["STAGES"]) <= target.smem_per_block_optin
+            assert v["RPC"] in (64, 128) and v["BN"] // 2 * v["SLABS"] <= 168
+            assert re.fullmatch(r"gemm_wgmma_(bf16|f16)_(nn|nt|tn|tt)_\d+x\d+x64_s\d_c[12]_g[18](_pp)?", c.name)
+            assert c.name.endswith("_pp") == bool(v["PINGPONG"])
+            if v["PINGPONG"]:
+                assert v["CONSUMERS"] == 2 and v["RPC"] == v["BM"]
+        assert len({c.name for c in configs}) == len(configs)
+        assert any(c["PINGPONG"] for c in configs) and not all(c["PINGPONG"] for c in configs)
+
+
+def test_default_config_and_launch(target):
+    p = SPEC.problem(4096, 4096, 4096, "bfloat16", "NT")
+    c = SPEC.default_config(p, target)
+    assert c.name == "gemm_wgmma_bf16_nt_128x256x64_s4_c2_g8"
+    geo = SPEC.launch(p, c)
+    assert geo.grid == (132, 1, 1) and geo.block == (384, 1, 1)
+    assert geo.shared_mem == 4 * (128 + 256) * 64 * 2 + 4 * 16 + 16 + 1024
+    small = SPEC.problem(64, 64, 64, "float16", "NN")
+    cs = SPEC.default_config(small, target)
+    assert SPEC.space(small, target).is_valid(cs.as_dict())
+    assert SPEC.launch(small, cs).grid == (1, 1, 1)
+    odd = SPEC.problem(1000, 520, 776, "float16", "TT")
+    co = SPEC.default_config(odd, target)
+    assert SPEC.launch(odd, co).grid[0] == -(-1000 // co["BM"]) * -(-520 // co["BN"])
+
+
+def test_context_carries_types_epilogue_and_entry(target):
+    p = SPEC.problem(256, 256, 256, "bfloat16", "TT", out_dtype="float32", epilogue="bias_gelu")
+    space = SPEC.space(p, target)
+    c = SPEC.default_config(p, target)
+    ctx = SPEC.context(p, c, space)
+    assert ctx["entry"] == c.name and ctx["out_t"] == "float" and ctx["has_bias"] == 1
+    assert ctx["activation"] == "gelu" and ctx["SLABS"] == ctx["RPC"] // 64
+    code = render(SPEC, p, c, target, space).code
+    assert "erff" in code and "tnspA 1" in code and "tnspB 0" in code
+
+
+# ---------------------------------------------------------------- host-side arguments
+
+class _FakeArray:
+    """Just enough of a device array for kgen.arrays.describe (no GPU)."""
+
+    def __init__(self, ptr, shape, strides_elems, typestr="<u2", itemsize=2):
+        self.device = SimpleNamespace(id=0)
+        self.__cuda_array_interface__ = {
+            "data": (ptr, False), "shape": tuple(shape), "typestr": typestr, "version": 3,
+            "strides": tuple(s * itemsize for s in strides_elems)}
+
+
+@pytest.fixture
+def recorded_maps(monkeypatch):
+    """Replace the driver encode by a recorder; return the calls."""
+    calls = []
+
+    def fake(ptr, dtype, dims, row_stride_bytes, box, swizzle_bytes):
+        calls.append(dict(ptr=ptr, dtype=dtype, dims=dims, stride=row_stride_bytes, box=box,
+                          swizzle=swizzle_bytes))
+        return tma.words_to_desc([ptr, *dims, row_stride_bytes, *box, swizzle_bytes] + [0] * 9)
+
+    tma.clear_cache()
+    monkeypatch.setattr(tma, "_driver_encode", fake)
+    yield calls
+    tma.clear_cache()
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_args_build_tensor_maps_along_the_contiguous_dimension(target, recorded_maps, layout):
+    m, n, k = 1000, 520, 776
+    p = SPEC.problem(m, n, k, "bfloat16", layout, epilogue="bias")
+    c = SPEC.space(p, target).config(BM=128, BN=256, BK=64, STAGES=4, CONSUMERS=2, GM=1, PINGPONG=0)
+    a = _FakeArray(0x10000, (m, k), (k, 1) if layout[0] == "N" else (1, m))
+    b = _FakeArray(0x20000, (k, n), (n, 1) if layout[1] == "N" else (1, k))
+    cc = _FakeArray(0x30000, (m, n), (n, 1))
+    bias = _FakeArray(0x40000, (n,), (1,))
+    args = SPEC.args(p, c, {"a": a, "b": b, "c": cc, "bias": bias, "alpha": 2.0, "beta": 0.5})
+    amap, bmap = recorded_maps
+    if layout[0] == "N":
+        assert (amap["dims"], amap["stride"], amap["box"]) == ((k, m), 2 * k, (64, 128))
+    else:
+        assert (amap["dims"], amap["stride"], amap["box"]) == ((m, k), 2 * m, (64, 64))
+    if layout[1] == "N":
+        assert (bmap["dims"], bmap["stride"], bmap["box"]) == ((n, k), 2 * n, (64, 64))
+    else:
+        assert (bmap["dims"], bmap["stride"], bmap["box"]) == ((k, n), 2 * k, (64, 256))
+    assert amap["swizzle"] == bmap["swizzle"] == 128 and amap["dtype"] == "bfloat16"
+    assert isinstance(args[0], np.void) and args[0].dtype.itemsize == 128
+    assert [type(x) for x in args[2:]] == [np.uint64, np.uint64, np.int32, np.int32, np.int32,
+                                           np.int64, np.float32, np.float32]
+    assert args[2:] == [0x30000, 0x40000, m, n, k, n, 2.0, 0.5]
+    args2 = SPEC.args(p, c, {"a": a, "b": b, "c": cc, "bias": None})
+    assert args2[3] == 0 and len(recorded_maps) == 2       # second call: maps from the cache
+
+
+# ---------------------------------------------------------------- kgen.tma pure helpers
+
+def test_tma_rejects_explains_each_rule():
+    ok = tma.tma_rejects(0x1000, "bfloat16", (776, 1000), 1552, (64, 128), 128)
+    assert ok == []
+    assert tma.tma_rejects(0x1000, "float16", (1000, 10), 2000 + 2, (64, 64), 128) == \
+        ["row stride 2002 bytes is not a multiple of 16"]
+    assert "base pointer 0x1008 is not 16-byte aligned" in \
+        tma.tma_rejects(0x1008, "float16", (64, 64), 128, (64, 64), 128)
+    assert any("box dimension 257" in w for w in tma.tma_rejects(0, "float16", (64, 64), 128, (64, 257), 128))
+    assert any("exceeds the 64-byte swizzle span" in w
+               for w in tma.tma_rejects(0, "float16", (64, 64), 128, (64, 64), 64))
+    assert any("not a multiple of 16" in w for w in tma.tma_rejects(0, "float16", (64, 64), 128, (4, 64), 0))
+    assert any("swizzle 48" in w for w in tma.tma_rejects(0, "float16", (64, 64), 128, (8, 64), 48))
+    assert any("shorter than a row" in w for w in tma.tma_rejects(0, "float16", (64, 64), 64, (8, 64), 0))
+    assert any("dims" in w for w in tma.tma_rejects(0, "float16", (0, 64), 128, (8, 64), 0))
+    assert tma.tma_rejects(0, "complex64", (8, 8), 16, (8, 8), 0) == ["dtype complex64 has no TMA element type here"]
+
+
+def test_tma_small_helpers():
+    assert tma.box_matches_swizzle(64, "bfloat16", 128) and not tma.box_matches_swizzle(32, "bfloat16", 128)
+    assert tma.box_matches_swizzle(32, "float32", 128)
+    assert tma.stride_ok(8, "float16") and not tma.stride_ok(12, "float16") and tma.stride_ok(4, "float32")
+    rec = tma.words_to_desc(range(16))
+    assert isinstance(rec, np.void) and rec.dtype == tma.TMA_DESC_DTYPE and rec.dtype.itemsize == 128
+    assert list(rec["words"]) == list(range(16))
+    assert bytes(rec)[:8] == (0).to_bytes(8, "little") and bytes(rec)[8:16] == (1).to_bytes(8, "little")
+
+
+def test_encode_rejects_before_the_driver_with_a_picklable_error(monkeypatch):
+    monkeypatch.setattr(tma, "_driver_encode", lambda *a: pytest.fail("the driver must not be called"))
+    with pytest.raises(tma.TmaError) as info:
+        tma.encode_tiled(0x1000, "float16", (100, 100), 200, (64, 64), 128)
+    err = info.value
+    assert "multiple of 16" in str(err) and "remedy" in str(err)
+    again = pickle.loads(pickle.dumps(err))
+    assert type(again) is tma.TmaError and again.message == err.message and again.remedy == err.remedy
+
+
+def test_encode_cache_is_an_lru_keyed_by_everything(monkeypatch):
+    calls = []
+
+    def fake(*key):
+        calls.append(key)
+        return tma.words_to_desc([len(calls)] + [0] * 15)
+
+    tma.clear_cache()
+    monkeypatch.setattr(tma, "_driver_encode", fake)
+    monkeypatch.setattr(tma, "CACHE_SIZE", 2)
+    first = tma.encode_tiled(0x1000, "float16", (64, 64), 128, (64, 64), 128)
+    assert tma.encode_tiled(0x1000, "float16", (64, 64), 128, (64, 64), 128) is first
+    assert len(calls) == 1
+    tma.encode_tiled(0x1000, "float16", (64, 64), 128, (64, 32), 128)     # another box
+    tma.encode_tiled(0x2000, "float16", (64, 64), 128, (64, 64), 128)     # another pointer: evicts the oldest
+    assert len(calls) == 3
+    tma.encode_tiled(0x1000, "float16", (64, 64), 128, (64, 64), 128)     # evicted: encoded again
+    assert len(calls) == 4
+    tma.clear_cache()
+
+
+def test_encode_without_a_driver_is_a_tma_error(monkeypatch):
+    def no_driver(*a, **k):
+        raise OSError("libcuda.so.1: cannot open shared object file")
+
+    tma.clear_cache()
+    monkeypatch.setattr(tma, "_encode_call", no_driver)
+    with pytest.raises(tma.TmaError, match="cannot call cuTensorMapEncodeTiled"):
+        tma.encode_tiled(0x1000, "bfloat16", (64, 64), 128, (64, 64), 128)
+
+
+# ---------------------------------------------------------------- GPU
+#
+# Every (problem, config) the GPU tests launch is listed up front and compiled once in a
+# process pool (the GPU host has the cores), then each test only loads and launches.
+
+ODD = (1000, 520, 776)        # no dimension a multiple of the tiles; k not a multiple of 64
+EDGE_SHAPES = [(8, 8, 8), (64, 64, 64), (136, 200, 72), (1, 4096, 256), (4096, 8, 4104)]
+GPU_CASES = [(d, l, e) for d in DTYPES for l in LAYOUTS for e in EPILOGUES]
+
+
+def _odd_jobs(target):
+    """Per dtype x layout x epilogue: the default config and two random ones, random out dtype."""
+    jobs = {}
+    for i, (dtype, layout, epi) in enumerate(GPU_CASES):
+        rng = random.Random(1000 + i)
+        problem = SPEC.problem(*ODD, dtype, layout, out_dtype=rng.choice(allowed_outputs(dtype)), epilogue=epi)
+        configs = [SPEC.default_config(problem, target)] + \
+            SPEC.space(problem, target).sample(2, seed=rng.randrange(1 << 30))
+        jobs[("odd", dtype, layout, epi)] = (problem, configs)
+    return jobs
+
+
+def _edge_jobs(target):
+    jobs = {}
+    for shape in EDGE_SHAPES:
+        for layout in LAYOUTS:
+            problem = SPEC.problem(*shape, "bfloat16", layout, out_dtype="float32")
+            if SPEC.supports(problem, target):
+                configs = [SPEC.default_config(problem, target)] + SPEC.space(problem, target).sample(2, seed=7)
+                jobs[("edge", shape, layout)] = (problem, configs)
+    return jobs
+
+
+def _alpha_beta_jobs(target):
+    jobs = {}
+    for dtype in DTYPES:
+        for out in allowed_outputs(dtype):
+            problem = SPEC.problem(*ODD, dtype, "NT", out_dtype=out, epilogue="bias_relu")
+            jobs[("ab", dtype, out)] = (problem, [SPEC.default_config(problem, target)])
+    return jobs
+
+
+@pytest.fixture(scope="module")
+def gpu():
+    """(target, jobs, kernels): every GPU job compiled in a pool, kernels loaded on demand."""
+    from kgen.measure.launch import CupyKernel
+
+    target = Target.detect(0)
+    jobs = {**_odd_jobs(target), **_edge_jobs(target), **_alpha_beta_jobs(target)}
+    big = SPEC.problem(4096, 4096, 4096, "bfloat16", "NT")
+    jobs[("big",)] = (big, [SPEC.default_config(big, target)])
+    pairs = [(p, c) for p, cs in jobs.values() for c in cs]
+    binaries = {}
+    start = time.perf_counter()
+    with CompilePool(max(2, min(16, os.cpu_count() or 2))) as pool:
+        futs = [(p, c, pool.submit(render(SPEC, p, c, target))) for p, c in pairs]
+        for p, c, f in futs:
+            r = f.result()
+            assert r.failure is None, (c.name, p.key, r.failure)
+            binaries[(p.key, c.name)] = r.binary
+    print(f"\ncompiled {len(pairs)} wgmma kernels for the GPU tests in {time.perf_counter() - start:.1f} s")
+    kernels = {}
+
+    def kernel(problem, config):
+        key = (problem.key, config.name)
+        if key not in kernels:
+            b = binaries[key]
+            kernels[key] = CupyKernel(b.cubin, b.entry, b.path)
+        return kernels[key]
+
+    return target, jobs, kernel
+
+
+def _verify_all(gpu, key):
+    from kgen.measure.verify import verify
+
+    _, jobs, kernel = gpu
+    problem, configs = jobs[key]
+    for seed, config in enumerate(configs):
+        operands = SPEC.inputs(problem, seed)
+        check = verify(SPEC, problem, config, kernel(problem, config), operands,
+                       SPEC.reference(problem, operands))
+        assert check.ok, f"{config.name} ({problem.key}): {check.detail}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,layout,epilogue", GPU_CASES)
+def test_gpu_random_configs_are_correct_at_odd_sizes(gpu, dtype, layout, epilogue):
+    _verify_all(gpu, ("odd", dtype, layout, epilogue))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", EDGE_SHAPES)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_gpu_edge_shapes(gpu, shape, layout):
+    """Boxes larger than the tensor, single rows/columns, k < 64, one tile and many."""
+    if ("edge", shape, layout) not in gpu[1]:
+        pytest.skip(f"{shape} {layout}: the strides are not TMA-compatible (gemm_wgmma does not support it)")
+    _verify_all(gpu, ("edge", shape, layout))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gpu_alpha_beta_reads_c(gpu, dtype):
+    import cupy
+
+    from kgen.kernels.gemm_tc import as_float64, to_bf16
+
+    _, jobs, kernel = gpu
+    for out in allowed_outputs(dtype):
+        problem, (config,) = jobs[("ab", dtype, out)]
+        ops = SPEC.inputs(problem, 3)
+        c0 = cupy.random.default_rng(4).random(ops["c"].shape, dtype=cupy.float32) - 0.5
+        c0 = to_bf16(c0) if out == "bfloat16" else c0.astype(out)
+        ops.update(c=c0.copy(), alpha=1.5, beta=-0.5)
+        want = SPEC.reference(problem, {**ops, "c": c0})["c"]
+        SPEC.run(kernel(problem, config), problem, config, ops)
+        cupy.cuda.get_current_stream().synchronize()
+        got = as_float64(ops["c"], out)
+        err = float(cupy.abs(got - want).max() / cupy.abs(want).max())
+        assert err <= SPEC.tolerance(problem), f"{config.name} out={out}: {err}"
+
+
+@pytest.mark.gpu
+def test_gpu_large_square_default_config(gpu):
+    """4096^3 bf16 NT with the cuBLAS-class default (persistent: several tiles per block)."""
+    _verify_all(gpu, ("big",))
