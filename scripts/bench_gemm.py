@@ -41,28 +41,25 @@ SUITES = {
         ("float32", "NN", 4096, 4096, 4096, 60),
         ("float32", "NN", 1000, 1000, 1000, 40),
     ],
-    # tensor cores; a 7th field gives precision / out_dtype / epilogue
-    "tc": [
-        ("bfloat16", "NN", 4096, 4096, 4096, 120),
-        ("bfloat16", "TN", 4096, 4096, 4096, 60),
-        ("float16", "NN", 4096, 4096, 4096, 60),
-        ("float16", "TN", 4096, 4096, 4096, 60),
-        ("bfloat16", "NN", 8192, 8192, 8192, 30),
-        ("float16", "NN", 8192, 8192, 8192, 30),
-        ("bfloat16", "NN", 2048, 2048, 2048, 80),
-        ("bfloat16", "NN", 4096, 4096, 256, 80),
-        ("bfloat16", "NN", 1000, 1000, 1000, 80),
-        ("bfloat16", "NN", 3000, 5000, 700, 80),
-        ("bfloat16", "NN", 128, 4096, 4096, 80),
-        ("float16", "NN", 2048, 2048, 2048, 60),
-        ("float16", "NN", 1000, 1000, 1000, 60),
-        ("bfloat16", "NN", 1, 4096, 4096, 60),
-        ("bfloat16", "NN", 16, 4096, 4096, 60),
-        ("bfloat16", "NN", 64, 4096, 4096, 60),
-        ("bfloat16", "NN", 16, 8192, 8192, 40),
-        ("float32", "NN", 4096, 4096, 4096, 80, {"precision": "tf32"}),
-        ("float64", "NN", 4096, 4096, 4096, 60),
-        ("bfloat16", "NN", 4096, 4096, 4096, 60, {"epilogue": "bias_gelu"}),
+    # tensor cores; a 7th field gives precision / out_dtype / epilogue, and "families" to tune
+    # (default: the family preferred on the device); trials are capped by --timeout
+    "tc-large": [
+        (d, l, s, s, s, 200) for s in (4096, 8192) for d in ("bfloat16", "float16") for l in ("NN", "TN")
+    ] + [
+        (d, "NN", m, n, k, 200) for d in ("bfloat16", "float16")
+        for m, n, k in ((2048, 2048, 2048), (4096, 4096, 256), (1000, 1000, 1000), (3000, 5000, 700))
+    ] + [
+        (d, "NN", 128, 4096, 4096, 200, {"families": ["gemm_wgmma", "gemm_mma"]}) for d in ("bfloat16", "float16")
+    ],
+    "tc-small": [
+        ("bfloat16", "NN", m, nk, nk, 200, {"families": ["gemm_wgmma", "gemm_mma"]})
+        for nk in (4096, 8192) for m in (1, 16, 64)
+    ] + [
+        ("float32", "NN", s, s, s, 200, {"precision": "tf32"}) for s in (4096, 8192)
+    ] + [
+        ("float64", "NN", s, s, s, 200) for s in (4096, 8192)
+    ] + [
+        ("bfloat16", "NN", 4096, 4096, 4096, 200, {"epilogue": "bias_gelu"}),
     ],
     "tc-wgmma": [
         ("bfloat16", "NN", 4096, 4096, 4096, 30),
@@ -298,9 +295,13 @@ def main() -> None:
     rows, results = [], []
     with LocalGPURunner((0,), target.l2_bytes) as runner:
         for dtype, layout, m, n, k, trials, *extra in SUITES[args.suite]:
-            extra = extra[0] if extra else {}
-            for spec, problem in gemm_request("gemm", m, n, k, dtype, layout, target, **extra):
+            extra = dict(extra[0]) if extra else {}
+            wanted = set(extra.pop("families", ())) or None
+            candidates = gemm_request("gemm", m, n, k, dtype, layout, target, **extra)
+            for order, (spec, problem) in enumerate(candidates):
                 if families and spec.family not in families:
+                    continue
+                if not families and (spec.family not in wanted if wanted else order > 0):
                     continue
                 print(f"{problem.key}: tuning ({args.trials or trials} trials)", flush=True)
                 try:
