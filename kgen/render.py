@@ -59,10 +59,22 @@ def template_files(spec) -> list[Path]:
     return [main] + common
 
 
+def _bytecode_cache() -> jinja2.BytecodeCache | None:
+    """Compiled templates on disk beside the cubins: a new process skips Jinja's parser."""
+    from kgen.knobs import knobs
+
+    folder = knobs.cache_dir / "templates"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    return jinja2.FileSystemBytecodeCache(str(folder))
+
+
 @lru_cache(maxsize=16)
 def _environment(folder: str) -> jinja2.Environment:
     loader = jinja2.FileSystemLoader([folder, str(templates_root())])
-    return jinja2.Environment(loader=loader, undefined=jinja2.StrictUndefined,
+    return jinja2.Environment(loader=loader, undefined=jinja2.StrictUndefined, bytecode_cache=_bytecode_cache(),
                               keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
 
 
