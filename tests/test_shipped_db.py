@@ -28,3 +28,22 @@ def test_dispatch_uses_shipped_records_for_tuned_and_nearby_problems():
     assert near.how == "nearest"
     other = dispatcher.choose(spec, gemm_problem(64, 64, 64, "float64", "NN"), target)
     assert other.how == "default"
+
+
+def test_shipped_tensor_core_records_are_current_and_chosen():
+    from kgen.kernels.gemm_route import gemm_request
+
+    store = JsonlStore(data_root() / "tuning_db")
+    target = Target.h200()
+    for family in ("gemm_mma", "gemm_wgmma"):
+        spec = get_spec(family)
+        keys = store.problems(family, "NVIDIA H200")
+        assert len(keys) >= 10, family
+        for key in keys:
+            best = store.best(family, key, "NVIDIA H200")
+            assert best.measurement.ok and best.provenance.template_digest == spec.template_digest(), \
+                f"the {family} template changed since tuning_db/ was measured: re-run scripts/bench_gemm.py"
+    dispatcher = Dispatcher(db=open_default(), targets={0: target})
+    (spec, problem), _ = gemm_request("gemm", 4096, 4096, 4096, "bfloat16", "NN", target)
+    tuned = dispatcher.choose(spec, problem, target)
+    assert spec.family == "gemm_wgmma" and tuned.how == "tuned" and tuned.time_ms > 0
