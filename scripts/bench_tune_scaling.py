@@ -83,6 +83,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=60, help="trials per problem")
     parser.add_argument("--replay", default="", help="replay a recording on CPU workers instead of GPUs")
     parser.add_argument("--out", default="", help="results file")
+    parser.add_argument("--commit", default="", help="the commit measured (where the tree has no usable .git)")
     args = parser.parse_args()
 
     from kgen.kernels.gemm import gemm_problem
@@ -109,7 +110,7 @@ def main() -> None:
     out = Path(args.out) if args.out else ROOT / "scripts" / "results" / device / "bench_tune_scaling.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     doc = {"device": target.name + (" (replayed on CPU workers)" if replay is not None else ""),
-           "commit": _commit(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "commit": args.commit or _commit(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "trials_per_problem": args.trials, "problems": [p.key for p in problems], "rows": rows}
     out.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"wrote {out}")

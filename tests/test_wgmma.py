@@ -28,7 +28,7 @@ from kgen.kernels.gemm_wgmma import BK, GemmWgmma, smem_bytes
 from kgen.problem import Target
 from kgen.render import render
 
-PER_CASE = 50 if os.environ.get("KGEN_FULL_COMPILE") == "1" else 10
+PER_CASE = 50   # the issue asks for 50 sampled configs per precision x layout (~7 min on 2 cores)
 DTYPES = ("float16", "bfloat16")
 LAYOUTS = ("NN", "NT", "TN", "TT")
 CASES = [(d, l) for d in DTYPES for l in LAYOUTS]
