@@ -38,9 +38,9 @@ class FakeKernel:
         self.launches = []
         self.scales = []
 
-    def launch(self, grid, block, args, shared_mem=0):
+    def launch(self, grid, block, args, shared_mem=0, stream=None):
         self.launches.append(SimpleNamespace(grid=tuple(grid), block=tuple(block), args=list(args),
-                                             shared_mem=shared_mem))
+                                             shared_mem=shared_mem, stream=stream))
 
     def scale(self, array, factor):
         self.scales.append((array, factor))

@@ -161,19 +161,11 @@ def _to_jax(arr, dtype: str):
     return jax.lax.bitcast_convert_type(out, jnp.bfloat16) if dtype == "bfloat16" else out
 
 
-_streams: dict = {}
-
-
-def _torch_stream(device: int):
-    """CuPy's view of PyTorch's current stream (cached per stream)."""
-    import cupy
+def _torch_stream(device: int) -> int:
+    """PyTorch's current stream on ``device``, as a cudaStream_t."""
     import torch
 
-    ptr = torch.cuda.current_stream(device).cuda_stream
-    stream = _streams.get(ptr)
-    if stream is None:
-        stream = _streams[ptr] = cupy.cuda.ExternalStream(ptr, device)
-    return stream
+    return torch.cuda.current_stream(device).cuda_stream
 
 
 def tc_gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, *, bias=None, activation=None,
@@ -203,8 +195,7 @@ def tc_gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, *, bias=None, a
         args = plan.build(pa, pb, pc, pbias, alpha, beta)
         geo = plan.launch
         if plan.kind == "torch":
-            with _torch_stream(plan.device):
-                plan.kernel.launch(geo.grid, geo.block, args, geo.shared_mem)
+            plan.kernel.launch(geo.grid, geo.block, args, geo.shared_mem, stream=_torch_stream(plan.device))
         else:
             plan.kernel.launch(geo.grid, geo.block, args, geo.shared_mem)
     return _to_jax(c, problem["out_dtype"]) if plan.kind == "jax" else c

@@ -17,6 +17,15 @@ def _scratch_dir() -> str:
     return _scratch.name
 
 
+class _StreamRef:
+    """All CuPy's launch reads of a stream: its handle."""
+
+    __slots__ = ("ptr",)
+
+    def __init__(self, ptr: int):
+        self.ptr = ptr
+
+
 class CupyKernel:
     """One loaded kernel: ``launch`` on the current CuPy stream, ``scale`` an array in place."""
 
@@ -32,11 +41,16 @@ class CupyKernel:
         self.function = self._module.get_function(entry)
         self._smem_limit = 48 * 1024
 
-    def launch(self, grid: Sequence[int], block: Sequence[int], args: Sequence[Any], shared_mem: int = 0) -> None:
+    def launch(self, grid: Sequence[int], block: Sequence[int], args: Sequence[Any], shared_mem: int = 0,
+               stream: int | None = None) -> None:
+        """Launch on ``stream`` (a cudaStream_t as an int), else on CuPy's current stream."""
         if shared_mem > self._smem_limit:
             self.function.max_dynamic_shared_size_bytes = shared_mem
             self._smem_limit = shared_mem
-        self.function(grid, block, args, shared_mem=shared_mem)
+        if stream is None:
+            self.function(grid, block, args, shared_mem=shared_mem)
+        else:
+            self.function(grid, block, args, shared_mem=shared_mem, stream=_StreamRef(stream))
 
     @staticmethod
     def scale(array: Any, factor: float) -> None:
