@@ -54,6 +54,16 @@ class CompileResult:
 
 @lru_cache(maxsize=1)
 def nvrtc_version() -> str:
+    """NVRTC's major.minor: from the nvidia-cuda-nvrtc wheel's metadata when that wheel is
+    installed (the library cuda.bindings then loads; loading it costs ~0.2 s of a cold
+    start), else from the library itself."""
+    from importlib import metadata
+
+    try:
+        major, minor = metadata.version("nvidia-cuda-nvrtc").split(".")[:2]
+        return f"{major}.{minor}"
+    except (metadata.PackageNotFoundError, ValueError):
+        pass
     try:
         from cuda.bindings import nvrtc
     except ImportError:

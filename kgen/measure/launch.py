@@ -57,8 +57,10 @@ class CupyKernel:
         import cupy
 
         view = cupy.asarray(array)
-        if factor == 0:
-            view.fill(0)          # beta = 0 ignores whatever C held, NaN included
+        if factor == 0 and view.flags.c_contiguous:   # beta = 0 ignores whatever C held, NaN included
+            cupy.cuda.runtime.memsetAsync(view.data.ptr, 0, view.nbytes, cupy.cuda.get_current_stream().ptr)
+        elif factor == 0:
+            view.fill(0)
         elif factor != 1:
             view *= factor
 
