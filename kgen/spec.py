@@ -55,9 +55,17 @@ class KernelSpec:
 
     def default_config(self, problem: Problem, target: Target) -> Config:
         """A sensible untuned config: the first valid one (families override)."""
+        return self.first_valid(self.space(problem, target), (), problem)
+
+    def first_valid(self, space: Space, candidates, problem: Problem) -> Config:
+        """The first of ``candidates`` (parameter dicts) valid in ``space``, else the space's first
+        config; NoConfigError when the space is empty."""
         from kgen.errors import NoConfigError
 
-        configs = self.space(problem, target).configs()
+        for values in candidates:
+            if space.is_valid(values):
+                return space.make(values)
+        configs = space.configs()
         if not configs:
             raise NoConfigError(f"no valid {self.family} config for {problem.key}")
         return configs[0]

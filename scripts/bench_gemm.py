@@ -4,7 +4,12 @@ Writes scripts/results/<device>/bench_gemm.json (rows: op, dtype, precision, lay
 kgen_ms, kgen_config, baselines {"cublas": ms}, relerr, plus tflops) and, with --export,
 the tuned best records as JSON lines for tuning_db/.
 
-    python scripts/bench_gemm.py --suite simt            # the issue's problem list
+Rows of the tensor-core families add family, out_dtype, epilogue, baselines "cublas_cupy",
+"cublas_torch" (the faster is "cublas") and "triton", ratio_vs_triton, and for M <= 64
+bandwidth_fraction against the copy rate measured at the start of the run.
+
+    python scripts/bench_gemm.py --suite simt                      # CUDA cores, float32
+    python scripts/bench_gemm.py --suite tc-large --timeout 13 --merge   # tensor cores, then tc-small
     python scripts/bench_gemm.py --suite quick --trials 40
 """
 
@@ -202,47 +207,6 @@ def copy_rate(flush) -> float:
     return 2 * src.nbytes / (ms * 1e-3)
 
 
-def dispatch_overhead(spec, target, db, runner, timing, calls: int = 2000) -> dict:
-    """Host time per kgen.gemm call on a tuned 256^3 problem minus a raw launch of its cubin."""
-    import cupy
-
-    import kgen
-    from kgen.dispatch import Dispatcher, set_default_dispatcher
-    from kgen.kernels.gemm import gemm_problem
-    from kgen.search import tune
-
-    problem = gemm_problem(256, 256, 256, "float32", "NN")
-    tune(spec, problem, target, runner, db, trials=30)
-    set_default_dispatcher(Dispatcher(db=db))
-    a = cupy.random.default_rng(1).random((256, 256), dtype=cupy.float32)
-    b = cupy.random.default_rng(2).random((256, 256), dtype=cupy.float32)
-    c = cupy.empty((256, 256), dtype=cupy.float32)
-    kgen.gemm(a, b, c)
-    loaded = kgen.dispatch.default_dispatcher().prepare(spec, problem, 0)
-    geo = spec.launch(problem, loaded.choice.config)
-    args = spec.args(problem, loaded.choice.config, {"a": a, "b": b, "c": c})
-    fn = loaded.kernel.function
-
-    def per_call(f) -> float:
-        best = float("inf")
-        for _ in range(5):
-            cupy.cuda.get_current_stream().synchronize()
-            t0 = time.perf_counter()
-            for _ in range(calls):
-                f()
-            t1 = time.perf_counter()
-            cupy.cuda.get_current_stream().synchronize()
-            best = min(best, (t1 - t0) / calls * 1e6)
-        return best
-
-    kgen_us = per_call(lambda: kgen.gemm(a, b, c))
-    raw_us = per_call(lambda: fn(geo.grid, geo.block, args, shared_mem=geo.shared_mem))
-    cupy_us = per_call(lambda: cupy.matmul(a, b, out=c))
-    return dict(op="dispatch_overhead", m=256, n=256, k=256, dtype="float32", kgen_us_per_call=kgen_us,
-                raw_launch_us_per_call=raw_us, cupy_matmul_us_per_call=cupy_us, overhead_us=kgen_us - raw_us,
-                config=loaded.choice.config.name, how=loaded.choice.how)
-
-
 def _row_key(row: dict) -> tuple:
     return (row["op"], row.get("family", "gemm"), row.get("dtype"), row.get("precision"), row.get("out_dtype"),
             row.get("layout"), row.get("epilogue"), row.get("m"), row.get("n"), row.get("k"))
@@ -269,7 +233,7 @@ def main() -> None:
     parser.add_argument("--out", default="", help="results file (default scripts/results/<device>/bench_gemm.json)")
     parser.add_argument("--export", default="", help="write the best record per problem here (JSON lines)")
     parser.add_argument("--recording", default="", help="write every record of the suite here (JSON lines)")
-    parser.add_argument("--no-dispatch", action="store_true")
+    parser.add_argument("--no-dispatch", action="store_true", help=argparse.SUPPRESS)   # call overhead: bench_dispatch.py
     parser.add_argument("--merge", action="store_true", help="keep the file's rows of other problems")
     parser.add_argument("--commit", default="", help="the commit measured (where the tree has no .git)")
     parser.add_argument("--families", default="", help="only these families (comma-separated)")
@@ -282,7 +246,6 @@ def main() -> None:
     from kgen.measurement import Timing
     from kgen.problem import Target
     from kgen.runners import LocalGPURunner
-    from kgen.spec import get_spec
 
     target = Target.detect(0)
     out = Path(args.out) if args.out else ROOT / "scripts" / "results" / target.slug / "bench_gemm.json"
@@ -316,9 +279,6 @@ def main() -> None:
                 results.append(result)
                 if row is not None:
                     rows.append(row)
-        if not args.no_dispatch:
-            rows.append(dispatch_overhead(get_spec("gemm"), target, db, runner, timing))
-            print(rows[-1])
     ratios = [r["ratio_vs_cublas"] for r in rows if "ratio_vs_cublas" in r]
     run = {"commit": args.commit or _commit(),
            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

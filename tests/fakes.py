@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from types import SimpleNamespace
 
 import numpy as np
@@ -66,3 +67,18 @@ class FakeLauncher:
     @property
     def launches(self):
         return [(k, l) for k in self.kernels for l in k.launches]
+
+
+@contextmanager
+def fake_dispatch(target):
+    """A Dispatcher over an in-memory store and a FakeLauncher, made the default for the block."""
+    from kgen.db import MemoryStore
+    from kgen.dispatch import Dispatcher, set_default_dispatcher
+
+    launcher = FakeLauncher()
+    dispatcher = Dispatcher(db=MemoryStore(), launcher=launcher, targets={0: target})
+    old = set_default_dispatcher(dispatcher)
+    try:
+        yield SimpleNamespace(launcher=launcher, dispatcher=dispatcher)
+    finally:
+        set_default_dispatcher(old)

@@ -6,7 +6,6 @@ import os
 import re
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,8 @@ from kgen.compile import CompilePool, compile_source
 from kgen.kernels.gemm import DTYPES, LAYOUTS, GemmSimt, gemm_problem
 from kgen.problem import Target
 from kgen.render import Source, render
+
+from compiling import compile_cases
 
 # CI compiles 50 sampled configs of every dtype x layout (600 compiles, ~5 min on 2 cores);
 # KGEN_FULL_COMPILE=1 compiles 200 of each.
@@ -32,43 +33,26 @@ def target():
 
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory, target):
-    """Every (dtype, layout) x 50 sampled configs, compiled once through one pool of 2.
+    """Every (dtype, layout) x 50 sampled configs, compiled once through one pool of 2."""
+    def jobs():
+        for seed, (dtype, layout) in enumerate(CASES):
+            problem = gemm_problem(1000, 1000, 1000, dtype, layout)
+            space = SPEC.space(problem, target)
+            for config in space.sample(PER_CASE, seed=seed):
+                yield (dtype, layout), problem, config, render(SPEC, problem, config, target, space)
 
-    Module scoped, so it sets the same KGEN_HOME / KGEN_CACHE_DIR as conftest's per-test
-    fixture itself (that one runs after higher-scoped fixtures); the spawned compile
-    workers inherit them.
-    """
-    base = tmp_path_factory.getbasetemp()
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("KGEN_HOME", str(base / "kgen-home"))
-        mp.setenv("KGEN_CACHE_DIR", str(base / "cubin-cache"))
-        mp.delenv("KGEN_ARCH", raising=False)
-        jobs = []
-        start = time.perf_counter()
-        with CompilePool(2) as pool:
-            for seed, (dtype, layout) in enumerate(CASES):
-                problem = gemm_problem(1000, 1000, 1000, dtype, layout)
-                space = SPEC.space(problem, target)
-                configs = space.sample(PER_CASE, seed=seed)
-                for config in configs:
-                    source = render(SPEC, problem, config, target, space)
-                    jobs.append(((dtype, layout), config, source, pool.submit(source)))
-            results = {}
-            for case, config, source, fut in jobs:
-                results.setdefault(case, []).append((config, source, fut.result()))
-        print(f"\ncompiled {len(jobs)} GEMM configs in {time.perf_counter() - start:.1f} s")
-    return results
+    return compile_cases(tmp_path_factory, jobs(), "GEMM")
 
 
 @pytest.mark.parametrize("dtype,layout", CASES)
 def test_sampled_gemm_configs_compile_for_sm90(compiled, dtype, layout):
     rows = compiled[(dtype, layout)]
     assert len(rows) >= PER_CASE
-    assert len({c.name for c, _, _ in rows}) == len(rows)
-    failed = [(c.name, r.failure.detail[:300]) for c, _, r in rows if r.failure is not None]
+    assert len({c.name for _, c, _, _ in rows}) == len(rows)
+    failed = [(c.name, r.failure.detail[:300]) for _, c, _, r in rows if r.failure is not None]
     assert not failed, failed
     short = DTYPES[dtype][4]
-    for config, source, result in rows:
+    for _, config, source, result in rows:
         b = result.binary
         assert config.name.startswith(f"gemm_simt_{short}_{layout.lower()}_")
         assert source.entry == config.name and source.arch == "sm_90"

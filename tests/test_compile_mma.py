@@ -8,16 +8,17 @@ import random
 import re
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
 
-from kgen.compile import CompilePool, compile_source
+from kgen.compile import compile_source
 from kgen.kernels.gemm_mma import GemmMma
 from kgen.kernels.gemm_tc import EPILOGUES, allowed_outputs
 from kgen.problem import Target
 from kgen.render import render
+
+from compiling import compile_cases
 
 PER_CASE = int(__import__("os").environ.get("KGEN_MMA_PER_CASE", "50"))
 DTYPES = ("float16", "bfloat16", "float32", "float64")
@@ -33,39 +34,28 @@ def target():
 
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory, target):
-    base = tmp_path_factory.getbasetemp()
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("KGEN_HOME", str(base / "kgen-home"))
-        mp.setenv("KGEN_CACHE_DIR", str(base / "cubin-cache"))
-        mp.delenv("KGEN_ARCH", raising=False)
-        jobs = []
-        start = time.perf_counter()
-        with CompilePool(2) as pool:
-            for seed, (dtype, layout) in enumerate(CASES):
-                rng = random.Random(seed)
-                shape = (rng.choice([1, 100, 1000, 4096]), rng.choice([64, 1000, 4096]), 1000)
-                space = SPEC.space(SPEC.problem(*shape, dtype, layout), target)
-                for config in space.sample(PER_CASE, seed=seed):
-                    problem = SPEC.problem(*shape, dtype, layout, out_dtype=rng.choice(allowed_outputs(dtype)),
-                                           epilogue=rng.choice(EPILOGUES))
-                    source = render(SPEC, problem, config, target, space)
-                    jobs.append(((dtype, layout), config, source, pool.submit(source)))
-            results = {}
-            for case, config, source, fut in jobs:
-                results.setdefault(case, []).append((config, source, fut.result()))
-        print(f"\ncompiled {len(jobs)} mma configs in {time.perf_counter() - start:.1f} s")
-    return results
+    def jobs():
+        for seed, (dtype, layout) in enumerate(CASES):
+            rng = random.Random(seed)
+            shape = (rng.choice([1, 100, 1000, 4096]), rng.choice([64, 1000, 4096]), 1000)
+            space = SPEC.space(SPEC.problem(*shape, dtype, layout), target)
+            for config in space.sample(PER_CASE, seed=seed):
+                problem = SPEC.problem(*shape, dtype, layout, out_dtype=rng.choice(allowed_outputs(dtype)),
+                                       epilogue=rng.choice(EPILOGUES))
+                yield (dtype, layout), problem, config, render(SPEC, problem, config, target, space)
+
+    return compile_cases(tmp_path_factory, jobs(), "mma")
 
 
 @pytest.mark.parametrize("dtype,layout", CASES)
 def test_sampled_mma_configs_compile_for_sm90(compiled, dtype, layout):
     rows = compiled[(dtype, layout)]
     assert len(rows) >= PER_CASE
-    failed = [(c.name, r.failure.detail[:300]) for c, _, r in rows if r.failure is not None]
+    failed = [(c.name, r.failure.detail[:300]) for _, c, _, r in rows if r.failure is not None]
     assert not failed, failed
-    spilled = [c.name for c, _, r in rows if r.binary.resources.get("spill_stores")]
+    spilled = [c.name for _, c, _, r in rows if r.binary.resources.get("spill_stores")]
     assert len(spilled) <= len(rows) // 10, spilled      # the register estimate keeps spills rare
-    for config, source, result in rows:
+    for _, config, source, result in rows:
         assert config.name.startswith(f"gemm_mma_{'tf32' if dtype == 'float32' else SPEC_SHORT[dtype]}_")
         assert source.arch == "sm_90" and result.binary.cubin[:4] == b"\x7fELF"
         assert config.name.encode() in result.binary.cubin

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -15,7 +14,7 @@ from kgen.kernels.gemm import GemmSimt, gemm_problem
 from kgen.measurement import Measurement, Provenance, Record
 from kgen.problem import Target
 
-from fakes import BASE, FakeArray, FakeKernel, FakeLauncher  # noqa: F401
+from fakes import BASE, FakeArray, FakeLauncher, fake_dispatch
 
 SPEC = GemmSimt()
 TARGET = Target.h200()
@@ -24,13 +23,8 @@ TARGET = Target.h200()
 
 @pytest.fixture
 def fake():
-    launcher = FakeLauncher()
-    dispatcher = Dispatcher(db=MemoryStore(), launcher=launcher, targets={0: TARGET})
-    old = set_default_dispatcher(dispatcher)
-    try:
-        yield SimpleNamespace(launcher=launcher, dispatcher=dispatcher)
-    finally:
-        set_default_dispatcher(old)
+    with fake_dispatch(TARGET) as f:
+        yield f
 
 
 def _vectors(entry: str) -> tuple[int, int]:

@@ -3,21 +3,18 @@ which family, which arguments, which errors; the command line's routing."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 import kgen
-from kgen.db import MemoryStore
-from kgen.dispatch import Dispatcher, set_default_dispatcher
 from kgen.errors import DtypeError, KgenError, LayoutError, ShapeError
 from kgen.kernels.gemm_mma import GemmMma
 from kgen.kernels.gemm_route import gemm_request, uses_tensor_cores
 from kgen.measurement import Measurement, Provenance, Record
 from kgen.problem import Target
 
-from fakes import BASE, FakeArray, FakeLauncher
+from fakes import BASE, FakeArray, fake_dispatch
 
 # an sm_80 device: the portable family runs everything (the Hopper one needs sm_90a and a driver
 # to encode its tensor maps); routing on the H200 is checked without launching
@@ -29,13 +26,8 @@ MMA = GemmMma()
 
 @pytest.fixture
 def fake():
-    launcher = FakeLauncher()
-    dispatcher = Dispatcher(db=MemoryStore(), launcher=launcher, targets={0: TARGET})
-    old = set_default_dispatcher(dispatcher)
-    try:
-        yield SimpleNamespace(launcher=launcher, dispatcher=dispatcher)
-    finally:
-        set_default_dispatcher(old)
+    with fake_dispatch(TARGET) as f:
+        yield f
 
 
 def _args(launch):

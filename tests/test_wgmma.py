@@ -28,6 +28,8 @@ from kgen.kernels.gemm_wgmma import BK, GemmWgmma, smem_bytes
 from kgen.problem import Target
 from kgen.render import render
 
+from compiling import compile_cases
+
 PER_CASE = 50   # the issue asks for 50 sampled configs per precision x layout (~7 min on 2 cores)
 DTYPES = ("float16", "bfloat16")
 LAYOUTS = ("NN", "NT", "TN", "TT")
@@ -51,27 +53,16 @@ def _variant(rng: random.Random, dtype: str, layout: str, m=4096, n=4096, k=4096
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory, target):
     """PER_CASE sampled configs of every dtype x layout, each with a random output type and
-    epilogue, compiled once through one pool of 2 (see tests/test_compile.py for the env)."""
-    base = tmp_path_factory.getbasetemp()
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("KGEN_HOME", str(base / "kgen-home"))
-        mp.setenv("KGEN_CACHE_DIR", str(base / "cubin-cache"))
-        mp.delenv("KGEN_ARCH", raising=False)
-        jobs = []
-        start = time.perf_counter()
-        with CompilePool(2) as pool:
-            for seed, (dtype, layout) in enumerate(CASES):
-                rng = random.Random(seed)
-                space = SPEC.space(SPEC.problem(4096, 4096, 4096, dtype, layout), target)
-                for config in space.sample(PER_CASE, seed=seed):
-                    problem = _variant(rng, dtype, layout)
-                    source = render(SPEC, problem, config, target, space)
-                    jobs.append(((dtype, layout), problem, config, source, pool.submit(source)))
-            results = {}
-            for case, problem, config, source, fut in jobs:
-                results.setdefault(case, []).append((problem, config, source, fut.result()))
-        print(f"\ncompiled {len(jobs)} wgmma configs in {time.perf_counter() - start:.1f} s")
-    return results
+    epilogue, compiled once through one pool of 2."""
+    def jobs():
+        for seed, (dtype, layout) in enumerate(CASES):
+            rng = random.Random(seed)
+            space = SPEC.space(SPEC.problem(4096, 4096, 4096, dtype, layout), target)
+            for config in space.sample(PER_CASE, seed=seed):
+                problem = _variant(rng, dtype, layout)
+                yield (dtype, layout), problem, config, render(SPEC, problem, config, target, space)
+
+    return compile_cases(tmp_path_factory, jobs(), "wgmma")
 
 
 @pytest.mark.parametrize("dtype,layout", CASES)

@@ -266,10 +266,26 @@ def _operand_layout(info, name: str) -> tuple[str, int]:
                       remedy=f"pass {name}.copy()")
 
 
+def check_output(ci, m: int, n: int, out_dtype: str, stored_as: tuple[str, ...], device: int) -> None:
+    """Typed errors unless ``ci`` (ArrayInfo of c) is a row-major m x n array of ``out_dtype``
+    (held as one of ``stored_as``) on ``device``."""
+    from kgen.errors import DeviceError, DtypeError, LayoutError, ShapeError
+
+    if ci.shape != (m, n):
+        raise ShapeError(f"c has shape {list(ci.shape)}, expected [{m}, {n}]")
+    if ci.dtype not in stored_as:
+        raise DtypeError(f"c is {ci.dtype} but the output dtype is {out_dtype}", remedy=f"pass c as {out_dtype}")
+    if ci.device != device:
+        raise DeviceError(f"c is on device {ci.device}, a and b on device {device}")
+    if n > 1 and ci.strides[1] != 1 or (m > 1 and ci.strides[0] < n):
+        raise LayoutError(f"c must be row-major (strides [ldc, 1], ldc >= n); has strides {list(ci.strides)}",
+                          remedy="pass a C-contiguous c, and copy the result where it must go")
+
+
 def problem_from_operands(a, b, c=None) -> tuple[Problem, int]:
     """The GEMM problem of ``a @ b`` (into ``c``) and the device it runs on, from strides."""
     from kgen.arrays import describe
-    from kgen.errors import DeviceError, DtypeError, LayoutError, ShapeError
+    from kgen.errors import DeviceError, DtypeError, ShapeError
 
     ai, bi = describe(a, "a"), describe(b, "b")
     if len(ai.shape) != 2 or len(bi.shape) != 2:
@@ -285,16 +301,7 @@ def problem_from_operands(a, b, c=None) -> tuple[Problem, int]:
     if ai.device != bi.device:
         raise DeviceError(f"a is on device {ai.device} and b on device {bi.device}")
     if c is not None:
-        ci = describe(c, "c")
-        if ci.shape != (m, n):
-            raise ShapeError(f"c has shape {list(ci.shape)}, expected [{m}, {n}]")
-        if ci.dtype != ai.dtype:
-            raise DtypeError(f"c is {ci.dtype} but a and b are {ai.dtype}", remedy=f"pass c as {ai.dtype}")
-        if ci.device != ai.device:
-            raise DeviceError(f"c is on device {ci.device}, a and b on device {ai.device}")
-        if n > 1 and ci.strides[1] != 1 or (m > 1 and ci.strides[0] < n):
-            raise LayoutError(f"c must be row-major (strides [ldc, 1], ldc >= n); has strides {list(ci.strides)}",
-                              remedy="pass a C-contiguous c, and copy the result where it must go")
+        check_output(describe(c, "c"), m, n, ai.dtype, (ai.dtype,), ai.device)
     la, lda = _operand_layout(ai, "a")
     lb, ldb = _operand_layout(bi, "b")
     problem = gemm_problem(m, n, k, ai.dtype, la + lb, rules.alignment(ai.ptr, lda, ai.itemsize),

@@ -13,9 +13,8 @@ layout, any size and alignment, with the fused epilogue of ``kgen.kernels.gemm_t
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Mapping
 
-from kgen.errors import NoConfigError
 from kgen.kernels.gemm_tc import ITEMSIZE, TensorCoreGemm, type_context
 from kgen.problem import Problem, Target
 from kgen.space import Config, Constraint, Param, Space
@@ -82,13 +81,17 @@ class GemmMma(TensorCoreGemm):
         def accumulators(v):
             return (v["WM"] // mma_m) * (v["WN"] // 8) * acc_words
 
-        def chunks(v):   # cp.async copies per thread per stage, A and B together
-            threads = 32 * max(1, warps(v))
-            return -(-v["BM"] * v["BK"] // (v["VA"] * threads)) + -(-v["BN"] * v["BK"] // (v["VB"] * threads))
+        def copies(v, rows, vec):   # copies per thread per stage of one operand
+            return -(-rows * v["BK"] // (vec * 32 * max(1, warps(v))))
 
-        def regs(v):     # accumulators, fragments, ~4 per unrolled copy (addresses, sizes), the rest
+        def chunks(v):
+            return copies(v, v["BM"], v["VA"]) + copies(v, v["BN"], v["VB"])
+
+        def regs(v):     # accumulators, fragments, ~4 per unrolled async copy (8 per plain 2-byte load), the rest
             frags = ((v["WM"] // mma_m) * 4 + (v["WN"] // 8) * 2) * (2 if dtype == "float64" else 1)
-            return accumulators(v) + frags + 4 * chunks(v) + 48
+            per_copy = [8 if vec * size < 4 else 4 for vec in (v["VA"], v["VB"])]
+            return (accumulators(v) + frags + per_copy[0] * copies(v, v["BM"], v["VA"])
+                    + per_copy[1] * copies(v, v["BN"], v["VB"]) + 48)
 
         def smem(v):
             return tile_shape(dtype, layout, v)["SMEM"]
@@ -143,32 +146,18 @@ class GemmMma(TensorCoreGemm):
 
         return Space(params, constraints, derived, namer)
 
-    def context(self, problem: Problem, config: Config, space: Space) -> dict[str, Any]:
-        ctx = type_context(problem)
-        ctx.update(space.full_values(config.as_dict()))
-        ctx["entry"] = config.name
-        return ctx
-
     def default_config(self, problem: Problem, target: Target) -> Config:
         """A large tile for large problems, smaller ones as the problem shrinks."""
-        space = self.space(problem, target)
         dtype = problem["dtype"]
-        bks = ATOMS[dtype][3]
+        bk = ATOMS[dtype][3][1]
         widest = 16 // ITEMSIZE[dtype]
-        for bm, bn, wm, wn in ((128, 128, 64, 64), (128, 64, 64, 32), (64, 64, 32, 32), (32, 64, 16, 32),
-                               (16, 64, 16, 16), (64, 16, 16, 16), (16, 16, 16, 16)):
-            for va in (min(widest, problem["align_a"]), 1):
-                for vb in (min(widest, problem["align_b"]), 1):
-                    for stages in (4, 3, 2):
-                        for gm in (8, 1):
-                            v = dict(BM=bm, BN=bn, BK=bks[1], WM=wm, WN=wn, STAGES=stages, VA=va, VB=vb,
-                                     GM=gm, WK=1, MINB=1)
-                            if space.is_valid(v):
-                                return space.make(v)
-        configs = space.configs()
-        if not configs:
-            raise NoConfigError(f"no valid {self.family} config for {problem.key}")
-        return configs[0]
+        candidates = (dict(BM=bm, BN=bn, BK=bk, WM=wm, WN=wn, STAGES=stages, VA=va, VB=vb, GM=gm, WK=1, MINB=1)
+                      for bm, bn, wm, wn in ((128, 128, 64, 64), (128, 64, 64, 32), (64, 64, 32, 32),
+                                             (32, 64, 16, 32), (16, 64, 16, 16), (64, 16, 16, 16), (16, 16, 16, 16))
+                      for va in (min(widest, problem["align_a"]), 1)
+                      for vb in (min(widest, problem["align_b"]), 1)
+                      for stages in (4, 3, 2) for gm in (8, 1))
+        return self.first_valid(self.space(problem, target), candidates, problem)
 
     # ---- launch -----------------------------------------------------------------------
     def launch(self, problem: Problem, config: Config) -> Launch:

@@ -168,6 +168,13 @@ class TensorCoreGemm(KernelSpec):
         """Whether this family can run ``problem`` on ``target`` at all."""
         return problem["dtype"] in TC_INPUTS
 
+    def context(self, problem: Problem, config, space) -> dict[str, Any]:
+        """What changes the binary: types, layout, epilogue and the config (shapes are arguments)."""
+        ctx = type_context(problem)
+        ctx.update(space.full_values(config.as_dict()))
+        ctx["entry"] = config.name
+        return ctx
+
     def arg_builder(self, problem: Problem, config, lds: tuple):
         """A function (a, b, c, bias pointers (0: none), alpha, beta) -> kernel arguments, with
         everything else (m, n, k, lda, ldb, ldc) fixed now; families whose kernels take other

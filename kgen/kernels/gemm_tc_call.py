@@ -16,6 +16,7 @@ from typing import Any
 from kgen.arrays import ArrayInfo, array_kind, describe
 from kgen.errors import DeviceError, DtypeError, InputError, LayoutError, ShapeError
 from kgen.kernels import gemm_rules as rules
+from kgen.kernels.gemm import check_output
 from kgen.kernels.gemm_route import tensor_core_specs, uses_tensor_cores
 from kgen.kernels.gemm_tc import allowed_outputs, epilogue_name
 from kgen.problem import Problem
@@ -47,19 +48,6 @@ def _input_dtype(info: ArrayInfo, dtype: str | None, name: str) -> str:
         raise DtypeError(f"{name} is {info.dtype}, not the dtype={dtype} asked for",
                          remedy="cast it, or leave dtype unset")
     return info.dtype
-
-
-def _check_output(ci: ArrayInfo, m: int, n: int, out_dtype: str, device: int) -> None:
-    stored = "uint16" if out_dtype == "bfloat16" else out_dtype
-    if ci.shape != (m, n):
-        raise ShapeError(f"c has shape {list(ci.shape)}, expected [{m}, {n}]")
-    if ci.dtype not in (out_dtype, stored):
-        raise DtypeError(f"c is {ci.dtype} but the output dtype is {out_dtype}", remedy=f"pass c as {out_dtype}")
-    if ci.device != device:
-        raise DeviceError(f"c is on device {ci.device}, a and b on device {device}")
-    if n > 1 and ci.strides[1] != 1 or (m > 1 and ci.strides[0] < n):
-        raise LayoutError(f"c must be row-major (strides [ldc, 1], ldc >= n); has strides {list(ci.strides)}",
-                          remedy="pass a C-contiguous c, and copy the result where it must go")
 
 
 def _layout(info: ArrayInfo, name: str) -> tuple[str, int]:
@@ -96,7 +84,7 @@ def make_plan(dispatcher, a, b, c, bias, activation, precision, dtype, out_dtype
         if array_kind(c) == "jax":
             raise InputError("c is a JAX array, and JAX arrays are immutable",
                              remedy="leave c unset: the result comes back as a new JAX array")
-        _check_output(describe(c, "c"), m, n, out, ai.device)
+        check_output(describe(c, "c"), m, n, out, (out, "uint16" if out == "bfloat16" else out), ai.device)
     if bias is not None:
         bi_ = describe(bias, "bias")
         if bi_.shape != (n,):

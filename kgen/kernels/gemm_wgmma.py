@@ -30,8 +30,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from kgen import tma
-from kgen.errors import NoConfigError
-from kgen.kernels.gemm_tc import TensorCoreGemm, allowed_outputs, type_context
+from kgen.kernels.gemm_tc import TensorCoreGemm, allowed_outputs
 from kgen.problem import Problem, Target
 from kgen.space import Config, Constraint, Param, Space
 from kgen.spec import Launch, register
@@ -125,26 +124,13 @@ class GemmWgmma(TensorCoreGemm):
 
         return Space(params, constraints, derived, namer)
 
-    def context(self, problem: Problem, config: Config, space: Space) -> dict[str, Any]:
-        # What changes the binary: types, layout, epilogue and the config; shapes are arguments.
-        ctx = type_context(problem)
-        ctx.update(space.full_values(config.as_dict()))
-        ctx["entry"] = config.name
-        return ctx
-
     def default_config(self, problem: Problem, target: Target) -> Config:
         """128x256 tiles, 4 stages, 2 consumers (the cuBLAS-class shape), else smaller ones."""
-        space = self.space(problem, target)
-        for bm, bn, stages, consumers in ((128, 256, 4, 2), (128, 128, 6, 2), (128, 128, 6, 1),
-                                          (64, 256, 4, 1), (64, 128, 6, 1), (64, 64, 6, 1)):
-            for gm in (8, 1):
-                v = dict(BM=bm, BN=bn, BK=BK, STAGES=stages, CONSUMERS=consumers, GM=gm, PINGPONG=0)
-                if space.is_valid(v):
-                    return space.make(v)
-        configs = space.configs()
-        if not configs:
-            raise NoConfigError(f"no valid gemm_wgmma config for {problem.key}")
-        return configs[0]
+        candidates = (dict(BM=bm, BN=bn, BK=BK, STAGES=stages, CONSUMERS=consumers, GM=gm, PINGPONG=0)
+                      for bm, bn, stages, consumers in ((128, 256, 4, 2), (128, 128, 6, 2), (128, 128, 6, 1),
+                                                        (64, 256, 4, 1), (64, 128, 6, 1), (64, 64, 6, 1))
+                      for gm in (8, 1))
+        return self.first_valid(self.space(problem, target), candidates, problem)
 
     # ---- launch -----------------------------------------------------------------------
     def launch(self, problem: Problem, config: Config) -> Launch:

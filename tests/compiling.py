@@ -1,0 +1,34 @@
+"""Compiling many sampled configs once per test module, in that module's own kgen home."""
+
+from __future__ import annotations
+
+import time
+from typing import Iterable
+
+import pytest
+
+from kgen.compile import CompilePool
+
+
+def compile_cases(tmp_path_factory, jobs: Iterable[tuple], label: str) -> dict:
+    """{case: [(problem, config, source, result)]} for ``jobs`` of (case, problem, config, source),
+    compiled through one pool of 2.
+
+    Module-scoped fixtures run before conftest's per-test one, so this sets the same
+    KGEN_HOME / KGEN_CACHE_DIR itself; the spawned compile workers inherit them, and ``jobs``
+    (a generator: rendering reads the cache folder too) runs inside.
+    """
+    base = tmp_path_factory.getbasetemp()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KGEN_HOME", str(base / "kgen-home"))
+        mp.setenv("KGEN_CACHE_DIR", str(base / "cubin-cache"))
+        mp.delenv("KGEN_ARCH", raising=False)
+        start = time.perf_counter()
+        with CompilePool(2) as pool:
+            futures = [(case, problem, config, source, pool.submit(source))
+                       for case, problem, config, source in jobs]
+            results: dict = {}
+            for case, problem, config, source, fut in futures:
+                results.setdefault(case, []).append((problem, config, source, fut.result()))
+        print(f"\ncompiled {len(futures)} {label} configs in {time.perf_counter() - start:.1f} s")
+    return results
