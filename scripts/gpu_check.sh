@@ -3,7 +3,8 @@
 # test, run the benchmarks; logs and results go under $OUT (default ./gpu_out).
 #   scripts/gpu_check.sh                 # tests + the full GEMM benchmark
 #   scripts/gpu_check.sh tests [FILES]   # tests only (all gpu tests, or these files)
-#   scripts/gpu_check.sh bench [ARGS]    # GEMM benchmark only (ARGS go to bench_gemm.py)
+#   scripts/gpu_check.sh bench [ARGS]    # GEMM benchmark only (ARGS go to bench_gemm.py, e.g.
+#                                        #   --suite tc-large --timeout 13 --merge; then tc-small)
 #   scripts/gpu_check.sh dispatch [ARGS] # call overhead and cold start (ARGS go to bench_dispatch.py)
 set -uo pipefail
 cd "$(dirname "$0")/.."
