@@ -1,0 +1,131 @@
+"""Search strategies against recorded measurements, with no GPU: how fast each finds the best.
+
+For every problem of a recording and every strategy, ``--seeds`` tunes replay the recording
+(each config's time resampled from its recorded runs; configs outside the recording are
+not offered). A trajectory's quality after n trials is the recorded optimum's time over the
+best time found so far (1.0 = the optimum). Rows, medians over seeds:
+{space, strategy, seeds, trials_to_95, trials_to_99, frac_at: {"10", "25", "50", "100", "200"}}
+in scripts/results/<machine>/bench_search.json.
+
+    python scripts/bench_search.py --recording tests/data/h200_gemm_f32_simt.jsonl.gz --seeds 20
+
+Note: a recording made by tunes holds the configs those tunes visited, not the whole space;
+the numbers say how strategies do within it. Whole-space recordings come from
+`kgen tune ... --sampler exhaustive` on the GPU, exported with `kgen db export`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import logging
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+CHECKPOINTS = (10, 25, 50, 100, 200)
+
+
+def _median_time(m) -> float:
+    runs = sorted(m.times_ms)
+    return runs[len(runs) // 2]
+
+
+def trajectory(result, optimum: float) -> list[float]:
+    """Quality (optimum / best so far) after each trial, in the order trials finished."""
+    best, out = float("inf"), []
+    for m in result.trials:
+        if m.ok:
+            best = min(best, _median_time(m))
+        out.append(optimum / best if best < float("inf") else 0.0)
+    return out
+
+
+def first_reaching(traj: list[float], level: float) -> int | None:
+    for i, q in enumerate(traj, 1):
+        if q >= level:
+            return i
+    return None
+
+
+def run_strategy(spec, problem, target, recording, strategy: str, seed: int, budget: int) -> list[float]:
+    from kgen.db import MemoryStore
+    from kgen.runners import ReplayRunner
+    from kgen.search import tune
+
+    runner = ReplayRunner(recording, seed=seed)
+    with runner:
+        result = tune(spec, problem, target, runner, MemoryStore(), trials=budget, sampler=strategy, seed=seed,
+                      warm_start=False)
+    optimum = min(_median_time(m) for (key, _), m in recording.entries.items() if key == problem.key and m.ok)
+    return trajectory(result, optimum)
+
+
+def summarize(space: str, strategy: str, trajectories: list[list[float]]) -> dict:
+    def median_or_none(values):
+        values = [v for v in values if v is not None]
+        return statistics.median(values) if len(values) * 2 > len(trajectories) else None
+
+    frac_at = {}
+    for n in CHECKPOINTS:
+        at = [t[min(n, len(t)) - 1] for t in trajectories if t]
+        frac_at[str(n)] = round(statistics.median(at), 4) if at else None
+    return {"space": space, "strategy": strategy, "seeds": len(trajectories),
+            "trials_to_95": median_or_none([first_reaching(t, 0.95) for t in trajectories]),
+            "trials_to_99": median_or_none([first_reaching(t, 0.99) for t in trajectories]),
+            "frac_at": frac_at, "trials_available": max(len(t) for t in trajectories)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--recording", action="append", required=True, help="JSON lines (repeatable)")
+    parser.add_argument("--strategies", default="tpe,random,gp,cmaes")
+    parser.add_argument("--seeds", type=int, default=20)
+    parser.add_argument("--budget", type=int, default=200)
+    parser.add_argument("--problems", type=int, default=0, help="only the first N problems of each recording")
+    parser.add_argument("--out", default="")
+    args = parser.parse_args()
+    logging.getLogger("optuna").setLevel(logging.WARNING)
+
+    from kgen.problem import Problem, Target
+    from kgen.runners import Recording
+    from kgen.spec import get_spec
+
+    rows = []
+    for path in args.recording:
+        recording = Recording.load(path)
+        target = Target.h200(recording.device_name() or "NVIDIA H200")
+        keys = sorted(recording.problems())[: args.problems or None]
+        for key in keys:
+            problem = Problem.from_key(key)
+            spec = get_spec(problem.family)
+            for strategy in args.strategies.split(","):
+                start = time.perf_counter()
+                try:
+                    trajs = [run_strategy(spec, problem, target, recording, strategy, seed, args.budget)
+                             for seed in range(args.seeds)]
+                except Exception as exc:      # e.g. gp without PyTorch: say so, keep the other rows
+                    print(f"{key} {strategy}: skipped ({type(exc).__name__}: {exc})")
+                    continue
+                row = summarize(key, strategy, trajs)
+                row["seconds"] = round(time.perf_counter() - start, 1)
+                rows.append(row)
+                print(json.dumps(row))
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from bench_db import cpu_model, slug
+
+    model = cpu_model()
+    out = Path(args.out) if args.out else ROOT / "scripts" / "results" / slug(model) / "bench_search.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    doc = {"machine": model, "recordings": args.recording, "budget": args.budget,
+           "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "rows": rows}
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
