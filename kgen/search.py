@@ -214,6 +214,13 @@ class Tuner:
                     queued = True
             if self.sampler_name == "exhaustive" and not queued:
                 return None   # every valid config has been proposed
+            if self.sampler_name == "random" and not queued and self._allowed is None:
+                # draw valid configs from the space itself: Optuna's own random proposals are
+                # mostly rejected by the constraints, at milliseconds of ask/tell each
+                self._queue = [c.as_dict() for c in self.space.sample(64, seed=self.rng.randrange(1 << 30))
+                               if c.name not in self.known and c.name not in in_flight]
+                if self._queue:
+                    continue
             trial = study.ask(dists)
             values = trial.params
             config = self.space.make(values)

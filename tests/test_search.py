@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from concurrent.futures import Future
+
 import math
 import time
 import zlib
@@ -15,6 +17,7 @@ from kgen.errors import KgenError, NoConfigError
 from kgen.kernels.gemm import GemmSimt, gemm_problem
 from kgen.measurement import Failure, Measurement, Provenance, Record
 from kgen.problem import Target
+from kgen.runners.base import Runner
 from kgen.runners.replay import Recording, ReplayRunner
 from kgen.search import tune
 
@@ -227,3 +230,27 @@ def test_strict_mode_raises_for_an_untuned_problem(tuned_db, monkeypatch):
         with pytest.raises(NoConfigError) as info:
             d.choose(SPEC, problem, TARGET)
         assert info.value.remedy
+
+
+class InstantGPU(Runner):
+    """Answers every config at once, as a GPU with no queue would: the driver's own cost shows."""
+
+    needs_binaries = False
+    slots = 2
+
+    def submit(self, task):
+        fut: Future = Future()
+        fut.set_result(Measurement(config_name=task.config.name, config=task.config.as_dict(),
+                                   problem_key=task.problem.key, times_ms=(1.0 + len(task.config.name) % 7,) * 5))
+        return fut
+
+
+def test_random_search_proposes_valid_configs_only():
+    """Optuna's own random proposals are mostly rejected by the constraints (milliseconds of
+    ask/tell each, which capped tuning throughput); the random sampler draws valid ones."""
+    from kgen.db import MemoryStore
+
+    result = tune(SPEC, gemm_problem(1000, 1000, 1000), TARGET, InstantGPU(), MemoryStore(), trials=40,
+                  sampler="random", seed=3, warm_start=False)
+    assert len(result.trials) == 40 and result.failures["constraints"] == 0
+    assert len({m.config_name for m in result.trials}) == 40
