@@ -254,7 +254,7 @@ class GemmSimt(KernelSpec):
 
 # ---- call-time entry point ----------------------------------------------------------------
 
-def _operand_layout(info, name: str) -> tuple[str, int]:
+def operand_layout(info, name: str) -> tuple[str, int]:
     """('N', ld) for row-major storage, ('T', ld) for column-major (a transposed view)."""
     from kgen.errors import LayoutError
 
@@ -282,12 +282,10 @@ def check_output(ci, m: int, n: int, out_dtype: str, stored_as: tuple[str, ...],
                           remedy="pass a C-contiguous c, and copy the result where it must go")
 
 
-def problem_from_operands(a, b, c=None) -> tuple[Problem, int]:
-    """The GEMM problem of ``a @ b`` (into ``c``) and the device it runs on, from strides."""
-    from kgen.arrays import describe
-    from kgen.errors import DeviceError, DtypeError, ShapeError
+def matmul_shape(ai, bi) -> tuple[int, int, int]:
+    """m, n, k of ``a @ b`` from their ArrayInfos; ShapeError unless both are 2-D and k agrees."""
+    from kgen.errors import ShapeError
 
-    ai, bi = describe(a, "a"), describe(b, "b")
     if len(ai.shape) != 2 or len(bi.shape) != 2:
         raise ShapeError(f"gemm takes 2-D arrays; got a{list(ai.shape)} and b{list(bi.shape)}",
                          remedy="reshape to 2-D (batched GEMM is not supported yet)")
@@ -295,6 +293,16 @@ def problem_from_operands(a, b, c=None) -> tuple[Problem, int]:
     if k != k2:
         raise ShapeError(f"inner dimensions differ: a is {m}x{k}, b is {k2}x{n}",
                          remedy="pass b with as many rows as a has columns")
+    return m, n, k
+
+
+def problem_from_operands(a, b, c=None) -> tuple[Problem, int]:
+    """The GEMM problem of ``a @ b`` (into ``c``) and the device it runs on, from strides."""
+    from kgen.arrays import describe
+    from kgen.errors import DeviceError, DtypeError
+
+    ai, bi = describe(a, "a"), describe(b, "b")
+    m, n, k = matmul_shape(ai, bi)
     if ai.dtype != bi.dtype or ai.dtype not in DTYPES:
         raise DtypeError(f"gemm needs a and b of one dtype among {sorted(DTYPES)}; got {ai.dtype} and {bi.dtype}",
                          remedy="cast with .astype(...)")
@@ -302,8 +310,8 @@ def problem_from_operands(a, b, c=None) -> tuple[Problem, int]:
         raise DeviceError(f"a is on device {ai.device} and b on device {bi.device}")
     if c is not None:
         check_output(describe(c, "c"), m, n, ai.dtype, (ai.dtype,), ai.device)
-    la, lda = _operand_layout(ai, "a")
-    lb, ldb = _operand_layout(bi, "b")
+    la, lda = operand_layout(ai, "a")
+    lb, ldb = operand_layout(bi, "b")
     problem = gemm_problem(m, n, k, ai.dtype, la + lb, rules.alignment(ai.ptr, lda, ai.itemsize),
                            rules.alignment(bi.ptr, ldb, bi.itemsize))
     return problem, ai.device

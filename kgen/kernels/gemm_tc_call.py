@@ -16,7 +16,7 @@ from typing import Any
 from kgen.arrays import ArrayInfo, array_kind, describe
 from kgen.errors import DeviceError, DtypeError, InputError, LayoutError, ShapeError
 from kgen.kernels import gemm_rules as rules
-from kgen.kernels.gemm import check_output
+from kgen.kernels.gemm import check_output, matmul_shape, operand_layout
 from kgen.kernels.gemm_route import tensor_core_specs, uses_tensor_cores
 from kgen.kernels.gemm_tc import allowed_outputs, epilogue_name
 from kgen.problem import Problem
@@ -50,25 +50,10 @@ def _input_dtype(info: ArrayInfo, dtype: str | None, name: str) -> str:
     return info.dtype
 
 
-def _layout(info: ArrayInfo, name: str) -> tuple[str, int]:
-    found = rules.operand_layout(info.shape, info.strides)
-    if found is None:
-        raise LayoutError(f"{name} has strides {info.strides} (elements) for shape {info.shape}: "
-                          "neither row-major nor a transposed view of a row-major array",
-                          remedy=f"pass a contiguous copy of {name}")
-    return found
-
-
 def make_plan(dispatcher, a, b, c, bias, activation, precision, dtype, out_dtype) -> TcPlan:
     """Validate everything (typed errors), then choose and load the kernel."""
     ai, bi = describe(a, "a"), describe(b, "b")
-    if len(ai.shape) != 2 or len(bi.shape) != 2:
-        raise ShapeError(f"gemm takes 2-D arrays; got a{list(ai.shape)} and b{list(bi.shape)}",
-                         remedy="reshape to 2-D (batched GEMM is not supported yet)")
-    (m, k), (k2, n) = ai.shape, bi.shape
-    if k != k2:
-        raise ShapeError(f"inner dimensions differ: a is {m}x{k}, b is {k2}x{n}",
-                         remedy="pass b with as many rows as a has columns")
+    m, n, k = matmul_shape(ai, bi)
     in_a, in_b = _input_dtype(ai, dtype, "a"), _input_dtype(bi, dtype, "b")
     if in_a != in_b:
         raise DtypeError(f"a is {in_a} and b is {in_b}", remedy="cast both to one dtype")
@@ -95,8 +80,8 @@ def make_plan(dispatcher, a, b, c, bias, activation, precision, dtype, out_dtype
             raise DeviceError(f"bias is on device {bi_.device}, a and b on device {ai.device}")
         if bi_.strides[0] != 1 and n > 1:
             raise LayoutError("bias must be contiguous", remedy="pass a contiguous copy of bias")
-    la, lda = _layout(ai, "a")
-    lb, ldb = _layout(bi, "b")
+    la, lda = operand_layout(ai, "a")
+    lb, ldb = operand_layout(bi, "b")
     target = dispatcher.target(ai.device)
     args = dict(m=m, n=n, k=k, dtype=in_a, layout=la + lb, out_dtype=out,
                 epilogue=epilogue_name(bias is not None, activation),
