@@ -382,11 +382,13 @@ def _make_plan(dispatcher, a, b, c) -> _Plan:
     return plan
 
 
-def _float32_cai(x) -> bool:
+def _float32_interface(x):
+    """``x.__cuda_array_interface__`` when x is a float32 device array, else None."""
     try:
-        return x.__cuda_array_interface__["typestr"] == "<f4"
+        cai = x.__cuda_array_interface__
     except Exception:          # no interface, or one that refuses the dtype (torch bfloat16)
-        return False
+        return None
+    return cai if cai["typestr"] == "<f4" else None
 
 
 def gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, *, bias=None, activation=None,
@@ -410,14 +412,14 @@ def gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, *, bias=None, acti
     from kgen.dispatch import default_dispatcher
 
     if (bias is not None or activation is not None or precision is not None or dtype is not None
-            or out_dtype is not None or not _float32_cai(a)):
+            or out_dtype is not None or (ia := _float32_interface(a)) is None):
         from kgen.kernels.gemm_tc_call import tc_gemm   # which also sends float32 back here where it must
 
         return tc_gemm(a, b, c, alpha, beta, bias=bias, activation=activation, precision=precision,
                        dtype=dtype, out_dtype=out_dtype)
     dispatcher = default_dispatcher()
     try:
-        ia, ib = a.__cuda_array_interface__, b.__cuda_array_interface__
+        ib = b.__cuda_array_interface__
         ic = c.__cuda_array_interface__ if c is not None else None
     except AttributeError:   # not device arrays: the slow path says what is wrong
         problem_from_operands(a, b, c)
