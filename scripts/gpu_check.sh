@@ -6,6 +6,8 @@
 #   scripts/gpu_check.sh bench [ARGS]    # GEMM benchmark only (ARGS go to bench_gemm.py, e.g.
 #                                        #   --suite tc-large --timeout 13 --merge; then tc-small)
 #   scripts/gpu_check.sh dispatch [ARGS] # call overhead and cold start (ARGS go to bench_dispatch.py)
+#   scripts/gpu_check.sh record SET N    # ground truth for search studies: N configs per problem of
+#                                        #   SET (simt, mma, wgmma; N=0: all) -> $OUT/h200_gemm_SET.jsonl.gz
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu_out}
@@ -33,6 +35,11 @@ fi
 if [ "$what" = all ] || [ "$what" = dispatch ]; then
   [ "$what" = dispatch ] && dargs=("$@") || dargs=()
   python3 scripts/bench_dispatch.py --out "$OUT/bench_dispatch.json" "${dargs[@]}" 2>&1 | tee "$OUT/bench_dispatch.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+fi
+if [ "$what" = record ]; then
+  python3 scripts/record_space.py --set "$1" --configs "${2:-0}" --timeout "${3:-120}" \
+    --out "$OUT/h200_gemm_$1.jsonl.gz" 2>&1 | tee "$OUT/record_$1.log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi
 exit $status
