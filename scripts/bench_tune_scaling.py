@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -60,13 +61,14 @@ def run_count(gpus: int, problems, trials: int, replay, target) -> dict:
         client.wait_for_workers(gpus, timeout=180)
         measure = ReplayRunner(replay, seed=gpus).answer if replay is not None else None
         runner = DaskRunner(client, measure=measure)
-        start = time.perf_counter()
+        start, start_epoch = time.perf_counter(), time.time()
         results = tune_many(spec, problems, target, runner, MemoryStore(), trials=trials, sampler="random",
                             seed=gpus, warm_start=False)
         seconds = time.perf_counter() - start
         runner.close()
     measured = [m for r in results for m in r.trials]
     busy = sum(end - begin for _, begin, end in runner.where.values())
+    idle = idle_breakdown(runner.where.values(), start_epoch)
     compiled = [m for m in measured if m.compile_s > 0]
     compile_cpu_s = sum(m.compile_s for m in compiled)
     return {"gpus": gpus, "problems": len(problems), "trials": len(measured), "seconds": round(seconds, 2),
@@ -74,7 +76,29 @@ def run_count(gpus: int, problems, trials: int, replay, target) -> dict:
             "gpu_idle_fraction": round(max(0.0, 1 - busy / (gpus * seconds)), 3),
             "compile_variants_per_s": round(len(compiled) / seconds, 2) if compiled else None,
             "compile_cpu_s_per_variant": round(compile_cpu_s / len(compiled), 3) if compiled else None,
-            "failures": sum(1 for m in measured if m.failure), "lost": runner.lost, "retries": runner.retries}
+            "failures": sum(1 for m in measured if m.failure), "lost": runner.lost, "retries": runner.retries,
+            **idle}
+
+
+def idle_breakdown(spans, start_epoch: float) -> dict:
+    """Where the workers' idle time went: from the tune's start to the first measurement,
+    before each worker's first measurement, between measurements, after each one's last."""
+    by_worker: dict[str, list[tuple[float, float]]] = {}
+    for worker, begin, end in spans:
+        by_worker.setdefault(worker, []).append((begin, end))
+    if not by_worker:
+        return {}
+    first = min(b for s in by_worker.values() for b, _ in s)
+    last = max(e for s in by_worker.values() for _, e in s)
+    head, tail, gaps = [], [], []
+    for s in by_worker.values():
+        s.sort()
+        head.append(s[0][0] - first)
+        tail.append(last - s[-1][1])
+        gaps.extend(max(0.0, b2 - e1) for (_, e1), (b2, _) in zip(s, s[1:]))
+    return {"first_measurement_after_s": round(first - start_epoch, 3), "idle_head_s": round(max(head), 3), "idle_tail_s": round(max(tail), 3),
+            "gap_median_ms": round(1e3 * statistics.median(gaps), 2) if gaps else None,
+            "gap_total_s": round(sum(gaps), 2)}
 
 
 def main() -> None:

@@ -111,6 +111,7 @@ class _Entry:
     key: str = ""
     dask: object = None
     sent: float = 0.0
+    order: int = 0      # when it was sent: a worker runs our tasks in this order
 
 
 def _failed(task: MeasureTask, kind: str, detail: str) -> Measurement:
@@ -121,6 +122,11 @@ def _failed(task: MeasureTask, kind: str, detail: str) -> Measurement:
 
 class DaskRunner(Runner):
     """Measure on the GPU workers of a Dask cluster; ``slots`` defaults to their number.
+
+    Up to ``knobs.dist_queue_depth`` measurements per GPU are sent at once, so a worker
+    starts its next one without waiting for the round trip of the last answer. When a
+    worker dies, only the measurement it was running is charged an attempt; the ones
+    queued behind it are sent again free.
 
     ``measure`` is a picklable function of a MeasureTask run inside the worker (default:
     ``GPUMeasure()``); a replay's ``ReplayRunner(recording).answer`` measures without GPUs.
@@ -143,6 +149,8 @@ class DaskRunner(Runner):
         self._pending: deque[_Entry] = deque()
         self._running: dict[str, _Entry] = {}
         self._restarting = 0
+        self._sent = 0
+        self._killed: dict[str, list[tuple[float, _Entry]]] = {}   # worker -> entries lost with it, when
         self._closed = threading.Event()
         try:
             client.run_on_scheduler(_set_allowed_failures, 0)
@@ -186,13 +194,15 @@ class DaskRunner(Runner):
     def _pump(self) -> None:
         send = []
         with self._lock:
+            depth = max(1, knobs.dist_queue_depth)
             while (self._pending and not self._closed.is_set()
-                   and len(self._running) < max(1, self.slots - self._restarting)):
+                   and len(self._running) < max(1, self.slots - self._restarting) * depth):
                 e = self._pending.popleft()
                 if e.attempts == 0 and not e.result.set_running_or_notify_cancel():
                     continue   # the tuner gave up on it
                 e.attempts += 1
-                e.key, e.sent, e.dask = f"{self._name}-{uuid.uuid4().hex}", time.monotonic(), None
+                self._sent += 1
+                e.key, e.sent, e.dask, e.order = f"{self._name}-{uuid.uuid4().hex}", time.monotonic(), None, self._sent
                 self._running[e.key] = e
                 send.append(e)
         for e in send:
@@ -214,7 +224,11 @@ class DaskRunner(Runner):
                 self._answer(e, m)
             elif dfut.status == "error":
                 exc = dfut.exception()
-                if type(exc).__name__ in _LOST:
+                worker = getattr(getattr(exc, "last_worker", None), "address", None)
+                if type(exc).__name__ == "KilledWorker" and worker:
+                    with self._lock:   # settled by the watchdog once every task lost with it is in
+                        self._killed.setdefault(worker, []).append((time.monotonic(), e))
+                elif type(exc).__name__ in _LOST:
                     self._lost(e, f"{type(exc).__name__}: {exc}")
                 elif not e.result.done():
                     e.result.set_exception(exc)
@@ -229,8 +243,10 @@ class DaskRunner(Runner):
         if not e.result.done():
             e.result.set_result(m)
 
-    def _lost(self, e: _Entry, why: str) -> None:
+    def _lost(self, e: _Entry, why: str, charged: bool = True) -> None:
         self.lost += 1
+        if not charged:
+            e.attempts -= 1   # it never ran: this send does not count
         if e.attempts <= self.max_retries and not self._closed.is_set():
             self.retries += 1
             log.warning("trial %s lost its worker (%s): sending it again", e.task.config.name, why)
@@ -247,17 +263,34 @@ class DaskRunner(Runner):
             except Exception as exc:   # a watchdog must outlive a scheduler hiccup
                 log.warning("dask watchdog: %s", exc)
 
+    def _settle_killed(self, settle_s: float = 0.5) -> None:
+        """Tasks lost with a dead worker: the first sent was running (charged an attempt),
+        the others were queued behind it (sent again free)."""
+        now = time.monotonic()
+        with self._lock:
+            ready = [w for w, lost in self._killed.items() if now - max(t for t, _ in lost) >= settle_s]
+            batches = [(w, sorted((e for _, e in self._killed.pop(w)), key=lambda e: e.order)) for w in ready]
+        for worker, entries in batches:
+            for i, e in enumerate(entries):
+                self._lost(e, f"KilledWorker: {worker} died", charged=i == 0)
+        if batches:
+            self._pump()
+
     def _expire(self) -> None:
+        self._settle_killed()
         now = time.monotonic()
         with self._lock:
             late = [e for e in self._running.values() if e.dask is not None and now - e.sent > self.timeout_s]
         if not late:
             return
         processing = self.client.processing()
+        with self._lock:
+            order = {e.key: e.order for e in self._running.values()}
         for e in late:
             worker = next((w for w, keys in processing.items() if e.key in keys), None)
-            if worker is None:
-                e.sent = now   # not started yet (waiting for a worker): its clock starts again
+            ahead = worker is not None and any(order.get(k, e.order) < e.order for k in processing[worker])
+            if worker is None or ahead:
+                e.sent = now   # not started yet (waiting for a worker, or queued behind one of ours)
                 continue
             with self._lock:
                 if self._running.pop(e.key, None) is None:
@@ -290,8 +323,10 @@ class DaskRunner(Runner):
         self._closed.set()
         with self._lock:
             left = list(self._pending) + list(self._running.values())
+            left += [e for lost in self._killed.values() for _, e in lost]
             self._pending.clear()
             self._running.clear()
+            self._killed.clear()
         for e in left:
             if e.dask is not None:
                 e.dask.cancel()
