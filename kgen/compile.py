@@ -6,6 +6,9 @@ NVRTC runs with no GPU present, so CI compiles every template. The cubin comes f
 the template bug can be read.
 
 >>> from kgen.render import Source
+
+if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor
 >>> src = Source('extern "C" __global__ void twice(float* x) { x[threadIdx.x] *= 2.f; }',
 ...              "twice", ("--std=c++17",), "sm_90", "doctest-twice")
 >>> result = compile_source(src, use_cache=False)
@@ -20,15 +23,17 @@ import os
 import re
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator
 
 from kgen.knobs import knobs
 from kgen.measurement import Failure
 from kgen.render import Source
+
+if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor
 
 _RESOURCE_PATTERNS = ("too much shared data", "too much local data", "uses too much",
                       "insufficient register", "out of memory", "exceeds")
@@ -223,6 +228,8 @@ class CompilePool:
         self._ctx = multiprocessing.get_context("spawn")
 
     def _executor(self) -> ProcessPoolExecutor:
+        from concurrent.futures import ProcessPoolExecutor
+
         if self._pool is None:
             self._pool = ProcessPoolExecutor(self.workers, mp_context=self._ctx)
         return self._pool

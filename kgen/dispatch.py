@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import logging
 import threading
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from kgen.compile import compile_source
+from kgen import dispatch_memo
+from kgen.compile import Binary, compile_source
 from kgen.errors import CompileError, NoConfigError
 from kgen.knobs import knobs
-from kgen.problem import Problem, Target
+from kgen.problem import Problem, Target, target_from_dict
 from kgen.render import render
 from kgen.space import Config
 
@@ -46,6 +48,7 @@ class Dispatcher:
     def __init__(self, db=None, launcher=None, targets: Mapping[int, Target] | None = None,
                  miss_runner=None):
         self._db = db
+        self._default_db = db is None   # only the default database's files can vouch for the memo
         self._launcher = launcher
         self._targets: dict[int, Target] = dict(targets or {})
         self._loaded: dict[tuple[str, str, int], _Loaded] = {}
@@ -134,6 +137,9 @@ class Dispatcher:
         with self._lock:
             loaded = self._loaded.get(key)
             if loaded is None:
+                loaded = self._from_memo(spec, problem, device)
+            if loaded is None:
+                fingerprint = dispatch_memo.database_fingerprint() if self._default_db else None
                 target = self.target(device)
                 choice = self.choose(spec, problem, target)
                 source = render(spec, problem, choice.config, target)
@@ -143,10 +149,40 @@ class Dispatcher:
                                        remedy="report it with the saved source; meanwhile tune the problem",
                                        config=choice.config.name)
                 loaded = _Loaded(spec, problem, choice, self.launcher.load(result.binary))
-                self._loaded[key] = loaded
+                if choice.how == "tuned":
+                    dispatch_memo.remember(
+                        dispatch_memo.memo_key(spec.family, problem.key, device, spec.template_digest()),
+                        fingerprint, {"config": [list(kv) for kv in choice.config.values],
+                                      "name": choice.config.name, "time_ms": choice.time_ms,
+                                      "cubin": result.binary.path, "source_digest": result.binary.source_digest,
+                                      "arch": result.binary.arch, "resources": result.binary.resources,
+                                      "target": target.as_dict()})
                 if choice.how != "tuned" and knobs.tune_on_miss > 0:
                     self._tune_in_background(spec, problem, device, target)
+            self._loaded[key] = loaded
         return loaded
+
+    def _from_memo(self, spec, problem: Problem, device: int) -> _Loaded | None:
+        """A tuned choice remembered by an earlier process, when still valid (see dispatch_memo)."""
+        if not self._default_db or not knobs.dispatch_memo:
+            return None
+        key = dispatch_memo.memo_key(spec.family, problem.key, device, spec.template_digest())
+        entry = dispatch_memo.lookup(key, dispatch_memo.database_fingerprint())
+        if entry is None:
+            return None
+        try:
+            target = self._targets.get(device) or target_from_dict(entry["target"])
+            if not _same_device(target, device):
+                return None
+            config = Config(entry["name"], tuple((k, v) for k, v in entry["config"]))
+            binary = Binary(Path(entry["cubin"]).read_bytes(), config.name, entry["source_digest"],
+                            entry["arch"], dict(entry["resources"]), entry["cubin"])
+        except (KeyError, TypeError, ValueError, OSError) as exc:
+            log.debug("dispatch memo entry %s unusable: %s", key, exc)
+            return None
+        self._targets.setdefault(device, target)
+        choice = Choice(config, "tuned", entry.get("time_ms"), problem.key)
+        return _Loaded(spec, problem, choice, self.launcher.load(binary))
 
     # ---- tune on miss ----------------------------------------------------------------------------
     def _tune_in_background(self, spec, problem: Problem, device: int, target: Target) -> None:
@@ -189,6 +225,19 @@ class Dispatcher:
         with self._lock:
             self._loaded.clear()
             self.plans.clear()
+
+
+def _same_device(target: Target, device: int) -> bool:
+    """Is ``device`` still the GPU (and driver) ``target`` describes? Cheap runtime queries."""
+    try:
+        from cupy.cuda import runtime
+
+        props = runtime.getDeviceProperties(device)
+        name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+        return (name == target.name and (int(props["major"]), int(props["minor"])) == tuple(target.cc)
+                and int(runtime.driverGetVersion()) == target.driver_version)
+    except Exception:   # no CuPy or no device here: let the full path decide and explain
+        return False
 
 
 def _local_runner(device: int, target: Target):

@@ -97,6 +97,9 @@ class Knobs:
     dist_timeout_s = _EnvKnob("KGEN_DIST_TIMEOUT", float, lambda: 2 * knobs.trial_timeout_s + 30,
                               "seconds a measurement sent to a Dask worker may take before that worker "
                               "is restarted and the trial stored as a timeout")
+    dispatch_memo = _EnvKnob("KGEN_DISPATCH_MEMO", _parse_bool, lambda: True,
+                             "remember dispatch's tuned choices on disk so a new process's first call "
+                             "skips the database, the template and the compiler (see kgen/dispatch_memo.py)")
     dist_queue_depth = _EnvKnob("KGEN_DIST_QUEUE_DEPTH", int, lambda: 2,
                                 "measurements sent to each Dask GPU worker at once (2: the next one "
                                 "waits on the worker, hiding the round trip of each answer)")

@@ -10,11 +10,13 @@ import hashlib
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-
-import jinja2
+from typing import TYPE_CHECKING
 
 from kgen.errors import TemplateError
 from kgen.problem import Problem, Target
+
+if TYPE_CHECKING:
+    import jinja2
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,8 @@ def template_files(spec) -> list[Path]:
 
 def _bytecode_cache() -> jinja2.BytecodeCache | None:
     """Compiled templates on disk beside the cubins: a new process skips Jinja's parser."""
+    import jinja2
+
     from kgen.knobs import knobs
 
     folder = knobs.cache_dir / "templates"
@@ -73,6 +77,8 @@ def _bytecode_cache() -> jinja2.BytecodeCache | None:
 
 @lru_cache(maxsize=16)
 def _environment(folder: str) -> jinja2.Environment:
+    import jinja2   # here, not at import: a dispatch served from the memo never renders
+
     loader = jinja2.FileSystemLoader([folder, str(templates_root())])
     return jinja2.Environment(loader=loader, undefined=jinja2.StrictUndefined, bytecode_cache=_bytecode_cache(),
                               keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
@@ -80,6 +86,8 @@ def _environment(folder: str) -> jinja2.Environment:
 
 def render(spec, problem: Problem, config, target: Target, space=None) -> Source:
     """The CUDA source of one config of ``spec`` for ``problem`` on ``target``."""
+    import jinja2
+
     inline = template_text(spec)
     path = Path(f"<{spec.family} template_source>") if inline else _template_path(spec)
     space = space or spec.space(problem, target)
