@@ -23,7 +23,7 @@ from kgen.search import SAMPLERS, TuneProgress, TuneResult, Tuner
 
 
 def tune_many(spec, problems: Iterable[Problem], target: Target, runner, db, trials: int = 100,
-              timeout_s: float | None = None, sampler: str = "tpe", seed: int | None = None,
+              timeout_s: float | None = None, sampler: str = "kgen", seed: int | None = None,
               on_progress: Callable[[TuneProgress], None] | None = None,
               warm_start: bool = True) -> list[TuneResult]:
     """Tune every problem (``trials`` each, stored ones included); results in the given order."""

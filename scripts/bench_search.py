@@ -35,13 +35,15 @@ def _median_time(m) -> float:
     return runs[len(runs) // 2]
 
 
-def trajectory(result, optimum: float) -> list[float]:
-    """Quality (optimum / best so far) after each trial, in the order trials finished."""
-    best, out = float("inf"), []
+def trajectory(result, optimum: float, recorded: dict[str, float]) -> list[float]:
+    """Quality after each trial, in the order trials finished: the recorded optimum over the
+    recorded time of the config the search holds best so far (chosen by the times it saw,
+    which the replay resampled; judged by the recorded medians, so a lucky draw is no gain)."""
+    seen, choice, out = float("inf"), None, []
     for m in result.trials:
-        if m.ok:
-            best = min(best, _median_time(m))
-        out.append(optimum / best if best < float("inf") else 0.0)
+        if m.ok and _median_time(m) < seen:
+            seen, choice = _median_time(m), m.config_name
+        out.append(optimum / recorded[choice] if choice is not None else 0.0)
     return out
 
 
@@ -61,8 +63,8 @@ def run_strategy(spec, problem, target, recording, strategy: str, seed: int, bud
     with runner:
         result = tune(spec, problem, target, runner, MemoryStore(), trials=budget, sampler=strategy, seed=seed,
                       warm_start=False)
-    optimum = min(_median_time(m) for (key, _), m in recording.entries.items() if key == problem.key and m.ok)
-    return trajectory(result, optimum)
+    recorded = {name: _median_time(m) for (key, name), m in recording.entries.items() if key == problem.key and m.ok}
+    return trajectory(result, min(recorded.values()), recorded)
 
 
 def summarize(space: str, strategy: str, trajectories: list[list[float]]) -> dict:

@@ -86,7 +86,7 @@ def run(recording, db, problem=P, trials=20, sampler="tpe", **kw):
 
 # ---------------------------------------------------------------- one tune
 
-@pytest.mark.parametrize("sampler", ["tpe", "random"])
+@pytest.mark.parametrize("sampler", ["kgen", "tpe", "random"])
 def test_tune_stores_every_trial_and_reports_the_best(recording, sampler):
     db = MemoryStore()
     result = run(recording, db, trials=30, sampler=sampler)
@@ -131,7 +131,7 @@ def test_an_unknown_sampler_raises_kgen_error(recording):
 
 # ---------------------------------------------------------------- resume, warm start, budgets
 
-@pytest.mark.parametrize("sampler", ["tpe", "random"])
+@pytest.mark.parametrize("sampler", ["kgen", "tpe", "random"])
 def test_a_larger_budget_resumes_without_measuring_again(recording, sampler):
     db = MemoryStore()
     first = run(recording, db, trials=12, sampler=sampler)
@@ -156,11 +156,28 @@ def test_warm_start_tries_the_neighbours_best_first(recording):
     default = SPEC.default_config(P, TARGET).name
     assert nb != default                      # else the test could not tell them apart
 
-    warm = run(recording, db, problem=P, trials=3, sampler="tpe")
+    warm = run(recording, db, problem=P, trials=3, sampler="kgen")
     assert warm.trials[0].config_name == nb
 
-    cold = run(recording, MemoryStore(), problem=P, trials=3, sampler="tpe", warm_start=False)
-    assert cold.trials[0].config_name == default
+    cold = run(recording, MemoryStore(), problem=P, trials=3, sampler="kgen", warm_start=False)
+    assert cold.trials[0].config_name == default     # the family's heuristic pick comes next
+    pure = run(recording, MemoryStore(), problem=P, trials=40, sampler="random", warm_start=False)
+    assert default not in [m.config_name for m in pure.trials[:3]]    # other samplers run as themselves
+
+
+def test_kgen_sampler_steps_to_the_nearest_unmeasured_config(recording):
+    from kgen.search import Tuner, config_distance
+
+    tuner = Tuner(SPEC, P, TARGET, ReplayRunner(recording), MemoryStore(), sampler="kgen", seed=0,
+                  warm_start=False)
+    result = tuner.run(12)
+    best = tuner.best()
+    step = tuner._local_step(set())
+    assert step is not None and SPEC.space(P, TARGET).make(step).name not in tuner.known
+    nearest = min(config_distance(tuner.space, best.config, c.as_dict())
+                  for c in tuner._candidates() if c.name not in tuner.known)
+    assert config_distance(tuner.space, best.config, step) == nearest
+    assert result.measured == 12
 
 
 class SlowReplay(ReplayRunner):

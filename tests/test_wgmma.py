@@ -189,7 +189,7 @@ def test_space_respects_shared_memory_registers_and_names(target):
 def test_default_config_and_launch(target):
     p = SPEC.problem(4096, 4096, 4096, "bfloat16", "NT")
     c = SPEC.default_config(p, target)
-    assert c.name == "gemm_wgmma_bf16_nt_128x256x64_s4_c2_g8"
+    assert c.name == "gemm_wgmma_bf16_nt_256x128x64_s4_c2_g8"     # 4 waves of the largest tile
     geo = SPEC.launch(p, c)
     assert geo.grid == (132, 1, 1) and geo.block == (384, 1, 1)
     assert geo.shared_mem == 4 * (128 + 256) * 64 * 2 + 4 * 16 + 16 + 1024
@@ -466,3 +466,14 @@ def test_gpu_alpha_beta_reads_c(gpu, dtype):
 def test_gpu_large_square_default_config(gpu):
     """4096^3 bf16 NT with the cuBLAS-class default (persistent: several tiles per block)."""
     _verify_all(gpu, ("big",))
+
+
+def test_default_tile_follows_the_wave_model(target):
+    from kgen.kernels.gemm_wgmma import modelled_time
+
+    # one wave of 64-row tiles beats a quarter-empty wave of 128 x 256 ones for a skinny problem
+    assert modelled_time(128, 4096, 64, 64, 132) < modelled_time(128, 4096, 128, 256, 132)
+    # at 4096^2 the largest tiles run the fewest tile-times
+    assert modelled_time(4096, 4096, 128, 256, 132) < modelled_time(4096, 4096, 128, 128, 132)
+    skinny = SPEC.default_config(SPEC.problem(128, 4096, 4096, "bfloat16", "NN"), target)
+    assert (skinny["BM"], skinny["BN"]) == (64, 64)
