@@ -245,6 +245,12 @@ class Tuner:
         key = {c.name: (config_distance(self.space, best.config, c.as_dict()), self.rng.random()) for c in fresh}
         return min(fresh, key=lambda c: key[c.name]).as_dict()
 
+    def _nearest_fresh(self, values: dict, in_flight: set[str]) -> dict | None:
+        fresh = [c for c in self._valid_configs() if c.name not in self.known and c.name not in in_flight]
+        if not fresh:
+            return None
+        return min(fresh, key=lambda c: (config_distance(self.space, values, c.as_dict()), c.name)).as_dict()
+
     def _ask(self, study: optuna.Study, dists, in_flight: set[str]) -> tuple[optuna.Trial, Config] | None:
         wasted = 0
         while True:
@@ -261,20 +267,31 @@ class Tuner:
                 step = self._local_step(in_flight)
                 if step is not None:
                     study.enqueue_trial(step)
-            if self.sampler_name == "random" and not queued and self._allowed is None:
-                # draw valid configs from the space itself: Optuna's own random proposals are
-                # mostly rejected by the constraints, at milliseconds of ask/tell each
-                self._queue = [c.as_dict() for c in self.space.sample(64, seed=self.rng.randrange(1 << 30))
-                               if c.name not in self.known and c.name not in in_flight]
+            if self.sampler_name == "random" and not queued:
+                # draw valid configs (the recorded ones in a replay) directly: Optuna's own random
+                # proposals are mostly rejected by the constraints, at milliseconds of ask/tell each
+                if self._allowed is None:
+                    drawn = self.space.sample(64, seed=self.rng.randrange(1 << 30))
+                else:
+                    drawn = self.rng.sample(self._valid_configs(), min(64, len(self._valid_configs())))
+                self._queue = [c.as_dict() for c in drawn if c.name not in self.known and c.name not in in_flight]
                 if self._queue:
                     continue
             trial = study.ask(dists)
             values = trial.params
             config = self.space.make(values)
             broken = self.space.violations(values)
-            if broken or not self._measurable(config):
-                if broken:
-                    self.failures["constraints"] += 1
+            if not broken and not self._measurable(config):
+                # a replay of a sampled space: the proposal was not recorded, so measure the
+                # nearest recorded config instead (the proposal itself is no evidence either way)
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                snapped = self._nearest_fresh(values, in_flight)
+                if snapped is None:
+                    return None
+                study.enqueue_trial(snapped)
+                continue
+            if broken:
+                self.failures["constraints"] += 1
                 study.tell(trial, _PENALTY * self._worst_ms)
             elif config.name in self.known:
                 study.tell(trial, self._value(self.known[config.name]))

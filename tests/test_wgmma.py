@@ -119,7 +119,7 @@ def _sass(cubin: bytes) -> str:
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_sass_has_hgmma_tma_and_transposes_per_layout(target, layout):
     problem = SPEC.problem(4096, 4096, 4096, "bfloat16", layout)
-    config = SPEC.default_config(problem, target)
+    config = SPEC.space(problem, target).config(BM=128, BN=256, BK=BK, STAGES=4, CONSUMERS=2, GM=8, PINGPONG=0)
     assert config.name == f"gemm_wgmma_bf16_{layout.lower()}_128x256x64_s4_c2_g8"
     result = compile_source(render(SPEC, problem, config, target))
     assert result.failure is None, result.failure

@@ -30,7 +30,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from kgen import tma
-from kgen.kernels.gemm_tc import TensorCoreGemm, allowed_outputs
+from kgen.kernels.gemm_tc import TensorCoreGemm, allowed_outputs, modelled_time
 from kgen.problem import Problem, Target
 from kgen.space import Config, Constraint, Param, Space
 from kgen.spec import Launch, register
@@ -42,17 +42,6 @@ DEFAULT_SM_COUNT = 132        # H200 / H100 SXM; space() takes the target's
 MAX_ACC_FLOATS = 168          # accumulator floats per consumer thread (setmaxnreg 232)
 BARRIER_BYTES = 16            # a full and an empty mbarrier per stage (+ 2 ping-pong ones)
 ALIGN_SLACK = 1024            # the kernel rounds its shared base up to 1024 bytes
-
-
-def modelled_time(m: int, n: int, bm: int, bn: int, sms: int) -> float:
-    """Relative time of an m x n output in bm x bn tiles on ``sms`` SMs, one tile per SM at a
-    time: the waves the persistent scheduler runs (ceil(tiles / sms)), each as long as one
-    tile's work over the tile's efficiency; a larger tile reuses each loaded operand byte in
-    more MMAs, efficiency (area / 128x256)^0.15, about 0.73 at 64x64 and 0.9 at 128x128.
-    On the recorded H200 spaces its pick is within 6% of the optimum (within 2% on four of five)."""
-    area = bm * bn
-    waves = _ceil_div(_ceil_div(m, bm) * _ceil_div(n, bn), sms)
-    return waves * area / min(1.0, (area / (128 * 256)) ** 0.15)
 
 
 def smem_bytes(bm: int, bn: int, stages: int) -> int:
