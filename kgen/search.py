@@ -235,7 +235,8 @@ class Tuner:
         at random). Good GEMM configs sit together (neighbouring tiles, vector widths,
         stages), so the search walks out from the best it has; when the best changes, so does
         the centre. Measured on recorded spaces (scripts/bench_search.py), this beat
-        interleaving TPE's proposals and a nearest-neighbour estimate with an exploration bonus."""
+        interleaving TPE's proposals, random jumps after a run of steps without a new best, and
+        a nearest-neighbours estimate with an exploration bonus."""
         best = self.best()
         if best is None:
             return None

@@ -22,6 +22,7 @@ import json
 import logging
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -54,17 +55,39 @@ def first_reaching(traj: list[float], level: float) -> int | None:
     return None
 
 
-def run_strategy(spec, problem, target, recording, strategy: str, seed: int, budget: int) -> list[float]:
+def run_strategy(spec, problem, target, recording, strategy: str, seed: int, budget: int,
+                 warm_from=None) -> list[float]:
+    """One replayed tune; ``warm_from``: a neighbouring problem's best measurement, stored in
+    the tune's database beforehand so that the tune warm-starts from it."""
     from kgen.db import MemoryStore
+    from kgen.measurement import Provenance, Record
     from kgen.runners import ReplayRunner
     from kgen.search import tune
 
+    db = MemoryStore()
+    if warm_from is not None:
+        cc = f"{target.cc[0]}.{target.cc[1]}"
+        db.commit([Record(spec.family, warm_from, Provenance(device=target.name, cc=cc,
+                                                              template_digest=spec.template_digest()))])
     runner = ReplayRunner(recording, seed=seed)
     with runner:
-        result = tune(spec, problem, target, runner, MemoryStore(), trials=budget, sampler=strategy, seed=seed,
-                      warm_start=False)
+        result = tune(spec, problem, target, runner, db, trials=budget, sampler=strategy, seed=seed,
+                      warm_start=warm_from is not None)
     recorded = {name: _median_time(m) for (key, name), m in recording.entries.items() if key == problem.key and m.ok}
     return trajectory(result, min(recorded.values()), recorded)
+
+
+def neighbours_best(recording, problem, spec):
+    """The best recorded measurement of the nearest other problem of the recording."""
+    from kgen.problem import Problem
+
+    others = sorted((problem.distance(Problem.from_key(k), tuple(spec.shape_params)), k)
+                    for k in recording.problems() if k != problem.key)
+    others = [k for d, k in others if d != float("inf")]
+    if not others:
+        return None
+    ok = [m for (k, _), m in recording.entries.items() if k == others[0] and m.ok]
+    return min(ok, key=_median_time) if ok else None
 
 
 def summarize(space: str, strategy: str, trajectories: list[list[float]]) -> dict:
@@ -82,10 +105,41 @@ def summarize(space: str, strategy: str, trajectories: list[list[float]]) -> dic
             "frac_at": frac_at, "trials_available": max(len(t) for t in trajectories)}
 
 
+def strategies(args) -> list[str]:
+    names = [s for s in args.strategies.split(",") if s]
+    if args.kt_strategies != "none":
+        sys.path.insert(0, str(ROOT / "scripts"))
+        try:
+            from kernel_tuner_replay import kt_strategies
+        except ImportError as exc:
+            print(f"Kernel Tuner strategies skipped ({exc}); pip install kernel_tuner")
+            return names
+        kt = kt_strategies() if args.kt_strategies == "all" else args.kt_strategies.split(",")
+        names += [f"kt:{name}" for name in kt]
+    return names
+
+
+def one_tune(spec, problem, target, recording, strategy: str, seed: int, budget: int, workdir: str) -> list[float]:
+    if strategy.startswith("kt:"):
+        from kernel_tuner_replay import kt_trajectory
+
+        return kt_trajectory(recording, problem.key, strategy[3:], seed, budget, workdir)
+    if strategy == "kgen+warm":
+        warm = neighbours_best(recording, problem, spec)
+        if warm is None:
+            raise ValueError("no other problem of this family in the recording")
+        return run_strategy(spec, problem, target, recording, "kgen", seed, budget, warm_from=warm)
+    return run_strategy(spec, problem, target, recording, strategy, seed, budget)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--recording", action="append", required=True, help="JSON lines (repeatable)")
-    parser.add_argument("--strategies", default="tpe,random,gp,cmaes")
+    parser.add_argument("--strategies", default="kgen,tpe,random,gp,cmaes",
+                        help="kgen's samplers; kgen+warm: kgen warm-started from the nearest other "
+                             "recorded problem's best")
+    parser.add_argument("--kt-strategies", default="all",
+                        help="Kernel Tuner strategies in simulation mode (all, none, or names)")
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--budget", type=int, default=200)
     parser.add_argument("--problems", type=int, default=0, help="only the first N problems of each recording")
@@ -98,6 +152,7 @@ def main() -> None:
     from kgen.spec import get_spec
 
     rows = []
+    workdir = tempfile.mkdtemp(prefix="kgen-bench-search-")
     for path in args.recording:
         recording = Recording.load(path)
         target = Target.h200(recording.device_name() or "NVIDIA H200")
@@ -105,10 +160,10 @@ def main() -> None:
         for key in keys:
             problem = Problem.from_key(key)
             spec = get_spec(problem.family)
-            for strategy in args.strategies.split(","):
+            for strategy in strategies(args):
                 start = time.perf_counter()
                 try:
-                    trajs = [run_strategy(spec, problem, target, recording, strategy, seed, args.budget)
+                    trajs = [one_tune(spec, problem, target, recording, strategy, seed, args.budget, workdir)
                              for seed in range(args.seeds)]
                 except Exception as exc:      # e.g. gp without PyTorch: say so, keep the other rows
                     print(f"{key} {strategy}: skipped ({type(exc).__name__}: {exc})")
