@@ -20,6 +20,8 @@ import argparse
 import datetime
 import json
 import logging
+import multiprocessing
+import os
 import statistics
 import sys
 import tempfile
@@ -132,10 +134,58 @@ def one_tune(spec, problem, target, recording, strategy: str, seed: int, budget:
     return run_strategy(spec, problem, target, recording, strategy, seed, budget)
 
 
+_RECORDINGS: dict = {}
+
+
+def _cell(task) -> dict | str:
+    """One (recording, problem, strategy) over every seed: a summary row, or why it was skipped."""
+    path, key, strategy, seeds, budget, workdir = task
+    logging.getLogger("optuna").setLevel(logging.WARNING)
+    from kgen.problem import Problem, Target
+    from kgen.runners import Recording
+    from kgen.spec import get_spec
+
+    recording = _RECORDINGS.get(path) or _RECORDINGS.setdefault(path, Recording.load(path))
+    target = Target.h200(recording.device_name() or "NVIDIA H200")
+    problem = Problem.from_key(key)
+    spec = get_spec(problem.family)
+    start = time.perf_counter()
+    try:
+        trajs = [one_tune(spec, problem, target, recording, strategy, seed, budget, workdir) for seed in range(seeds)]
+    except Exception as exc:      # e.g. gp without PyTorch: say so, keep the other rows
+        return f"{key} {strategy}: skipped ({type(exc).__name__}: {exc})"
+    row = summarize(key, strategy, trajs)
+    row["recording"] = Path(path).name
+    row["seconds"] = round(time.perf_counter() - start, 1)
+    return row
+
+
+def verdicts(rows: list[dict], budget: int) -> list[dict]:
+    """Per space: kgen's trials to 95% against random's and the best Kernel Tuner strategy's.
+    A strategy that never got there within the budget counts as budget + 1 in the ratios (a
+    lower bound), and its trials_to_95 stays None."""
+    out = []
+    for space in dict.fromkeys(r["space"] for r in rows):
+        mine = {r["strategy"]: r for r in rows if r["space"] == space}
+        if "kgen" not in mine:
+            continue
+        t = {name: r["trials_to_95"] if r["trials_to_95"] is not None else budget + 1 for name, r in mine.items()}
+        kt = {name: v for name, v in t.items() if name.startswith("kt:")}
+        best_kt = min(kt, key=kt.get) if kt else None
+        out.append({"space": space, "kgen_trials_to_95": mine["kgen"]["trials_to_95"],
+                    "kgen_trials_to_99": mine["kgen"]["trials_to_99"],
+                    "random_trials_to_95": mine["random"]["trials_to_95"] if "random" in mine else None,
+                    "random_over_kgen": round(t["random"] / t["kgen"], 2) if "random" in t else None,
+                    "best_kt": best_kt, "best_kt_trials_to_95": mine[best_kt]["trials_to_95"] if best_kt else None,
+                    "best_kt_over_kgen": round(kt[best_kt] / t["kgen"], 2) if best_kt else None,
+                    "kgen_warm_trials_to_95": mine["kgen+warm"]["trials_to_95"] if "kgen+warm" in mine else None})
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--recording", action="append", required=True, help="JSON lines (repeatable)")
-    parser.add_argument("--strategies", default="kgen,tpe,random,gp,cmaes",
+    parser.add_argument("--strategies", default="kgen,kgen+warm,tpe,random,gp,cmaes",
                         help="kgen's samplers; kgen+warm: kgen warm-started from the nearest other "
                              "recorded problem's best")
     parser.add_argument("--kt-strategies", default="all",
@@ -143,44 +193,37 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--budget", type=int, default=200)
     parser.add_argument("--problems", type=int, default=0, help="only the first N problems of each recording")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes")
     parser.add_argument("--out", default="")
     args = parser.parse_args()
-    logging.getLogger("optuna").setLevel(logging.WARNING)
 
-    from kgen.problem import Problem, Target
     from kgen.runners import Recording
-    from kgen.spec import get_spec
 
-    rows = []
     workdir = tempfile.mkdtemp(prefix="kgen-bench-search-")
+    tasks = []
     for path in args.recording:
-        recording = Recording.load(path)
-        target = Target.h200(recording.device_name() or "NVIDIA H200")
-        keys = sorted(recording.problems())[: args.problems or None]
-        for key in keys:
-            problem = Problem.from_key(key)
-            spec = get_spec(problem.family)
-            for strategy in strategies(args):
-                start = time.perf_counter()
-                try:
-                    trajs = [one_tune(spec, problem, target, recording, strategy, seed, args.budget, workdir)
-                             for seed in range(args.seeds)]
-                except Exception as exc:      # e.g. gp without PyTorch: say so, keep the other rows
-                    print(f"{key} {strategy}: skipped ({type(exc).__name__}: {exc})")
-                    continue
-                row = summarize(key, strategy, trajs)
-                row["seconds"] = round(time.perf_counter() - start, 1)
-                rows.append(row)
-                print(json.dumps(row))
+        keys = sorted(Recording.load(path).problems())[: args.problems or None]
+        tasks += [(path, key, strategy, args.seeds, args.budget, workdir) for key in keys for strategy in strategies(args)]
+    rows = []
+    with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
+        for result in pool.imap(_cell, tasks):
+            if isinstance(result, str):
+                print(result)
+                continue
+            rows.append(result)
+            print(json.dumps(result), flush=True)
     sys.path.insert(0, str(ROOT / "scripts"))
     from bench_db import cpu_model, slug
 
     model = cpu_model()
     out = Path(args.out) if args.out else ROOT / "scripts" / "results" / slug(model) / "bench_search.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    doc = {"machine": model, "recordings": args.recording, "budget": args.budget,
-           "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "rows": rows}
+    doc = {"machine": model, "recordings": args.recording, "budget": args.budget, "seeds": args.seeds,
+           "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "verdicts": verdicts(rows, args.budget), "rows": rows}
     out.write_text(json.dumps(doc, indent=1) + "\n")
+    for v in doc["verdicts"]:
+        print(json.dumps(v))
     print(f"wrote {out}")
 
 

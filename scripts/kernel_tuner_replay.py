@@ -175,30 +175,119 @@ def kt_strategies() -> list[str]:
     return list(_STRATEGIES)
 
 
+# A strategy that stops finding configs it has not evaluated keeps going until the budget is
+# spent, which never happens when the budget is at least what it can still reach (nsga2 and
+# nsga3 loop forever at max_fevals >= the space size). After this many evaluations in a row
+# that were all repeats (cache hits that cost no budget), the tune is stopped the way Kernel
+# Tuner stops one whose budget is spent (StopCriterionReached): the trajectory ends there, and
+# nothing it would have returned is lost. The longest run of repeats seen in normal operation
+# is far below this (see _STALL_NOTE in the report).
+STALL_LIMIT = 20000
+
+
+class _StallGuard:
+    """The runner Kernel Tuner built, stopping the tune after STALL_LIMIT repeats in a row."""
+
+    def __init__(self, runner, limit: int):
+        self._runner, self._limit, self.idle, self.longest_idle = runner, limit, 0, 0
+
+    def __getattr__(self, name):
+        return getattr(self._runner, name)
+
+    def run(self, parameter_space, tuning_options):
+        from kernel_tuner.util import StopCriterionReached
+
+        before = tuning_options.budget.get_evaluations_spent()
+        results = self._runner.run(parameter_space, tuning_options)
+        if tuning_options.budget.get_evaluations_spent() > before:
+            self.idle = 0
+        else:
+            self.idle += len(parameter_space)
+            self.longest_idle = max(self.longest_idle, self.idle)
+            if self.idle >= self._limit:
+                raise StopCriterionReached(f"{self.idle} evaluations in a row found no new config")
+        return results
+
+
+class _Strategy:
+    """Kernel Tuner's strategy `name`, handed to tune_kernel as a user-defined strategy (an
+    object with .tune) so that its runner can be wrapped in a _StallGuard. tune_kernel treats it
+    as it treats the named strategy; tuning_options.strategy gets the name back (pymoo reads it)."""
+
+    def __init__(self, name: str, stall_limit: int):
+        self.name, self.stall_limit, self.guard = name, stall_limit, None
+
+    def tune(self, searchspace, runner, tuning_options):
+        from kernel_tuner.interface import strategy_map
+
+        tuning_options["strategy"] = self.name
+        self.guard = _StallGuard(runner, self.stall_limit)
+        return strategy_map[self.name].tune(searchspace, self.guard, tuning_options)
+
+
+@contextlib.contextmanager
+def _seeded_latin_hypercube(seed: int):
+    """Kernel Tuner builds scipy's LatinHypercube without a seed (Searchspace.get_LHS_sample, used
+    by diff_evo, and bayes_opt's initial sample), so scipy seeds it from the OS and the tune is
+    not reproducible. While this is active, a LatinHypercube made without rng/seed gets one from
+    a generator seeded with `seed`."""
+    import numpy as np
+    from scipy.stats import qmc
+
+    modules = [qmc]
+    bayes_opt = sys.modules.get("kernel_tuner.strategies.bayes_opt")
+    if bayes_opt is not None:
+        modules.append(bayes_opt)
+    original = qmc.LatinHypercube
+    source = np.random.default_rng(seed)
+
+    def latin_hypercube(*args, **kwargs):
+        if kwargs.get("rng") is None and kwargs.get("seed") is None:
+            kwargs.pop("seed", None)
+            kwargs["rng"] = np.random.default_rng(int(source.integers(2**63)))
+        return original(*args, **kwargs)
+
+    saved = [(m, m.LatinHypercube) for m in modules]
+    for m in modules:
+        m.LatinHypercube = latin_hypercube
+    try:
+        yield
+    finally:
+        for m, value in saved:
+            m.LatinHypercube = value
+
+
 def kt_run(recording, problem_key: str, strategy: str, seed: int, budget: int, workdir: str | Path,
-           strategy_options: dict | None = None):
-    """Kernel Tuner's raw (results, env) for one simulated tune."""
+           strategy_options: dict | None = None, stall_limit: int = STALL_LIMIT):
+    """Kernel Tuner's raw (results, env) for one simulated tune, and the stall guard."""
     import numpy as np
     import kernel_tuner
+    from kernel_tuner.interface import strategy_map
 
     prob = _problem(recording, problem_key)
     cache = _cache_file(prob, Path(workdir))
     options = {"max_fevals": int(budget)}
     options.update(strategy_options or {})
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
+    if strategy not in strategy_map:
+        raise ValueError(f"unknown Kernel Tuner strategy {strategy!r}")
+    wrapped = _Strategy(strategy, stall_limit)
     sink = io.StringIO()
     with warnings.catch_warnings(), contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
         warnings.simplefilter("ignore")
         level = logging.root.manager.disable
         logging.disable(logging.WARNING)
         try:
-            return kernel_tuner.tune_kernel(
-                prob.kernel_name, _DUMMY_SOURCE, prob.problem_size, [], dict(prob.tune_params),
-                restrictions=[_restriction(prob)], strategy=strategy, strategy_options=options,
-                simulation_mode=True, cache=str(cache), verbose=False, quiet=True, seed=seed)
+            strategy_map[strategy].tune    # import it (lazily imported) before patching its module
+            with _seeded_latin_hypercube(seed):
+                random.seed(seed)
+                np.random.seed(seed % 2**32)
+                results, env = kernel_tuner.tune_kernel(
+                    prob.kernel_name, _DUMMY_SOURCE, prob.problem_size, [], dict(prob.tune_params),
+                    restrictions=[_restriction(prob)], strategy=wrapped, strategy_options=options,
+                    simulation_mode=True, cache=str(cache), verbose=False, quiet=True, seed=seed)
         finally:
             logging.disable(level)
+    return results, env, wrapped.guard
 
 
 def kt_trajectory(recording, problem_key: str, strategy: str, seed: int, budget: int,
@@ -207,7 +296,7 @@ def kt_trajectory(recording, problem_key: str, strategy: str, seed: int, budget:
     the recorded optimum over the recorded median of the best config seen so far (0.0 until a
     config that did not fail has been seen)."""
     prob = _problem(recording, problem_key)
-    results, _ = kt_run(recording, problem_key, strategy, seed, budget, workdir)
+    results, _, _ = kt_run(recording, problem_key, strategy, seed, budget, workdir)
     seen, best, out = set(), float("inf"), []
     for r in results:
         values = tuple(r[k] for k in prob.keys)
