@@ -107,7 +107,7 @@ def _view(x) -> tuple[tuple, int]:
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(x, torch.Tensor):
         ptr = x.data_ptr()
-        return ("torch", x.shape, x.stride(), x.dtype, ptr & 15, x.device), ptr
+        return ("torch", x.shape, x.stride(), x.dtype, ptr & 15, x.get_device()), ptr
     try:
         cai = x.__cuda_array_interface__
     except AttributeError:
@@ -135,9 +135,13 @@ def _to_jax(arr, dtype: str):
 
 
 def _torch_stream(device: int) -> int:
-    """PyTorch's current stream on ``device``, as a cudaStream_t."""
+    """PyTorch's current stream on ``device``, as a cudaStream_t: through the raw getter
+    where this PyTorch has it (no Stream object made per call), else the public API."""
     import torch
 
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return raw(device)
     return torch.cuda.current_stream(device).cuda_stream
 
 
