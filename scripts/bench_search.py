@@ -195,6 +195,8 @@ def main() -> None:
     parser.add_argument("--problems", type=int, default=0, help="only the first N problems of each recording")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes")
     parser.add_argument("--out", default="")
+    parser.add_argument("--merge", default="", help="also keep this results file's rows of other strategies "
+                                                    "(e.g. kgen's samplers run on a larger machine)")
     args = parser.parse_args()
 
     from kgen.runners import Recording
@@ -212,13 +214,20 @@ def main() -> None:
                 continue
             rows.append(result)
             print(json.dumps(result), flush=True)
+    machines = []
+    if args.merge:
+        earlier = json.loads(Path(args.merge).read_text())
+        done = {(r["space"], r["strategy"]) for r in rows}
+        rows = [r for r in earlier["rows"] if (r["space"], r["strategy"]) not in done] + rows
+        machines.append(earlier.get("machine"))
     sys.path.insert(0, str(ROOT / "scripts"))
     from bench_db import cpu_model, slug
 
     model = cpu_model()
     out = Path(args.out) if args.out else ROOT / "scripts" / "results" / slug(model) / "bench_search.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    doc = {"machine": model, "recordings": args.recording, "budget": args.budget, "seeds": args.seeds,
+    doc = {"machine": model, "merged_from": machines, "recordings": args.recording, "budget": args.budget,
+           "seeds": args.seeds,
            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "verdicts": verdicts(rows, args.budget), "rows": rows}
     out.write_text(json.dumps(doc, indent=1) + "\n")
