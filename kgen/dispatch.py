@@ -20,7 +20,7 @@ from kgen import dispatch_memo
 from kgen.compile import Binary, compile_source
 from kgen.errors import CompileError, NoConfigError
 from kgen.knobs import knobs
-from kgen.problem import Problem, Target, target_from_dict
+from kgen.problem import Problem, Target, device_name, target_from_dict
 from kgen.render import render
 from kgen.space import Config
 
@@ -233,8 +233,7 @@ def _same_device(target: Target, device: int) -> bool:
         from cupy.cuda import runtime
 
         props = runtime.getDeviceProperties(device)
-        name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
-        return (name == target.name and (int(props["major"]), int(props["minor"])) == tuple(target.cc)
+        return (device_name(props) == target.name and (int(props["major"]), int(props["minor"])) == tuple(target.cc)
                 and int(runtime.driverGetVersion()) == target.driver_version)
     except Exception:   # no CuPy or no device here: let the full path decide and explain
         return False

@@ -136,7 +136,7 @@ class Target:
         if count == 0 or device_id >= count:
             raise NoDeviceError(f"CUDA device {device_id} does not exist ({count} visible)")
         props = runtime.getDeviceProperties(device_id)
-        name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+        name = device_name(props)
         return cls(name=name, cc=(int(props["major"]), int(props["minor"])),
                    sm_count=int(props["multiProcessorCount"]),
                    smem_per_block=int(props["sharedMemPerBlock"]),
@@ -148,6 +148,11 @@ class Target:
                    driver_version=int(runtime.driverGetVersion()),
                    runtime_version=int(runtime.runtimeGetVersion()),
                    nvrtc_version=nvrtc_version(), device_id=device_id)
+
+
+def device_name(props: Mapping[str, Any]) -> str:
+    """The name in CUDA device properties (bytes or str, by CuPy version)."""
+    return props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
 
 
 def target_from_dict(d: Mapping[str, Any]) -> Target:

@@ -214,6 +214,9 @@ class Tuner:
         return out
 
     # ---- proposing ----------------------------------------------------------------------
+    def _unmeasured(self, configs, in_flight: set[str]) -> list[Config]:
+        return [c for c in configs if c.name not in self.known and c.name not in in_flight]
+
     def _candidates(self) -> list[Config]:
         """Where a local step may go: the recorded configs in a replay; else every valid config
         one parameter away from the best, and a spread of others."""
@@ -240,14 +243,14 @@ class Tuner:
         best = self.best()
         if best is None:
             return None
-        fresh = [c for c in self._candidates() if c.name not in self.known and c.name not in in_flight]
+        fresh = self._unmeasured(self._candidates(), in_flight)
         if not fresh:
             return None
         key = {c.name: (config_distance(self.space, best.config, c.as_dict()), self.rng.random()) for c in fresh}
         return min(fresh, key=lambda c: key[c.name]).as_dict()
 
     def _nearest_fresh(self, values: dict, in_flight: set[str]) -> dict | None:
-        fresh = [c for c in self._valid_configs() if c.name not in self.known and c.name not in in_flight]
+        fresh = self._unmeasured(self._valid_configs(), in_flight)
         if not fresh:
             return None
         return min(fresh, key=lambda c: (config_distance(self.space, values, c.as_dict()), c.name)).as_dict()
@@ -275,7 +278,7 @@ class Tuner:
                     drawn = self.space.sample(64, seed=self.rng.randrange(1 << 30))
                 else:
                     drawn = self.rng.sample(self._valid_configs(), min(64, len(self._valid_configs())))
-                self._queue = [c.as_dict() for c in drawn if c.name not in self.known and c.name not in in_flight]
+                self._queue = [c.as_dict() for c in self._unmeasured(drawn, in_flight)]
                 if self._queue:
                     continue
             trial = study.ask(dists)
@@ -302,7 +305,7 @@ class Tuner:
                 return trial, config
             wasted += 1
             if wasted >= (_MAX_WASTED_ASKS if self._allowed is None else 4):
-                fresh = [c for c in self._valid_configs() if c.name not in self.known and c.name not in in_flight]
+                fresh = self._unmeasured(self._valid_configs(), in_flight)
                 if not fresh:
                     return None
                 study.enqueue_trial(self.rng.choice(fresh).as_dict())
