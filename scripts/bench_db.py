@@ -3,7 +3,8 @@
     python scripts/bench_db.py [--records 100000]
 
 Builds synthetic records (25 timed runs each, 100 configs per problem), then times: import
-into a fresh SQLite file through ``import_file`` (validation included), export, merge of two
+into a fresh SQLite file through ``import_file`` (validation included; lines parsed by
+``KGEN_DB_WORKERS`` processes, default one per CPU), export, merge of two
 overlapping files, and ``best()`` latency, cold (first call on a freshly opened store) and
 warm (median of repeated calls on the same store). Writes
 scripts/results/cpu-<model>/bench_db.json: {"device", "commit", "date", "rows": [...]}.
@@ -31,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from kgen.db import SqlStore, write_jsonl  # noqa: E402
 from kgen.db.exchange import export, import_file, merge, read_records  # noqa: E402
+from kgen.knobs import knobs  # noqa: E402
 from kgen.measurement import Measurement, Provenance, Record, Timing  # noqa: E402
 
 IMPORT_TARGET = 20_000     # records/s into SQLite
@@ -150,10 +152,11 @@ def main() -> None:
         report, s = timed(lambda: import_file(tmp / "all.jsonl", db))
         rows.append({"op": "import", "store": "sqlite", "records": report.imported, "file_mb": round(size / 1e6, 1),
                      "seconds": round(s, 3), "records_per_s": round(report.imported / s),
-                     "target_records_per_s": IMPORT_TARGET, "meets_target": report.imported / s >= IMPORT_TARGET})
+                     "target_records_per_s": IMPORT_TARGET, "meets_target": report.imported / s >= IMPORT_TARGET,
+                     "parse_workers": knobs.db_workers})
         parsed, s = timed(lambda: read_records(tmp / "all.jsonl"))          # the two halves of import
         rows.append({"op": "import_read_validate", "records": len(parsed), "seconds": round(s, 3),
-                     "records_per_s": round(len(parsed) / s)})
+                     "records_per_s": round(len(parsed) / s), "parse_workers": knobs.db_workers})
         other = SqlStore(f"sqlite:///{tmp / 'other.db'}")
         gc.disable()                                        # as import_file does
         n, s = timed(lambda: other.commit(parsed))

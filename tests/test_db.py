@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from kgen.db import (Database, JsonlStore, LayeredStore, MemoryStore, SqlStore, open_default,
                      upgrade, write_jsonl)
 from kgen.db.base import canonical
-from kgen.db.sql import _row
+from kgen.db.base import ROW_COLUMNS, row_of
 from kgen.db.sqlite import mount_type, network_fs, refuse_network_fs
 from kgen.errors import DatabaseError
 from kgen.measurement import Failure, Measurement, Provenance, Record
@@ -335,7 +335,7 @@ def test_upgrade_from_v0(kind, tmp_path, request):
     with engine.begin() as conn:
         conn.exec_driver_sql(_V0)
         old = sa.Table("kgen_records_v0", sa.MetaData(), autoload_with=conn)
-        conn.execute(sa.insert(old), [{k: v for k, v in _row(r).items() if k != "cc"} | {"id": i}
+        conn.execute(sa.insert(old), [{k: v for k, v in zip(ROW_COLUMNS, row_of(r)) if k != "cc"} | {"id": i}
                                       for i, r in enumerate(rs, 1)])
     engine.dispose()
     with SqlStore(url) as db:                                       # copies v0 in, once

@@ -14,8 +14,9 @@ from typer.testing import CliRunner
 
 from kgen.cli import app
 from kgen.db import MemoryStore, SqlStore, write_jsonl
-from kgen.db.exchange import (export, import_file, merge, prune, read_records, record_key, stats,
-                              validate_line, with_origin)
+from kgen.db.exchange import export, import_file, merge, prune, read_records, record_key, stats, with_origin
+from kgen.db.base import canonical
+from kgen.db.schema import validate_line
 from kgen.db.t4 import from_t4, to_t4
 from kgen.db.verify import is_trusted, trusted_best, verify
 from kgen.errors import DatabaseError
@@ -162,6 +163,79 @@ def test_a_bad_file_imports_nothing(store, tmp_path, case, make, words):
         import_file(tmp_path / "bad.jsonl", store)
     assert words in info.value.message, info.value.message
     assert store.count() == 2
+
+
+def _many(n: int) -> list[Record]:
+    return [rec(f"gemm_{i:04d}", (1.0 + i / n, 1.0 + i / n), problem=P1 if i % 2 else P2) for i in range(n)]
+
+
+@pytest.fixture
+def parallel_parse(monkeypatch):
+    """Files of 40+ lines are parsed by 2 worker processes, 20 lines per chunk."""
+    from kgen.db import lines as parse
+
+    monkeypatch.setattr(parse, "PARALLEL_MIN_LINES", 40)
+    monkeypatch.setattr(parse, "CHUNK_LINES", 20)
+    monkeypatch.setenv("KGEN_DB_WORKERS", "2")
+    return parse
+
+
+def test_parallel_parsing_imports_what_one_process_does(store, tmp_path, parallel_parse):
+    records = _many(130)
+    write_jsonl(tmp_path / "many.jsonl", records)
+    assert parallel_parse._workers(130) == 2
+    assert import_file(tmp_path / "many.jsonl", store).imported == 130
+    with MemoryStore() as alone:
+        parallel_parse.PARALLEL_MIN_LINES = 10**9
+        import_file(tmp_path / "many.jsonl", alone)
+        assert [canonical(r) for r in store.records("gemm")] == [canonical(r) for r in alone.records("gemm")]
+    assert all(r.provenance.origin == "import:many.jsonl" for r in store.records("gemm"))
+
+
+@pytest.mark.parametrize("at", [1, 57, 130])
+def test_parallel_parsing_names_the_first_bad_line(store, tmp_path, parallel_parse, at):
+    texts = lines(_many(130))
+    texts[at - 1] = '{"family": 3}'
+    texts.insert(at + 30, "not json")              # a later bad line, in another chunk, is not the one named
+    write_lines(tmp_path / "bad.jsonl", texts)
+    with pytest.raises(DatabaseError) as info:
+        import_file(tmp_path / "bad.jsonl", store)
+    assert info.value.fields["line"] == at and f"bad.jsonl:{at}: " in info.value.message
+    assert store.count() == 0
+
+
+def test_parallel_parsing_sees_a_truncated_last_line(store, tmp_path, parallel_parse):
+    body = "".join(t + "\n" for t in lines(_many(60))).encode()[:-40]
+    (tmp_path / "cut.jsonl").write_bytes(body)
+    with pytest.raises(DatabaseError, match="cut.jsonl:60: the last line is cut short"):
+        import_file(tmp_path / "cut.jsonl", store)
+    assert store.count() == 0
+
+
+def test_a_broken_worker_pool_falls_back_to_this_process(store, tmp_path, parallel_parse, monkeypatch, caplog):
+    import concurrent.futures
+    from concurrent.futures.process import BrokenProcessPool
+
+    class BrokenPool:                  # as when __main__ re-runs in a child and fails
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def map(self, *args, **kwargs):
+            raise BrokenProcessPool("a child process terminated abruptly")
+
+        def shutdown(self, **kwargs):
+            pass
+
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", BrokenPool)
+    write_jsonl(tmp_path / "many.jsonl", _many(50))
+    assert import_file(tmp_path / "many.jsonl", store).imported == 50
+    assert "KGEN_DB_WORKERS=1" in caplog.text
 
 
 def test_a_missing_file_is_a_database_error(store, tmp_path):

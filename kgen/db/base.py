@@ -98,6 +98,24 @@ def canonical(record: Record) -> str:
     return json.dumps(record_to_dict(record), sort_keys=True)
 
 
+ROW_COLUMNS = ("family", "problem_key", "device", "cc", "template_digest", "config_name", "time_ms",
+               "failure_kind", "created", "data")
+KEY_COLUMNS = ("family", "problem_key", "device", "template_digest", "config_name", "created")
+_KEY_AT = tuple(ROW_COLUMNS.index(c) for c in KEY_COLUMNS)
+
+
+def row_of(record: Record) -> tuple:
+    """The record as a SQL row, values in ``ROW_COLUMNS`` order (``data`` is its canonical text)."""
+    m, p = record.measurement, record.provenance
+    return (record.family, m.problem_key, p.device, p.cc, p.template_digest, m.config_name,
+            usable_time(record), m.failure.kind if m.failure else None, p.created, canonical(record))
+
+
+def row_key(row: tuple) -> tuple:
+    """The identity (``KEY_COLUMNS``) of a row from ``row_of``: the same tuple as the record's key."""
+    return tuple(row[i] for i in _KEY_AT)
+
+
 def usable_time(record: Record) -> float | None:
     """time_ms of a successful measurement with a finite time, else None."""
     t = record.measurement.time_ms

@@ -27,15 +27,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from kgen.db.base import Database, canonical
+from kgen.db.base import KEY_COLUMNS, Database, canonical, row_key, row_of
 from kgen.db.jsonl import write_jsonl
-from kgen.db.schema import validate_line
+from kgen.db.lines import REMEDY, parse_lines
 from kgen.errors import DatabaseError
 from kgen.measurement import Record
 
 FORMATS = ("auto", "jsonl", "t4")
-KEY_FIELDS = ("family", "problem_key", "device", "template_digest", "config_name", "created")
-_REMEDY = "fix or delete that line (or export the file again); nothing was imported"
 
 # ---------------------------------------------------------------- reading files
 
@@ -80,32 +78,6 @@ def _lines(path: Path) -> list[bytes]:
                             remedy="give the path of a file written by `kgen db export`", path=str(path)) from None
 
 
-def _jsonl(path: Path, lines: list[bytes], origin: str) -> list[tuple[int, Record]]:
-    out = []
-    for number, raw in enumerate(lines, 1):
-        if not raw.strip():
-            continue
-        cut = number == len(lines) and not raw.endswith(b"\n") and raw.lstrip().startswith(b"{")
-        try:
-            obj = json.loads(raw.decode("utf-8"))
-            if origin and isinstance(obj, dict) and isinstance(obj.get("provenance"), dict):
-                obj["provenance"]["origin"] = origin
-            out.append((number, validate_line(obj)))
-        except UnicodeDecodeError:
-            why = "the last line is cut short (truncated file)" if cut else "not UTF-8 text (binary data?)"
-        except json.JSONDecodeError as exc:
-            why = ("the last line is cut short (truncated file)" if cut
-                   else f"not JSON ({exc.msg} at column {exc.colno})")
-        except DatabaseError as exc:
-            why = exc.message
-        except (TypeError, ValueError, KeyError) as exc:
-            why = f"not a kgen record ({type(exc).__name__}: {exc})"
-        else:
-            continue
-        raise DatabaseError(f"{path}:{number}: {why}", remedy=_REMEDY, path=str(path), line=number)
-    return out
-
-
 def sniff(lines: list[bytes]) -> str:
     """"t4" when the content is one JSON object with ``results``, else "jsonl"."""
     first = next((line for line in lines if line.strip()), b"")
@@ -128,14 +100,14 @@ def _t4(path: Path, lines: list[bytes], **keys) -> list[tuple[int, Record]]:
     try:
         doc = json.loads(b"".join(lines).decode("utf-8"))
     except UnicodeDecodeError:
-        raise DatabaseError(f"{path}: not UTF-8 text (binary data?)", remedy=_REMEDY, path=str(path)) from None
+        raise DatabaseError(f"{path}: not UTF-8 text (binary data?)", remedy=REMEDY, path=str(path)) from None
     except json.JSONDecodeError as exc:
-        raise DatabaseError(f"{path}:{exc.lineno}: not JSON ({exc.msg})", remedy=_REMEDY,
+        raise DatabaseError(f"{path}:{exc.lineno}: not JSON ({exc.msg})", remedy=REMEDY,
                             path=str(path), line=exc.lineno) from None
     try:
         return list(enumerate(from_t4(doc, **keys), 1))
     except DatabaseError as exc:
-        raise DatabaseError(f"{path}: {exc.message}", remedy=exc.remedy or _REMEDY, path=str(path)) from None
+        raise DatabaseError(f"{path}: {exc.message}", remedy=exc.remedy or REMEDY, path=str(path)) from None
 
 
 def read_records(path: str | os.PathLike, fmt: str = "auto", origin: str = "", **t4_keys) -> list[Record]:
@@ -147,29 +119,33 @@ def read_records(path: str | os.PathLike, fmt: str = "auto", origin: str = "", *
     file does not say itself.
     """
     with _gc_paused():
-        return _read_records(Path(path), fmt, origin, t4_keys)
+        return _read(Path(path), fmt, origin, t4_keys, as_rows=False)
 
 
-def _read_records(path: Path, fmt: str, origin: str, t4_keys: dict) -> list[Record]:
+def _read(path: Path, fmt: str, origin: str, t4_keys: dict, as_rows: bool) -> list:
+    """The file's records (or ``row_of`` rows), validated, each key once."""
     if fmt not in FORMATS:
         raise DatabaseError(f"unknown format {fmt!r}", remedy=f"use one of {', '.join(FORMATS)}")
     lines = _lines(path)
     fmt = sniff(lines) if fmt == "auto" else fmt
     if fmt == "t4":
         numbered = [(n, with_origin(r, origin) if origin else r) for n, r in _t4(path, lines, **t4_keys)]
+        if as_rows:
+            numbered = [(n, row_of(r)) for n, r in numbered]
     else:
-        numbered = _jsonl(path, lines, origin)
+        numbered = parse_lines(str(path), lines, origin, as_rows)
     if not numbered:
         raise DatabaseError(f"{path} holds no records", remedy="export again; the file is empty", path=str(path))
     seen: dict[tuple, int] = {}
     what = "line" if fmt == "jsonl" else "result"
-    for number, r in numbered:
-        first = seen.setdefault(record_key(r), number)
+    key = row_key if as_rows else record_key
+    for number, item in numbered:
+        first = seen.setdefault(key(item), number)
         if first != number:
-            raise DatabaseError(f"{path}:{number}: duplicate of {what} {first} (same {', '.join(KEY_FIELDS)})",
+            raise DatabaseError(f"{path}:{number}: duplicate of {what} {first} (same {', '.join(KEY_COLUMNS)})",
                                 remedy="merge files with `kgen db merge`, which removes duplicates; "
                                        "nothing was imported", path=str(path), line=number)
-    return [r for _, r in numbered]
+    return [item for _, item in numbered]
 
 
 # ---------------------------------------------------------------- import
@@ -189,16 +165,9 @@ def with_origin(r: Record, origin: str) -> Record:
 
 def _stored_keys(db: Database, families: set[str]) -> set[tuple]:
     from kgen.db.layered import LayeredStore
-    from kgen.db.sql import SqlStore, _t
 
     if isinstance(db, LayeredStore):
         return set().union(*(_stored_keys(layer, families) for layer in db.layers))
-    if isinstance(db, SqlStore):
-        import sqlalchemy as sa
-
-        c = _t.c
-        stmt = sa.select(*(c[k] for k in KEY_FIELDS)).where(c.family.in_(sorted(families)))
-        return {tuple(row) for row in db._query(stmt)}
     return {record_key(r) for f in families for r in db.records(f)}
 
 
@@ -206,11 +175,19 @@ def import_file(path: str | os.PathLike, db: Database, fmt: str = "auto", **t4_k
     """Validate every record of ``path``, then store the new ones in one transaction.
 
     Records whose key is already stored are skipped, so importing a file twice is harmless.
+    A SQL store gets rows built (in parallel for large files) and inserted in one statement.
     """
-    records = read_records(path, fmt, origin=f"import:{Path(path).name}", **t4_keys)
-    stored = _stored_keys(db, {r.family for r in records})
-    new = [r for r in records if record_key(r) not in stored]
+    from kgen.db.sql import SqlStore
+
+    path, origin = Path(path), f"import:{Path(path).name}"
     with _gc_paused():
+        if isinstance(db, SqlStore):
+            rows = _read(path, fmt, origin, t4_keys, as_rows=True)
+            imported = db.insert_new(rows)
+            return ImportReport(str(path), len(rows), imported, len(rows) - imported)
+        records = _read(path, fmt, origin, t4_keys, as_rows=False)
+        stored = _stored_keys(db, {r.family for r in records})
+        new = [r for r in records if record_key(r) not in stored]
         db.commit(new)
     return ImportReport(str(path), len(records), len(new), len(records) - len(new))
 

@@ -18,7 +18,7 @@ from typing import Iterable
 
 import sqlalchemy as sa
 
-from kgen.db.base import Database, canonical, scope, usable_time
+from kgen.db.base import KEY_COLUMNS, ROW_COLUMNS, Database, row_key, row_of, scope
 from kgen.db.sqlite import ChangeProbe, refuse_network_fs, sqlite_events
 from kgen.errors import DatabaseError
 from kgen.measurement import Record, record_from_dict
@@ -62,14 +62,6 @@ _t = sa.Table(
 def _version(table: str) -> int | None:
     m = re.fullmatch(r"kgen_records_v(\d+)", table)
     return int(m.group(1)) if m else None
-
-
-def _row(r: Record) -> dict:
-    m, p = r.measurement, r.provenance
-    return {"family": r.family, "problem_key": m.problem_key, "device": p.device, "cc": p.cc,
-            "template_digest": p.template_digest, "config_name": m.config_name,
-            "time_ms": usable_time(r), "failure_kind": m.failure.kind if m.failure else None,
-            "created": p.created, "data": canonical(r)}
 
 
 def _cc_of(data: str) -> str:
@@ -196,17 +188,47 @@ class SqlStore(Database):
             raise
 
     def commit(self, records: Iterable[Record]) -> int:
-        rows = [_row(r) for r in records]
-        if not rows:
-            return 0
+        rows = [row_of(r) for r in records]
+        if rows:
+            self._in_transaction(lambda conn: self._insert(conn, rows))
+        return len(rows)
+
+    def insert_new(self, rows: list[tuple]) -> int:
+        """Store the rows (``row_of`` tuples) whose key (``KEY_COLUMNS``) is not stored yet,
+        in one transaction; return how many were new."""
+        families = sorted({row[0] for row in rows})
+
+        def insert(conn: sa.Connection) -> int:
+            c = _t.c
+            keys = sa.select(*(c[k] for k in KEY_COLUMNS)).where(c.family.in_(families))
+            stored = {tuple(key) for key in conn.execute(keys)}
+            new = [row for row in rows if row_key(row) not in stored]
+            self._insert(conn, new)
+            return len(new)
+
+        return self._in_transaction(insert) if rows else 0
+
+    def _in_transaction(self, write):
         try:
             with self._write() as conn, conn.begin():
-                conn.execute(sa.insert(_t), rows)
+                return write(conn)
         except sa.exc.DBAPIError as exc:
             raise self._fail(exc, "write to") from None
         finally:
             self._best_cache.clear()
-        return len(rows)
+
+    def _insert(self, conn: sa.Connection, rows: list[tuple]) -> None:
+        """One executemany of the driver: no per-row work by SQLAlchemy."""
+        if not rows:
+            return
+        compiled = sa.insert(_t).values({c: sa.bindparam(c) for c in ROW_COLUMNS}).compile(dialect=conn.dialect)
+        if conn.dialect.positional:
+            at = [ROW_COLUMNS.index(name) for name in compiled.positiontup]
+            if at != list(range(len(ROW_COLUMNS))):
+                rows = [tuple(row[i] for i in at) for row in rows]
+        else:
+            rows = [dict(zip(ROW_COLUMNS, row)) for row in rows]
+        conn.exec_driver_sql(str(compiled), rows)
 
     def _query(self, stmt) -> list:
         try:

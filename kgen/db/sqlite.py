@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from kgen.errors import DatabaseError
 
 BUSY_TIMEOUT_S = 30.0
+CACHE_KIB = 65536      # page cache per connection, allocated as used: a large import then spills no pages
 NETWORK_FS = frozenset({
     "nfs", "nfs4", "cifs", "smb", "smb2", "smb3", "smbfs", "ncpfs", "9p", "afs", "coda",
     "ceph", "glusterfs", "lustre", "gpfs", "beegfs", "orangefs", "pvfs2", "ocfs2", "gfs2",
@@ -82,6 +83,7 @@ def sqlite_events(engine: sa.Engine) -> None:
         cur.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
         cur.execute("PRAGMA journal_mode = WAL")
         cur.execute("PRAGMA synchronous = NORMAL")  # safe against crashes in WAL mode
+        cur.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
         cur.close()
 
     @sa.event.listens_for(engine, "begin")

@@ -1,0 +1,110 @@
+"""Exchange-file lines to validated Records or SQL rows; large files in parallel processes.
+
+Each line is parsed, given its ``origin`` and checked by ``validate_line``. The first bad
+line stops the file with a DatabaseError naming it. Files of ``PARALLEL_MIN_LINES`` lines
+or more are split into chunks parsed by spawned worker processes (``KGEN_DB_WORKERS``); a
+chunk reports a bad line as data, and the chunks are read back in file order, so the error
+names the same line either way. This module does not import SQLAlchemy, so workers start fast.
+
+>>> parse_lines("x.jsonl", [b"\\n", b"[1]\\n"], origin="")
+Traceback (most recent call last):
+kgen.errors.DatabaseError: x.jsonl:2: field 'record' must be an object, got array
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from kgen.db.base import row_of
+from kgen.db.schema import validate_line
+from kgen.errors import DatabaseError
+
+CHUNK_LINES = 2000            # lines per task sent to a worker
+PARALLEL_MIN_LINES = 20_000   # smaller files are parsed here: starting workers costs more
+log = logging.getLogger(__name__)
+REMEDY = "fix or delete that line (or export the file again); nothing was imported"
+
+
+def _why(exc: Exception, cut: bool) -> str:
+    if isinstance(exc, UnicodeDecodeError):
+        return "the last line is cut short (truncated file)" if cut else "not UTF-8 text (binary data?)"
+    if isinstance(exc, json.JSONDecodeError):
+        return "the last line is cut short (truncated file)" if cut else f"not JSON ({exc.msg} at column {exc.colno})"
+    if isinstance(exc, DatabaseError):
+        return exc.message
+    return f"not a kgen record ({type(exc).__name__}: {exc})"
+
+
+def parse_chunk(lines: list[bytes], first: int, total: int, origin: str,
+                as_rows: bool) -> tuple[list[tuple[int, Any]], tuple[int, str] | None]:
+    """``(parsed, error)`` for lines numbered from ``first`` of a file of ``total`` lines:
+    ``parsed`` holds ``(number, Record)`` (or ``(number, row_of(record))`` with ``as_rows``)
+    up to the first bad line; ``error`` is ``(number, why)`` of that line, or None."""
+    out: list[tuple[int, Any]] = []
+    for number, raw in enumerate(lines, first):
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw.decode("utf-8"))
+            if origin and isinstance(obj, dict) and isinstance(obj.get("provenance"), dict):
+                obj["provenance"]["origin"] = origin
+            record = validate_line(obj)
+            out.append((number, row_of(record) if as_rows else record))
+        except (UnicodeDecodeError, ValueError, DatabaseError, TypeError, KeyError) as exc:
+            cut = number == total and not raw.endswith(b"\n") and raw.lstrip().startswith(b"{")
+            return out, (number, _why(exc, cut))
+    return out, None
+
+
+def _parse_task(task: tuple) -> tuple[list[tuple[int, Any]], tuple[int, str] | None]:
+    return parse_chunk(*task)
+
+
+def _chunks(lines: list[bytes], origin: str, as_rows: bool):
+    total = len(lines)
+    for start in range(0, total, CHUNK_LINES):
+        yield lines[start:start + CHUNK_LINES], start + 1, total, origin, as_rows
+
+
+def _workers(lines: int) -> int:
+    from kgen.knobs import knobs
+
+    if lines < PARALLEL_MIN_LINES:
+        return 1
+    return max(1, min(knobs.db_workers, -(-lines // CHUNK_LINES)))
+
+
+def parse_lines(path: str, lines: list[bytes], origin: str, as_rows: bool = False) -> list[tuple[int, Any]]:
+    """Every line of the file ``path`` parsed (see ``parse_chunk``); DatabaseError at the first bad one."""
+    workers = _workers(len(lines))
+    tasks = _chunks(lines, origin, as_rows)
+    out: list[tuple[int, Any]] = []
+    if workers == 1:
+        results = map(_parse_task, tasks)
+        return _collect(path, results, out)
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    try:
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            try:
+                return _collect(path, pool.map(_parse_task, tasks), out)
+            except BaseException:
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise
+    except BrokenProcessPool as exc:      # e.g. a __main__ script without its `if __name__ == "__main__":`
+        log.warning("parsing %s in this process: its worker processes failed (%s); "
+                    "KGEN_DB_WORKERS=1 skips them", path, exc)
+        return _collect(path, map(_parse_task, _chunks(lines, origin, as_rows)), [])
+
+
+def _collect(path: str, results, out: list) -> list[tuple[int, Any]]:
+    for parsed, error in results:
+        out.extend(parsed)
+        if error is not None:
+            number, why = error
+            raise DatabaseError(f"{path}:{number}: {why}", remedy=REMEDY, path=str(path), line=number)
+    return out
