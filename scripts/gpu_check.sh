@@ -6,6 +6,8 @@
 #   scripts/gpu_check.sh bench [ARGS]    # GEMM benchmark only (ARGS go to bench_gemm.py, e.g.
 #                                        #   --suite tc-large --timeout 13 --merge; then tc-small)
 #   scripts/gpu_check.sh dispatch [ARGS] # call overhead and cold start (ARGS go to bench_dispatch.py)
+#   scripts/gpu_check.sh launch          # host cost of each piece of a kernel call (launch_costs.py)
+#   scripts/gpu_check.sh db [ARGS]       # the CPU database benchmark on this host's CPUs (bench_db.py)
 #   scripts/gpu_check.sh record SET N    # ground truth for search studies: N configs per problem of
 #                                        #   SET (simt, mma, wgmma; N=0: all) -> $OUT/h200_gemm_SET.jsonl.gz
 set -uo pipefail
@@ -35,6 +37,14 @@ fi
 if [ "$what" = all ] || [ "$what" = dispatch ]; then
   [ "$what" = dispatch ] && dargs=("$@") || dargs=()
   python3 scripts/bench_dispatch.py --out "$OUT/bench_dispatch.json" "${dargs[@]}" 2>&1 | tee "$OUT/bench_dispatch.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+fi
+if [ "$what" = launch ]; then
+  python3 scripts/launch_costs.py --out "$OUT/launch_costs.json" 2>&1 | tee "$OUT/launch_costs.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+fi
+if [ "$what" = db ]; then
+  python3 scripts/bench_db.py --out "$OUT/bench_db.json" "$@" 2>&1 | tee "$OUT/bench_db.log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi
 if [ "$what" = record ]; then
