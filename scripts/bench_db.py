@@ -134,6 +134,7 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=100_000)
     parser.add_argument("--lookups", type=int, default=5_000, help="warm best() calls timed")
     parser.add_argument("--out", default="", help="results file (default scripts/results/<cpu>/bench_db.json)")
+    parser.add_argument("--commit", default="", help="commit to record (default: read from .git)")
     args = parser.parse_args()
 
     model = cpu_model()
@@ -201,7 +202,7 @@ def main() -> None:
         fresh.close()
         rows.append(raw_query_row(tmp / "kgen.db", sample, args.lookups))
 
-    doc = {"device": model, "commit": commit(),
+    doc = {"device": model, "commit": args.commit or commit(),
            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "python": platform.python_version(), "cpus": os.cpu_count(),
            "load_avg_1m": [round(load_start, 2), round(os.getloadavg()[0], 2)],   # other work on the machine
