@@ -43,6 +43,18 @@ class FakeKernel:
         self.launches.append(SimpleNamespace(grid=tuple(grid), block=tuple(block), args=list(args),
                                              shared_mem=shared_mem, stream=stream))
 
+    def bind(self, grid, block, shared_mem, template):
+        """A launch with fixed geometry, recorded like ``launch``, each value in its slot's type
+        (as an ArgPack stores it)."""
+        assert all(isinstance(v, np.generic) for v in template)
+
+        def launch(values, stream=None):
+            assert len(values) == len(template)
+            typed = [v if isinstance(v, np.generic) else type(t)(v) for t, v in zip(template, values)]
+            self.launch(grid, block, typed, shared_mem, stream)
+
+        return launch
+
     def scale(self, array, factor):
         self.scales.append((array, factor))
 

@@ -169,11 +169,12 @@ def _many(n: int) -> list[Record]:
     return [rec(f"gemm_{i:04d}", (1.0 + i / n, 1.0 + i / n), problem=P1 if i % 2 else P2) for i in range(n)]
 
 
-@pytest.fixture
-def parallel_parse(monkeypatch):
-    """Files of 40+ lines are parsed by 2 worker processes, 20 lines per chunk."""
+@pytest.fixture(params=["fork", "spawn"])
+def parallel_parse(monkeypatch, request):
+    """Files of 40+ lines are parsed by 2 worker processes (forked or spawned), 20 lines per chunk."""
     from kgen.db import lines as parse
 
+    monkeypatch.setattr(parse, "_start_method", lambda: request.param)
     monkeypatch.setattr(parse, "PARALLEL_MIN_LINES", 40)
     monkeypatch.setattr(parse, "CHUNK_LINES", 20)
     monkeypatch.setenv("KGEN_DB_WORKERS", "2")
@@ -210,6 +211,23 @@ def test_parallel_parsing_sees_a_truncated_last_line(store, tmp_path, parallel_p
     with pytest.raises(DatabaseError, match="cut.jsonl:60: the last line is cut short"):
         import_file(tmp_path / "cut.jsonl", store)
     assert store.count() == 0
+
+
+def test_workers_are_forked_only_from_a_single_threaded_process():
+    import threading
+
+    from kgen.db.lines import _start_method
+
+    if threading.active_count() == 1:
+        assert _start_method() == "fork"
+    release = threading.Event()
+    other = threading.Thread(target=release.wait)
+    other.start()
+    try:
+        assert _start_method() == "spawn"
+    finally:
+        release.set()
+        other.join()
 
 
 def test_a_broken_worker_pool_falls_back_to_this_process(store, tmp_path, parallel_parse, monkeypatch, caplog):

@@ -122,6 +122,12 @@ def read_records(path: str | os.PathLike, fmt: str = "auto", origin: str = "", *
         return _read(Path(path), fmt, origin, t4_keys, as_rows=False)
 
 
+def read_rows(path: str | os.PathLike, fmt: str = "auto", origin: str = "", **t4_keys) -> list[tuple]:
+    """As ``read_records``, each record as its SQL row (``kgen.db.base.row_of``)."""
+    with _gc_paused():
+        return _read(Path(path), fmt, origin, t4_keys, as_rows=True)
+
+
 def _read(path: Path, fmt: str, origin: str, t4_keys: dict, as_rows: bool) -> list:
     """The file's records (or ``row_of`` rows), validated, each key once."""
     if fmt not in FORMATS:
@@ -179,13 +185,13 @@ def import_file(path: str | os.PathLike, db: Database, fmt: str = "auto", **t4_k
     """
     from kgen.db.sql import SqlStore
 
-    path, origin = Path(path), f"import:{Path(path).name}"
+    origin = f"import:{Path(path).name}"
     with _gc_paused():
         if isinstance(db, SqlStore):
-            rows = _read(path, fmt, origin, t4_keys, as_rows=True)
+            rows = read_rows(path, fmt, origin, **t4_keys)
             imported = db.insert_new(rows)
             return ImportReport(str(path), len(rows), imported, len(rows) - imported)
-        records = _read(path, fmt, origin, t4_keys, as_rows=False)
+        records = read_records(path, fmt, origin, **t4_keys)
         stored = _stored_keys(db, {r.family for r in records})
         new = [r for r in records if record_key(r) not in stored]
         db.commit(new)

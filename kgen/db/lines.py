@@ -2,9 +2,11 @@
 
 Each line is parsed, given its ``origin`` and checked by ``validate_line``. The first bad
 line stops the file with a DatabaseError naming it. Files of ``PARALLEL_MIN_LINES`` lines
-or more are split into chunks parsed by spawned worker processes (``KGEN_DB_WORKERS``); a
+or more are split into chunks parsed by worker processes (``KGEN_DB_WORKERS``); a
 chunk reports a bad line as data, and the chunks are read back in file order, so the error
-names the same line either way. This module does not import SQLAlchemy, so workers start fast.
+names the same line either way. Workers are forked (reading the parent's lines in place)
+from a single-threaded process, else spawned; this module does not import SQLAlchemy, so
+spawned workers start fast.
 
 >>> parse_lines("x.jsonl", [b"\\n", b"[1]\\n"], origin="")
 Traceback (most recent call last):
@@ -58,14 +60,20 @@ def parse_chunk(lines: list[bytes], first: int, total: int, origin: str,
     return out, None
 
 
+_FORKED_LINES: list[bytes] = []     # the file's lines, read by forked workers without a copy
+
+
 def _parse_task(task: tuple) -> tuple[list[tuple[int, Any]], tuple[int, str] | None]:
-    return parse_chunk(*task)
+    lines, first, total, origin, as_rows = task
+    if lines is None:                 # a forked worker: its chunk of the parent's lines
+        lines = _FORKED_LINES[first - 1:first - 1 + CHUNK_LINES]
+    return parse_chunk(lines, first, total, origin, as_rows)
 
 
-def _chunks(lines: list[bytes], origin: str, as_rows: bool):
+def _chunks(lines: list[bytes], origin: str, as_rows: bool, forked: bool = False):
     total = len(lines)
     for start in range(0, total, CHUNK_LINES):
-        yield lines[start:start + CHUNK_LINES], start + 1, total, origin, as_rows
+        yield None if forked else lines[start:start + CHUNK_LINES], start + 1, total, origin, as_rows
 
 
 def _workers(lines: int) -> int:
@@ -76,32 +84,47 @@ def _workers(lines: int) -> int:
     return max(1, min(knobs.db_workers, -(-lines // CHUNK_LINES)))
 
 
+def _start_method() -> str:
+    """fork in a single-threaded process (no start-up, the lines shared); spawn otherwise,
+    where a fork could copy a lock another thread holds."""
+    import multiprocessing
+    import threading
+
+    if "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1:
+        return "fork"
+    return "spawn"
+
+
 def parse_lines(path: str, lines: list[bytes], origin: str, as_rows: bool = False) -> list[tuple[int, Any]]:
     """Every line of the file ``path`` parsed (see ``parse_chunk``); DatabaseError at the first bad one."""
+    global _FORKED_LINES
     workers = _workers(len(lines))
-    tasks = _chunks(lines, origin, as_rows)
-    out: list[tuple[int, Any]] = []
     if workers == 1:
-        results = map(_parse_task, tasks)
-        return _collect(path, results, out)
+        return _collect(path, map(_parse_task, _chunks(lines, origin, as_rows)))
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
+    method = _start_method()
+    tasks = _chunks(lines, origin, as_rows, forked=method == "fork")
     try:
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        _FORKED_LINES = lines if method == "fork" else []
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(method)) as pool:
             try:
-                return _collect(path, pool.map(_parse_task, tasks), out)
+                return _collect(path, pool.map(_parse_task, tasks))
             except BaseException:
                 pool.shutdown(wait=True, cancel_futures=True)
                 raise
     except BrokenProcessPool as exc:      # e.g. a __main__ script without its `if __name__ == "__main__":`
         log.warning("parsing %s in this process: its worker processes failed (%s); "
                     "KGEN_DB_WORKERS=1 skips them", path, exc)
-        return _collect(path, map(_parse_task, _chunks(lines, origin, as_rows)), [])
+        return _collect(path, map(_parse_task, _chunks(lines, origin, as_rows)))
+    finally:
+        _FORKED_LINES = []
 
 
-def _collect(path: str, results, out: list) -> list[tuple[int, Any]]:
+def _collect(path: str, results) -> list[tuple[int, Any]]:
+    out: list[tuple[int, Any]] = []
     for parsed, error in results:
         out.extend(parsed)
         if error is not None:

@@ -15,6 +15,7 @@ widest vector (in elements) that the pointer and leading dimension of A / B allo
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -324,11 +325,8 @@ class _Plan:
     problem: Problem
     kernel: Any = None
     config: Config | None = None
-    grid: tuple = ()
-    block: tuple = ()
-    shared_mem: int = 0
+    launch: Any = None        # kernel.bind(...): (a, b, c pointers, *dims, alpha, beta) -> launch
     dims: tuple = ()          # m, n, k, lda, ldb, ldc as the kernel's scalar types
-    scalar: type = np.float32
     split_k: bool = False
 
 
@@ -374,12 +372,24 @@ def _make_plan(dispatcher, a, b, c) -> _Plan:
     config = loaded.choice.config
     geo = _SPEC.launch(problem, config)
     ldc = describe(c, "c").strides[0] if c is not None else problem["n"]
-    plan.kernel, plan.config, plan.grid, plan.block, plan.shared_mem = (loaded.kernel, config, geo.grid,
-                                                                       geo.block, geo.shared_mem)
+    scalar = _scalar_type(problem)
+    plan.kernel, plan.config, plan.split_k = loaded.kernel, config, config["SK"] > 1
     plan.dims = _dims(problem, describe(a, "a"), describe(b, "b"), ldc)
-    plan.scalar = _scalar_type(problem)
-    plan.split_k = config["SK"] > 1
+    template = (np.uint64(0), np.uint64(0), np.uint64(0), *plan.dims, scalar(0), scalar(0))
+    plan.launch = loaded.kernel.bind(geo.grid, geo.block, geo.shared_mem, template)
     return plan
+
+
+def _cupy_ndarray() -> type | None:
+    """cupy.ndarray once the caller has imported CuPy (its arrays take the fast path)."""
+    cupy = sys.modules.get("cupy")
+    return getattr(cupy, "ndarray", None)
+
+
+def _pointer(x) -> int:
+    data = getattr(x, "data", None)
+    ptr = getattr(data, "ptr", None)
+    return ptr if isinstance(ptr, int) else x.__cuda_array_interface__["data"][0]
 
 
 def _float32_interface(x):
@@ -411,35 +421,44 @@ def gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, *, bias=None, acti
     """
     from kgen.dispatch import default_dispatcher
 
+    ndarray = _cupy_ndarray()
+    cupy_arrays = type(a) is ndarray and type(b) is ndarray and (c is None or type(c) is ndarray)
     if (bias is not None or activation is not None or precision is not None or dtype is not None
-            or out_dtype is not None or (ia := _float32_interface(a)) is None):
+            or out_dtype is not None
+            or (a.dtype.char != "f" if cupy_arrays else (ia := _float32_interface(a)) is None)):
         from kgen.kernels.gemm_tc_call import tc_gemm   # which also sends float32 back here where it must
 
         return tc_gemm(a, b, c, alpha, beta, bias=bias, activation=activation, precision=precision,
                        dtype=dtype, out_dtype=out_dtype)
     dispatcher = default_dispatcher()
-    try:
-        ib = b.__cuda_array_interface__
-        ic = c.__cuda_array_interface__ if c is not None else None
-    except AttributeError:   # not device arrays: the slow path says what is wrong
-        problem_from_operands(a, b, c)
-        raise
-    sig = _signature(a, b, c, ia, ib, ic)
+    if cupy_arrays:       # CuPy's own attributes: cheaper than __cuda_array_interface__
+        pa, pb, pc = a.data.ptr, b.data.ptr, c.data.ptr if c is not None else 0
+        sig = ("cupy", a.shape, a.strides, pa & 15, a.data.device_id,
+               b.shape, b.strides, b.dtype.char, pb & 15, b.data.device_id)
+        if c is not None:
+            sig += (c.shape, c.strides, c.dtype.char, c.data.device_id)
+    else:
+        try:
+            ib = b.__cuda_array_interface__
+            ic = c.__cuda_array_interface__ if c is not None else None
+        except AttributeError:   # not device arrays: the slow path says what is wrong
+            problem_from_operands(a, b, c)
+            raise
+        sig = _signature(a, b, c, ia, ib, ic)
+        pa, pb, pc = ia["data"][0], ib["data"][0], ic["data"][0] if ic is not None else 0
     plan = dispatcher.plans.get(sig)
     if plan is None:
         plan = dispatcher.plans[sig] = _make_plan(dispatcher, a, b, c)
-    problem = plan.problem
     if c is None:
+        problem = plan.problem
         c = dispatcher.launcher.empty((problem["m"], problem["n"]), problem["dtype"], like=a)
-        ic = c.__cuda_array_interface__
+        pc = _pointer(c)
         beta = 0.0
-    if plan.kernel is None:      # an empty output: nothing to compute
+    if plan.launch is None:      # an empty output: nothing to compute
         return c
     if plan.split_k:
         plan.kernel.scale(c, beta)
-    args = (np.uint64(ia["data"][0]), np.uint64(ib["data"][0]), np.uint64(ic["data"][0]),
-            *plan.dims, plan.scalar(alpha), plan.scalar(beta))
-    plan.kernel.launch(plan.grid, plan.block, args, plan.shared_mem)
+    plan.launch((pa, pb, pc, *plan.dims, alpha, beta))
     return c
 
 

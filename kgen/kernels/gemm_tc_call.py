@@ -35,6 +35,7 @@ class TcPlan:
     device: int
     how: str = ""
     build: Any = None    # (pointers, alpha, beta) -> kernel arguments
+    bound: Any = None    # kernel.bind(...) with the first call's arguments as the template
     simt: bool = False   # float32 without tf32 after all: the CUDA-core path runs it
 
 
@@ -170,9 +171,8 @@ def tc_gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, *, bias=None, a
         beta = 0.0
     if plan.kernel is not None:
         args = plan.build(pa, pb, pc, pbias, alpha, beta)
-        geo = plan.launch
-        if plan.kind == "torch":
-            plan.kernel.launch(geo.grid, geo.block, args, geo.shared_mem, stream=_torch_stream(plan.device))
-        else:
-            plan.kernel.launch(geo.grid, geo.block, args, geo.shared_mem)
+        if plan.bound is None:
+            geo = plan.launch
+            plan.bound = plan.kernel.bind(geo.grid, geo.block, geo.shared_mem, args)
+        plan.bound(args, stream=_torch_stream(plan.device) if plan.kind == "torch" else None)
     return _to_jax(c, problem["out_dtype"]) if plan.kind == "jax" else c
