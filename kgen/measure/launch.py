@@ -116,7 +116,7 @@ class CupyKernel:
              template: Sequence[np.generic]) -> BoundLaunch:
         """A launch of this kernel with arguments of ``template``'s types (see BoundLaunch)."""
         self._allow_shared(shared_mem)
-        return BoundLaunch(self.function, grid, block, shared_mem, template)
+        return BoundLaunch(self.function.kernel, grid, block, shared_mem, template)   # the CUfunction
 
     def launch(self, grid: Sequence[int], block: Sequence[int], args: Sequence[Any], shared_mem: int = 0,
                stream: int | None = None) -> None:
