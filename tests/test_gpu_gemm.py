@@ -2,6 +2,7 @@
 and planted faults during a tune. Marked ``gpu``; scripts/gpu_check.sh runs them."""
 
 import random
+import zlib
 
 import pytest
 
@@ -35,7 +36,7 @@ def _check(spec, problem, config, target, seed=0):
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_random_configs_are_correct(dtype, layout):
     spec, target = GemmSimt(), _target()
-    rng = random.Random(hash((dtype, layout)) & 0xFFFF)
+    rng = random.Random(zlib.crc32(f"{dtype} {layout}".encode()))   # the same configs in every process
     for m, n, k in SHAPES:
         problem = gemm_problem(m, n, k, dtype, layout)
         space = spec.space(problem, target)
