@@ -82,8 +82,7 @@ class Knobs:
                     "compile for this arch (sm_90, sm_90a, ...) instead of the device's")
     compile_workers = _EnvKnob("KGEN_COMPILE_WORKERS", int, lambda: max(1, os.cpu_count() or 1),
                                "processes compiling in parallel during a tune")
-    db_workers = _EnvKnob("KGEN_DB_WORKERS", int, lambda: max(1, len(os.sched_getaffinity(0))
-                                                             if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1),
+    db_workers = _EnvKnob("KGEN_DB_WORKERS", int, lambda: max(1, os.cpu_count() or 1),
                           "processes parsing and validating a large `kgen db import` (1: this process only)")
     trial_timeout_s = _EnvKnob("KGEN_TRIAL_TIMEOUT", float, lambda: 60.0,
                                "seconds one measurement may take before its worker is killed")

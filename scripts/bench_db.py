@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import gc
 import json
 import os
 import platform
@@ -31,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from kgen.db import SqlStore, write_jsonl  # noqa: E402
-from kgen.db.exchange import export, import_file, merge, read_records, read_rows  # noqa: E402
+from kgen.db.exchange import _gc_paused, export, import_file, merge, read_records, read_rows  # noqa: E402
 from kgen.knobs import knobs  # noqa: E402
 from kgen.measurement import Measurement, Provenance, Record, Timing  # noqa: E402
 
@@ -111,6 +110,19 @@ def timed(fn):
     return result, time.perf_counter() - start
 
 
+def timed_write(op: str, path: Path, write, note: str) -> dict:
+    """A result row for ``write(store)`` into a fresh SQLite file, timed with the cyclic
+    garbage collector paused as ``import_file`` pauses it."""
+    store = SqlStore(f"sqlite:///{path}")
+    try:
+        with _gc_paused():
+            n, s = timed(lambda: write(store))
+    finally:
+        store.close()
+    return {"op": op, "store": "sqlite", "records": n, "seconds": round(s, 3), "records_per_s": round(n / s),
+            "note": note}
+
+
 def raw_query_row(path: Path, sample, calls: int) -> dict:
     """The same lookup through the sqlite3 module alone: what SQL itself costs, without the store."""
     from kgen.db.sql import TABLE
@@ -159,24 +171,14 @@ def main() -> None:
         rows.append({"op": "import_parse_rows", "records": len(rows_in), "seconds": round(s, 3),
                      "records_per_s": round(len(rows_in) / s), "parse_workers": knobs.db_workers,
                      "note": "the first half of import: lines to validated SQL rows"})
-        fresh = SqlStore(f"sqlite:///{tmp / 'rows.db'}")
-        gc.disable()                                        # as import_file does
-        n, s = timed(lambda: fresh.insert_new(rows_in))
-        gc.enable()
-        rows.append({"op": "import_insert", "store": "sqlite", "records": n, "seconds": round(s, 3),
-                     "records_per_s": round(n / s), "note": "the second half: SqlStore.insert_new, one transaction"})
-        fresh.close()
+        rows.append(timed_write("import_insert", tmp / "rows.db", lambda db: db.insert_new(rows_in),
+                                "the second half: SqlStore.insert_new, one transaction"))
         rows_in = None
         parsed, s = timed(lambda: read_records(tmp / "all.jsonl"))          # as merge reads
         rows.append({"op": "import_read_validate", "records": len(parsed), "seconds": round(s, 3),
                      "records_per_s": round(len(parsed) / s), "parse_workers": knobs.db_workers})
-        other = SqlStore(f"sqlite:///{tmp / 'other.db'}")
-        gc.disable()                                        # as import_file does
-        n, s = timed(lambda: other.commit(parsed))
-        gc.enable()
-        rows.append({"op": "import_commit", "store": "sqlite", "records": n, "seconds": round(s, 3),
-                     "records_per_s": round(n / s), "note": "SqlStore.commit of parsed records, one transaction"})
-        other.close()
+        rows.append(timed_write("import_commit", tmp / "other.db", lambda db: db.commit(parsed),
+                                "SqlStore.commit of parsed records, one transaction"))
         parsed = None                                       # free the memory
         n, s = timed(lambda: export(db, tmp / "export.jsonl"))
         rows.append({"op": "export", "store": "sqlite", "records": n, "seconds": round(s, 3),

@@ -11,6 +11,7 @@ refuses a newer one.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
@@ -221,14 +222,21 @@ class SqlStore(Database):
         """One executemany of the driver: no per-row work by SQLAlchemy."""
         if not rows:
             return
-        compiled = sa.insert(_t).values({c: sa.bindparam(c) for c in ROW_COLUMNS}).compile(dialect=conn.dialect)
-        if conn.dialect.positional:
-            at = [ROW_COLUMNS.index(name) for name in compiled.positiontup]
-            if at != list(range(len(ROW_COLUMNS))):
-                rows = [tuple(row[i] for i in at) for row in rows]
-        else:
+        sql, order = self._insert_statement
+        if order is None:
             rows = [dict(zip(ROW_COLUMNS, row)) for row in rows]
-        conn.exec_driver_sql(str(compiled), rows)
+        elif order != list(range(len(ROW_COLUMNS))):
+            rows = [tuple(row[i] for i in order) for row in rows]
+        conn.exec_driver_sql(sql, rows)
+
+    @functools.cached_property
+    def _insert_statement(self) -> tuple[str, list[int] | None]:
+        """The INSERT of ``ROW_COLUMNS`` in the driver's parameter style, and the row positions
+        of its parameters (None: named parameters, rows go as dicts)."""
+        compiled = sa.insert(_t).values({c: sa.bindparam(c) for c in ROW_COLUMNS}).compile(dialect=self._engine.dialect)
+        if not self._engine.dialect.positional:
+            return str(compiled), None
+        return str(compiled), [ROW_COLUMNS.index(name) for name in compiled.positiontup]
 
     def _query(self, stmt) -> list:
         try:

@@ -36,17 +36,17 @@ class ArgPack:
     given for it is converted)."""
 
     def __init__(self, template: Sequence[np.generic]):
+        if not all(isinstance(value, np.generic) for value in template):
+            raise TypeError("an argument template holds NumPy scalars, not "
+                            + ", ".join(sorted({type(v).__name__ for v in template if not isinstance(v, np.generic)})))
         offsets, end = [], 0
         for value in template:
-            if not isinstance(value, np.generic):
-                raise TypeError(f"an argument template holds NumPy scalars, not {type(value).__name__}")
-            size = np.asarray(value).nbytes
-            end = -(-end // min(size, 16)) * min(size, 16)   # each value at its natural alignment
+            align = min(value.nbytes, 16)                    # each value at its natural alignment
+            end = -(-end // align) * align
             offsets.append(end)
-            end += size
+            end += value.nbytes
         self._bytes = np.zeros(max(end, 1), np.uint8)
-        self._slots = [self._bytes[o:o + np.asarray(v).nbytes].view(np.asarray(v).dtype)
-                       for o, v in zip(offsets, template)]
+        self._slots = [self._bytes[o:o + v.nbytes].view(v.dtype) for o, v in zip(offsets, template)]
         self._last: list[Any] = [None] * len(template)
         self._pointers = np.array([self._bytes.ctypes.data + o for o in offsets], np.uintp)
         self.params = self._pointers.ctypes.data          # void** for cuLaunchKernel
