@@ -147,6 +147,7 @@ def export_package(family: str, out_dir: str | Path, name: str = "kgen_kernels",
     module = (runtime_dir / _RUNTIMES[family]).read_text().replace("__PACKAGE__", name)
     (package / "__init__.py").write_text(module)
     shutil.copyfile(Path(__file__).parent / "kernels" / f"{family}_rules.py", package / "_rules.py")
+    shutil.copyfile(Path(__file__).parent / "measure" / "arg_pack.py", package / "_launch.py")
     (Path(out_dir) / "pyproject.toml").write_text(
         _PYPROJECT.format(name=name, version=kgen_version().replace("+", ".post0+"), device=device))
     return ExportSummary(package, device, arch, len(table["problems"]), len(written))

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from kgen.measure.launch import ArgPack, BoundLaunch
+from kgen.measure.arg_pack import ArgPack, BoundLaunch
 
 TMAP = np.frombuffer(bytes(range(128)), dtype="V128")[0]     # a 128-byte tensor map
 

@@ -14,6 +14,7 @@ kernel (``fallback="nearest"``, the default), or raises ``ExportedError``
 import json
 import math
 import os
+import sys
 
 from . import _rules
 
@@ -59,14 +60,16 @@ def choose(m, n, k, dtype, layout, align_a, align_b, fallback="nearest"):
 
 
 def _kernel(name):
-    fn = _MODULES.get(name)
-    if fn is None:
-        import cupy
+    """The kernel ``name`` loaded on the current device."""
+    import cupy
 
-        arch = "sm_" + cupy.cuda.Device().compute_capability
+    device = cupy.cuda.Device()
+    fn = _MODULES.get((device.id, name))
+    if fn is None:
+        arch = "sm_" + device.compute_capability
         kind = "cubin" if arch == TABLE["arch"] else "ptx"   # other GPUs JIT the PTX
         module = cupy.RawModule(path=os.path.join(_HERE, "kernels", f"{name}.{kind}"))
-        fn = _MODULES[name] = module.get_function(name)
+        fn = _MODULES[(device.id, name)] = module.get_function(name)
     return fn
 
 
@@ -106,40 +109,73 @@ def _plan(a, b, c, ia, ib, ic, fallback):
     name, values, how = choose(m, n, k, dtype, la[0] + lb[0], align_a, align_b, fallback)
     grid, block, smem = _rules.launch_geometry(m, n, dtype, values)
     scalar = np.float64 if dtype == "float64" else np.float32
-    plan.update(kernel=_kernel(name), config=name, how=how, grid=grid, block=block, smem=smem,
-                scalar=scalar, split_k=values["SK"] > 1,
-                dims=(np.int32(m), np.int32(n), np.int32(k), np.int64(la[1]), np.int64(lb[1]),
-                      np.int64(max(ldc, 1))))
+    dims = (np.int32(m), np.int32(n), np.int32(k), np.int64(la[1]), np.int64(lb[1]), np.int64(max(ldc, 1)))
+    from . import _launch       # NumPy and CuPy load with the first call, not the import
+
+    kernel = _kernel(name)
     if smem > 48 * 1024:
-        plan["kernel"].max_dynamic_shared_size_bytes = smem
+        kernel.max_dynamic_shared_size_bytes = smem
+    template = (np.uint64(0), np.uint64(0), np.uint64(0), *dims, scalar(0), scalar(0))
+    plan.update(config=name, how=how, split_k=values["SK"] > 1, dims=dims,
+                launch=_launch.BoundLaunch(kernel.kernel, grid, block, smem, template))
     return plan
 
 
-def gemm(a, b, c=None, alpha=1.0, beta=0.0, fallback="nearest"):
-    """C = alpha * a @ b + beta * c with the exported kernel for the shape; returns c."""
-    import cupy
-    import numpy as np
+def _cupy_ndarray():
+    """cupy.ndarray once the caller has imported CuPy (its arrays take the fast path)."""
+    cupy = sys.modules.get("cupy")
+    return getattr(cupy, "ndarray", None)
 
-    ia, ib = a.__cuda_array_interface__, b.__cuda_array_interface__
-    ic = c.__cuda_array_interface__ if c is not None else None
-    sig = (ia["shape"], ia["strides"], ia["typestr"], ia["data"][0] & 15,
-           ib["shape"], ib["strides"], ib["typestr"], ib["data"][0] & 15,
-           None if ic is None else (ic["shape"], ic["strides"], ic["typestr"]), fallback)
+
+def _pointer(x):
+    data = getattr(x, "data", None)
+    ptr = getattr(data, "ptr", None)
+    return ptr if isinstance(ptr, int) else x.__cuda_array_interface__["data"][0]
+
+
+def gemm(a, b, c=None, alpha=1.0, beta=0.0, fallback="nearest"):
+    """C = alpha * a @ b + beta * c with the exported kernel for the shape; returns c.
+
+    Runs on CuPy's current stream, without synchronising. The first call of a signature
+    chooses and loads the kernel; later calls reuse that plan."""
+    ndarray = _cupy_ndarray()
+    if type(a) is ndarray and type(b) is ndarray and (c is None or type(c) is ndarray):
+        pa, pb = a.data.ptr, b.data.ptr            # CuPy's own attributes: cheaper than the interface
+        sig = ("cupy", a.shape, a.strides, a.dtype.char, pa & 15, a.data.device_id,
+               b.shape, b.strides, b.dtype.char, pb & 15, b.data.device_id, fallback)
+        if c is not None:
+            sig += (c.shape, c.strides, c.dtype.char, c.data.device_id)
+        ia = ib = ic = None
+    else:
+        import cupy
+
+        ia, ib = a.__cuda_array_interface__, b.__cuda_array_interface__
+        ic = c.__cuda_array_interface__ if c is not None else None
+        pa, pb = ia["data"][0], ib["data"][0]
+        sig = (ia["shape"], ia["strides"], ia["typestr"], pa & 15,
+               ib["shape"], ib["strides"], ib["typestr"], pb & 15,
+               None if ic is None else (ic["shape"], ic["strides"], ic["typestr"]), fallback,
+               cupy.cuda.runtime.getDevice())
     plan = _PLANS.get(sig)
     if plan is None:
+        if ia is None:
+            ia, ib = a.__cuda_array_interface__, b.__cuda_array_interface__
+            ic = c.__cuda_array_interface__ if c is not None else None
         plan = _PLANS[sig] = _plan(a, b, c, ia, ib, ic, fallback)
     if c is None:
+        import cupy
+
         c = cupy.empty((plan["m"], plan["n"]), dtype=plan["dtype"])
-        ic, beta = c.__cuda_array_interface__, 0.0
+        beta = 0.0
     if plan["empty"]:
         return c
     if plan["split_k"]:
+        import cupy
+
         view = cupy.asarray(c)
         if beta == 0:
             view.fill(0)
         elif beta != 1:
             view *= beta
-    args = (np.uint64(ia["data"][0]), np.uint64(ib["data"][0]), np.uint64(ic["data"][0]),
-            *plan["dims"], plan["scalar"](alpha), plan["scalar"](beta))
-    plan["kernel"](plan["grid"], plan["block"], args, shared_mem=plan["smem"])
+    plan["launch"]((pa, pb, _pointer(c), *plan["dims"], alpha, beta))
     return c
