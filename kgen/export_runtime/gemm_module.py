@@ -121,6 +121,18 @@ def _plan(a, b, c, ia, ib, ic, fallback):
     return plan
 
 
+def _scale(c, beta):
+    import cupy
+
+    view = cupy.asarray(c)
+    if beta == 0 and view.flags.c_contiguous:   # beta = 0 ignores whatever c held, NaN included
+        cupy.cuda.runtime.memsetAsync(view.data.ptr, 0, view.nbytes, cupy.cuda.get_current_stream().ptr)
+    elif beta == 0:
+        view.fill(0)
+    elif beta != 1:
+        view *= beta
+
+
 def _cupy_ndarray():
     """cupy.ndarray once the caller has imported CuPy (its arrays take the fast path)."""
     cupy = sys.modules.get("cupy")
@@ -169,13 +181,7 @@ def gemm(a, b, c=None, alpha=1.0, beta=0.0, fallback="nearest"):
         beta = 0.0
     if plan["empty"]:
         return c
-    if plan["split_k"]:
-        import cupy
-
-        view = cupy.asarray(c)
-        if beta == 0:
-            view.fill(0)
-        elif beta != 1:
-            view *= beta
+    if plan["split_k"]:          # partial sums are added atomically into beta * c
+        _scale(c, beta)
     plan["launch"]((pa, pb, _pointer(c), *plan["dims"], alpha, beta))
     return c
