@@ -109,6 +109,12 @@ class Knobs:
                             "times a trial whose Dask worker was lost is sent again before it is stored "
                             "as a runtime failure")
     seed = _EnvKnob("KGEN_SEED", int, lambda: 0, "seed of the search sampler and of test inputs")
+    search_model_after = _EnvKnob("KGEN_SEARCH_MODEL_AFTER", int, lambda: 6,
+                                  "successful trials before the kgen sampler's additive model steers it")
+    search_ridge = _EnvKnob("KGEN_SEARCH_RIDGE", float, lambda: 1.0,
+                            "ridge penalty of that model (larger: estimates stay nearer the mean)")
+    search_locality = _EnvKnob("KGEN_SEARCH_LOCALITY", float, lambda: 0.1,
+                               "log-time the model trades per unit of distance from the best config")
 
     @classmethod
     def describe(cls) -> list[tuple[str, str, str]]:

@@ -165,19 +165,44 @@ def test_warm_start_tries_the_neighbours_best_first(recording):
     assert default not in [m.config_name for m in pure.trials[:3]]    # other samplers run as themselves
 
 
-def test_kgen_sampler_steps_to_the_nearest_unmeasured_config(recording):
+def test_kgen_sampler_steps_to_the_nearest_unmeasured_config_at_first(recording):
+    from kgen.knobs import knobs
     from kgen.search import Tuner, config_distance
 
     tuner = Tuner(SPEC, P, TARGET, ReplayRunner(recording), MemoryStore(), sampler="kgen", seed=0,
                   warm_start=False)
-    result = tuner.run(12)
+    result = tuner.run(4)
+    assert sum(m.ok for m in tuner.known.values()) < knobs.search_model_after
     best = tuner.best()
     step = tuner._local_step(set())
     assert step is not None and SPEC.space(P, TARGET).make(step).name not in tuner.known
     nearest = min(config_distance(tuner.space, best.config, c.as_dict())
                   for c in tuner._candidates() if c.name not in tuner.known)
     assert config_distance(tuner.space, best.config, step) == nearest
-    assert result.measured == 12
+    assert result.measured == 4
+
+
+def test_kgen_sampler_follows_the_model_once_trials_teach_it(recording):
+    from kgen.knobs import knobs
+    from kgen.search import Tuner, config_distance
+    from kgen.search_model import AdditiveModel
+
+    tuner = Tuner(SPEC, P, TARGET, ReplayRunner(recording), MemoryStore(), sampler="kgen", seed=0,
+                  warm_start=False)
+    tuner.run(16)
+    ok = [(m.config, m.time_ms) for m in tuner.known.values() if m.ok]
+    assert len(ok) >= knobs.search_model_after
+    model = AdditiveModel(tuner.space, knobs.search_ridge).fit(ok)
+    best = tuner.best()
+
+    def score(values):
+        return model.predict(values) + knobs.search_locality * config_distance(tuner.space, best.config, values)
+
+    step = tuner._local_step(set())
+    fresh = [c.as_dict() for c in tuner._candidates() if c.name not in tuner.known]
+    assert score(step) == pytest.approx(min(score(v) for v in fresh))
+    nearest = min(config_distance(tuner.space, best.config, v) for v in fresh)
+    assert config_distance(tuner.space, best.config, step) > nearest   # the model, not the distance, chose
 
 
 class SlowReplay(ReplayRunner):
