@@ -67,6 +67,16 @@ print(json.dumps({{"import_ms": (t1 - t0) * 1e3, "first_call_ms": (t2 - t1) * 1e
 """
 
 
+def _plan_of(dtype: str) -> dict:
+    """The config and family kgen.gemm's plan for ``dtype`` uses, and how it was chosen."""
+    import kgen.dispatch
+
+    for plan in reversed(list(kgen.dispatch.default_dispatcher().plans.values())):
+        if plan.problem["dtype"] == dtype and getattr(plan, "config", None) is not None:
+            return {"config": plan.config.name, "family": plan.problem.family, "how": getattr(plan, "how", None)}
+    return {}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="")
@@ -106,8 +116,8 @@ def main() -> None:
     split_k = loaded.choice.config["SK"] > 1
 
     def raw():
-        if split_k:
-            c.fill(0)
+        if split_k:        # the same zeroing as kgen.gemm's, so that only the call path differs
+            cupy.cuda.runtime.memsetAsync(c.data.ptr, 0, c.nbytes, cupy.cuda.get_current_stream().ptr)
         fn(geo.grid, geo.block, raw_args, shared_mem=geo.shared_mem)
 
     rows = [dict(path="kgen.gemm cupy float32", us_per_call=per_call_us(lambda: kgen.gemm(a, b, c)),
@@ -128,7 +138,8 @@ def main() -> None:
     h = rng.random((N, N), dtype=cupy.float32).astype(cupy.float16)
     hc = cupy.empty((N, N), dtype=cupy.float16)
     kgen.gemm(h, h, hc)
-    rows.append(dict(path="kgen.gemm cupy float16 (tensor cores)", us_per_call=per_call_us(lambda: kgen.gemm(h, h, hc))))
+    rows.append(dict(path="kgen.gemm cupy float16 (tensor cores)", us_per_call=per_call_us(lambda: kgen.gemm(h, h, hc)),
+                     **_plan_of("float16")))
     rows.append(dict(path="cupy.matmul float16", us_per_call=per_call_us(lambda: cupy.matmul(h, h, out=hc))))
     try:
         import torch
@@ -137,7 +148,7 @@ def main() -> None:
         tc = torch.empty(N, N, device="cuda", dtype=torch.bfloat16)
         kgen.gemm(t, t, tc)
         rows.append(dict(path="kgen.gemm torch bfloat16 (tensor cores)",
-                         us_per_call=per_call_us(lambda: kgen.gemm(t, t, tc))))
+                         us_per_call=per_call_us(lambda: kgen.gemm(t, t, tc)), **_plan_of("bfloat16")))
         rows.append(dict(path="torch.matmul bfloat16", us_per_call=per_call_us(lambda: torch.matmul(t, t, out=tc))))
         t32 = torch.rand(N, N, device="cuda")
         tc32 = torch.empty(N, N, device="cuda")
