@@ -139,6 +139,13 @@ def _save_failed_source(source: Source, log: str) -> Path:
     return path
 
 
+def _out_buffer(size: int) -> bytearray:
+    """A writable buffer for NVRTC to fill. Never a bytes object: bytes are immutable, and
+    ``b" " * 1`` is the interpreter's shared one-byte b" ", which NVRTC's terminating NUL
+    would overwrite for the whole process (an empty log has size 1)."""
+    return bytearray(size)
+
+
 def _nvrtc_compile(source: Source) -> tuple[bytes | None, str]:
     from cuda.bindings import nvrtc
 
@@ -150,15 +157,15 @@ def _nvrtc_compile(source: Source) -> tuple[bytes | None, str]:
                 *_include_options()]
         (status,) = nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
         _, size = nvrtc.nvrtcGetProgramLogSize(prog)
-        buf = b" " * size
+        buf = _out_buffer(size)
         nvrtc.nvrtcGetProgramLog(prog, buf)
-        log = buf.rstrip(b"\0").decode(errors="replace")
+        log = bytes(buf).rstrip(b"\0").decode(errors="replace")
         if status != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             return None, log or str(status)
         _, size = nvrtc.nvrtcGetCUBINSize(prog)
-        cubin = b" " * size
+        cubin = _out_buffer(size)
         nvrtc.nvrtcGetCUBIN(prog, cubin)
-        return cubin, log
+        return bytes(cubin), log
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
 
@@ -180,9 +187,9 @@ def compile_ptx(source: Source, virtual_arch: str) -> str:
             raise CompileError(f"{source.entry} did not compile to PTX for {virtual_arch}",
                                remedy="compile it to a cubin first to see the log")
         _, size = nvrtc.nvrtcGetPTXSize(prog)
-        ptx = b" " * size
+        ptx = _out_buffer(size)
         nvrtc.nvrtcGetPTX(prog, ptx)
-        return ptx.rstrip(b"\0").decode()
+        return bytes(ptx).rstrip(b"\0").decode()
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
 

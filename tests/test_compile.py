@@ -169,3 +169,19 @@ def test_fp32_sass_uses_ffma_and_vector_shared_loads(target):
     assert config.name in sass.stdout
     assert re.search(r"\bFFMA\b", sass.stdout)
     assert "LDS.128" in sass.stdout
+
+
+def test_nvrtc_output_never_lands_in_a_shared_bytes_object():
+    """An empty NVRTC log is one NUL byte; fetched into ``b" " * 1`` (CPython's shared b" ")
+    it turned every b" " of the process into b"\\0". Compiling with no log, then with a log,
+    and fetching PTX must leave b" " alone."""
+    from kgen.compile import _nvrtc_compile, compile_ptx
+
+    quiet = Source('extern "C" __global__ void quiet() {}', "quiet", (), "sm_90", "quiet-log")
+    space_byte = bytes([32])
+    for source in (quiet, Source(quiet.code, "quiet", ("--std=c++17",), "sm_90", "quiet-log-2")):
+        cubin, _log = _nvrtc_compile(source)
+        assert isinstance(cubin, bytes) and cubin[:4] == b"\x7fELF"
+        assert b" " == space_byte and b" " * 1 == space_byte
+    assert ".entry quiet" in compile_ptx(quiet, "compute_90")
+    assert b" " == space_byte and " ".join(["a", "b"]) == "a b"
