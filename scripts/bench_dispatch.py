@@ -7,7 +7,10 @@ the one that writes the dispatch memo; that first run is reported as without_mem
 Writes scripts/results/<device>/bench_dispatch.json: rows {path, us_per_call} and
 {path: "cold_start", ms}.
 
-    python scripts/bench_dispatch.py [--out FILE] [--commit SHA]
+The paths are timed in turns (each repeat times every path once), so that the host's slow
+spells do not fall on one path alone; --profile adds a cProfile breakdown of each kgen path.
+
+    python scripts/bench_dispatch.py [--out FILE] [--commit SHA] [--profile]
 """
 
 from __future__ import annotations
@@ -27,23 +30,42 @@ sys.path.insert(0, str(ROOT))
 N = 256           # the problem: N x N x N
 
 
-def per_call_us(fn, calls: int = 200, repeats: int = 30) -> float:
-    """Best of ``repeats`` of the host time of ``calls`` back-to-back calls (GPU not waited for).
+def per_call_us(paths: dict, calls: int = 200, repeats: int = 30) -> dict:
+    """Per path, the best of ``repeats`` host times of ``calls`` back-to-back calls (GPU not
+    waited for), in microseconds per call. The paths take turns within each repeat, so a
+    slow spell of the host falls on all of them alike.
 
     ``calls`` stays well below the launch queue's depth (about a thousand): a longer burst fills
     the queue, and then every path is timed at the GPU's pace instead of its own."""
     import cupy
 
-    best = float("inf")
+    best = dict.fromkeys(paths, float("inf"))
     for _ in range(repeats):
-        cupy.cuda.get_current_stream().synchronize()
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        t1 = time.perf_counter()
-        cupy.cuda.get_current_stream().synchronize()
-        best = min(best, (t1 - t0) / calls * 1e6)
+        for name, fn in paths.items():
+            cupy.cuda.get_current_stream().synchronize()
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            t1 = time.perf_counter()
+            cupy.cuda.get_current_stream().synchronize()
+            best[name] = min(best[name], (t1 - t0) / calls * 1e6)
     return best
+
+
+def profile(name: str, fn, calls: int = 3000, top: int = 12) -> None:
+    """Where the host time of ``calls`` calls of ``fn`` goes (cProfile, by own time)."""
+    import cProfile
+    import io
+    import pstats
+
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        fn()
+    prof.disable()
+    text = io.StringIO()
+    pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(top)
+    print(f"--- profile of {name} ({calls} calls)\n{text.getvalue()}")
 
 
 COLD = r"""
@@ -81,6 +103,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="")
     parser.add_argument("--commit", default="")
+    parser.add_argument("--profile", action="store_true", help="also print where each kgen path's host time goes")
     args = parser.parse_args()
 
     import cupy
@@ -120,10 +143,11 @@ def main() -> None:
             cupy.cuda.runtime.memsetAsync(c.data.ptr, 0, c.nbytes, cupy.cuda.get_current_stream().ptr)
         fn(geo.grid, geo.block, raw_args, shared_mem=geo.shared_mem)
 
-    rows = [dict(path="kgen.gemm cupy float32", us_per_call=per_call_us(lambda: kgen.gemm(a, b, c)),
-                 config=loaded.choice.config.name, how=loaded.choice.how),
-            dict(path="raw RawKernel launch (same cubin)", us_per_call=per_call_us(raw)),
-            dict(path="cupy.matmul float32", us_per_call=per_call_us(lambda: cupy.matmul(a, b, out=c)))]
+    # each path: its row's fields and the call; all are timed together at the end
+    paths = {"kgen.gemm cupy float32": (dict(config=loaded.choice.config.name, how=loaded.choice.how),
+                                        lambda: kgen.gemm(a, b, c)),
+             "raw RawKernel launch (same cubin)": ({}, raw),
+             "cupy.matmul float32": ({}, lambda: cupy.matmul(a, b, out=c))}
 
     # the exported module of the same database
     pkg = work / "pkg"
@@ -133,28 +157,32 @@ def main() -> None:
     import bench_kernels
 
     bench_kernels.gemm(a, b, c)
-    rows.append(dict(path="exported module float32", us_per_call=per_call_us(lambda: bench_kernels.gemm(a, b, c))))
+    paths["exported module float32"] = ({}, lambda: bench_kernels.gemm(a, b, c))
 
     h = rng.random((N, N), dtype=cupy.float32).astype(cupy.float16)
     hc = cupy.empty((N, N), dtype=cupy.float16)
     kgen.gemm(h, h, hc)
-    rows.append(dict(path="kgen.gemm cupy float16 (tensor cores)", us_per_call=per_call_us(lambda: kgen.gemm(h, h, hc)),
-                     **_plan_of("float16")))
-    rows.append(dict(path="cupy.matmul float16", us_per_call=per_call_us(lambda: cupy.matmul(h, h, out=hc))))
+    paths["kgen.gemm cupy float16 (tensor cores)"] = (_plan_of("float16"), lambda: kgen.gemm(h, h, hc))
+    paths["cupy.matmul float16"] = ({}, lambda: cupy.matmul(h, h, out=hc))
     try:
         import torch
 
         t = torch.rand(N, N, device="cuda", dtype=torch.bfloat16)
         tc = torch.empty(N, N, device="cuda", dtype=torch.bfloat16)
         kgen.gemm(t, t, tc)
-        rows.append(dict(path="kgen.gemm torch bfloat16 (tensor cores)",
-                         us_per_call=per_call_us(lambda: kgen.gemm(t, t, tc)), **_plan_of("bfloat16")))
-        rows.append(dict(path="torch.matmul bfloat16", us_per_call=per_call_us(lambda: torch.matmul(t, t, out=tc))))
+        paths["kgen.gemm torch bfloat16 (tensor cores)"] = (_plan_of("bfloat16"), lambda: kgen.gemm(t, t, tc))
+        paths["torch.matmul bfloat16"] = ({}, lambda: torch.matmul(t, t, out=tc))
         t32 = torch.rand(N, N, device="cuda")
         tc32 = torch.empty(N, N, device="cuda")
-        rows.append(dict(path="torch.matmul float32", us_per_call=per_call_us(lambda: torch.matmul(t32, t32, out=tc32))))
+        paths["torch.matmul float32"] = ({}, lambda: torch.matmul(t32, t32, out=tc32))
     except ImportError:
         pass
+    us = per_call_us({name: fn for name, (_, fn) in paths.items()})
+    rows = [dict(path=name, us_per_call=us[name], **fields) for name, (fields, _) in paths.items()]
+    if args.profile:
+        for name, (_, fn) in paths.items():
+            if name.startswith(("kgen", "exported", "raw")):
+                profile(name, fn)
 
     # cold start: a fresh process, the tuned record in the database, the cubin in the disk cache
     env = {**os.environ, "KGEN_DB_URL": url, "PYTHONPATH": os.pathsep.join(sys.path)}
@@ -168,7 +196,7 @@ def main() -> None:
     rows.append(dict(path="cold_start", ms=memo["first_call_ms"], import_ms=memo["import_ms"], how=memo["how"],
                      correct=all(r["ok"] for r in runs), runs_ms=[r["first_call_ms"] for r in runs],
                      without_memo_ms=runs[0]["first_call_ms"], modules_loaded=memo["modules"]))
-    raw_us = rows[1]["us_per_call"]
+    raw_us = us["raw RawKernel launch (same cubin)"]
     for r in rows:
         if "us_per_call" in r and r["path"].startswith(("kgen", "exported")):
             r["overhead_over_raw_us"] = r["us_per_call"] - raw_us
