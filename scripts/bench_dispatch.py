@@ -135,13 +135,13 @@ def main() -> None:
     loaded = kgen.dispatch.default_dispatcher().prepare(spec, problem, 0)
     geo = spec.launch(problem, loaded.choice.config)
     raw_args = spec.args(problem, loaded.choice.config, {"a": a, "b": b, "c": c})
-    fn = loaded.kernel.function
+    raw_kernel = loaded.kernel.function
     split_k = loaded.choice.config["SK"] > 1
 
     def raw():
         if split_k:        # the same zeroing as kgen.gemm's, so that only the call path differs
             cupy.cuda.runtime.memsetAsync(c.data.ptr, 0, c.nbytes, cupy.cuda.get_current_stream().ptr)
-        fn(geo.grid, geo.block, raw_args, shared_mem=geo.shared_mem)
+        raw_kernel(geo.grid, geo.block, raw_args, shared_mem=geo.shared_mem)
 
     # each path: its row's fields and the call; all are timed together at the end
     paths = {"kgen.gemm cupy float32": (dict(config=loaded.choice.config.name, how=loaded.choice.how),
@@ -180,9 +180,9 @@ def main() -> None:
     us = per_call_us({name: fn for name, (_, fn) in paths.items()})
     rows = [dict(path=name, us_per_call=us[name], **fields) for name, (fields, _) in paths.items()]
     if args.profile:
-        for name, (_, fn) in paths.items():
+        for name, (_, call) in paths.items():
             if name.startswith(("kgen", "exported", "raw")):
-                profile(name, fn)
+                profile(name, call)
 
     # cold start: a fresh process, the tuned record in the database, the cubin in the disk cache
     env = {**os.environ, "KGEN_DB_URL": url, "PYTHONPATH": os.pathsep.join(sys.path)}
