@@ -269,6 +269,24 @@ def test_args_build_tensor_maps_along_the_contiguous_dimension(target, recorded_
     assert args2[3] == 0 and len(recorded_maps) == 2       # second call: maps from the cache
 
 
+def test_arg_builder_reuses_the_last_operands_maps_and_encodes_new_ones(target, recorded_maps, monkeypatch):
+    m, n, k = 256, 512, 128
+    p = SPEC.problem(m, n, k, "float16", "NN")
+    c = SPEC.space(p, target).config(BM=128, BN=128, BK=64, STAGES=4, CONSUMERS=2, GM=1, PINGPONG=0)
+    build = SPEC.arg_builder(p, c, (k, n, n))
+    looked_up = []
+    real_maps = SPEC.tensor_maps
+    monkeypatch.setattr(SPEC, "tensor_maps", lambda *a: looked_up.append(a) or real_maps(*a))
+    first = build(0x10000, 0x20000, 0x30000, 0, 1.0, 0.0)
+    again = build(0x10000, 0x20000, 0x40000, 0, 2.0, 1.0)
+    assert len(looked_up) == 1 and again[0] is first[0] and again[1] is first[1]
+    assert again[2] == 0x40000 and again[-2:] == (2.0, 1.0)
+    moved = build(0x50000, 0x20000, 0x40000, 0, 1.0, 0.0)
+    assert len(looked_up) == 2 and moved[0]["words"][0] == 0x50000 and moved[1]["words"][0] == 0x20000
+    back = build(0x10000, 0x20000, 0x30000, 0, 1.0, 0.0)
+    assert back[0]["words"][0] == 0x10000 and len(looked_up) == 3
+
+
 # ---------------------------------------------------------------- kgen.tma pure helpers
 
 def test_tma_rejects_explains_each_rule():

@@ -166,9 +166,15 @@ class GemmWgmma(TensorCoreGemm):
         dims = (np.int32(problem["m"]), np.int32(problem["n"]), np.int32(problem["k"]),
                 np.int64(lds[2] if problem["m"] > 1 else max(problem["n"], 1)))
 
+        last = [((None, None), None)]   # the last operands' maps, replaced whole (thread-safe)
+
         def build(pa, pb, pc, pbias, alpha, beta):
-            map_a, map_b = self.tensor_maps(problem, config, _pointer_view(pa, lds[0], layout[0]),
-                                            _pointer_view(pb, lds[1], layout[1]))
+            entry = last[0]
+            if entry[0] != (pa, pb):      # new operands: encode (or look up) their maps
+                entry = ((pa, pb), self.tensor_maps(problem, config, _pointer_view(pa, lds[0], layout[0]),
+                                                    _pointer_view(pb, lds[1], layout[1])))
+                last[0] = entry
+            map_a, map_b = entry[1]
             return (map_a, map_b, np.uint64(pc), np.uint64(pbias), *dims, np.float32(alpha), np.float32(beta))
 
         return build
