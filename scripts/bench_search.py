@@ -219,7 +219,7 @@ def main() -> None:
         earlier = json.loads(Path(args.merge).read_text())
         done = {(r["space"], r["strategy"]) for r in rows}
         rows = [r for r in earlier["rows"] if (r["space"], r["strategy"]) not in done] + rows
-        machines.append(earlier.get("machine"))
+        machines += [m for m in [earlier.get("machine"), *earlier.get("merged_from", [])] if m not in machines]
     sys.path.insert(0, str(ROOT / "scripts"))
     from bench_db import cpu_model, slug
 
