@@ -116,21 +116,9 @@ def _plan(a, b, c, ia, ib, ic, fallback):
     if smem > 48 * 1024:
         kernel.max_dynamic_shared_size_bytes = smem
     template = (np.uint64(0), np.uint64(0), np.uint64(0), *dims, scalar(0), scalar(0))
-    plan.update(config=name, how=how, split_k=values["SK"] > 1, dims=dims,
+    plan.update(config=name, how=how, split_k=values["SK"] > 1, dims=dims, scale=_launch.scale_output,
                 launch=_launch.BoundLaunch(kernel.kernel, grid, block, smem, template))
     return plan
-
-
-def _scale(c, beta):
-    import cupy
-
-    view = cupy.asarray(c)
-    if beta == 0 and view.flags.c_contiguous:   # beta = 0 ignores whatever c held, NaN included
-        cupy.cuda.runtime.memsetAsync(view.data.ptr, 0, view.nbytes, cupy.cuda.get_current_stream().ptr)
-    elif beta == 0:
-        view.fill(0)
-    elif beta != 1:
-        view *= beta
 
 
 def _cupy_ndarray():
@@ -182,6 +170,6 @@ def gemm(a, b, c=None, alpha=1.0, beta=0.0, fallback="nearest"):
     if plan["empty"]:
         return c
     if plan["split_k"]:          # partial sums are added atomically into beta * c
-        _scale(c, beta)
+        plan["scale"](c, beta)
     plan["launch"]((pa, pb, _pointer(c), *plan["dims"], alpha, beta))
     return c

@@ -1,4 +1,5 @@
-"""Kernel arguments laid out once for cuLaunchKernel, and launches that reuse them.
+"""Kernel arguments laid out once for cuLaunchKernel, launches that reuse them, and the
+scaling of an output that a split-K kernel then adds into.
 
 Depends on NumPy and CuPy only: ``kgen export`` copies this file into exported packages.
 """
@@ -72,3 +73,17 @@ class BoundLaunch:
         with self._lock:
             self._pack.write(values)
             self._launch(self._function, *self._shape, stream, self._pack.params, 0)
+
+
+def scale_output(array: Any, factor: float) -> None:
+    """``array *= factor`` on CuPy's current stream; factor 0 clears it (NaN included) with a
+    memset where the array is contiguous."""
+    import cupy
+
+    view = cupy.asarray(array)
+    if factor == 0 and view.flags.c_contiguous:
+        cupy.cuda.runtime.memsetAsync(view.data.ptr, 0, view.nbytes, cupy.cuda.get_current_stream().ptr)
+    elif factor == 0:
+        view.fill(0)
+    elif factor != 1:
+        view *= factor

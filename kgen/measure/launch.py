@@ -8,7 +8,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from kgen.measure.arg_pack import BoundLaunch
+from kgen.measure.arg_pack import BoundLaunch, scale_output
 
 
 _scratch: tempfile.TemporaryDirectory | None = None
@@ -67,15 +67,7 @@ class CupyKernel:
 
     @staticmethod
     def scale(array: Any, factor: float) -> None:
-        import cupy
-
-        view = cupy.asarray(array)
-        if factor == 0 and view.flags.c_contiguous:   # beta = 0 ignores whatever C held, NaN included
-            cupy.cuda.runtime.memsetAsync(view.data.ptr, 0, view.nbytes, cupy.cuda.get_current_stream().ptr)
-        elif factor == 0:
-            view.fill(0)
-        elif factor != 1:
-            view *= factor
+        scale_output(array, factor)
 
     @property
     def resources(self) -> dict:
