@@ -179,3 +179,53 @@ def test_cli_from_file_without_dask_options_tunes_locally(tmp_path):
 def test_cli_bad_gpu_list_is_a_kgen_error(tmp_path):
     out = _cli(["tune", "gemm", "--m", "8", "--n", "8", "--k", "8", "--gpus", "zero"])
     assert out.exit_code == 2 and "remedy" in out.output
+
+
+class _FakeDaskFuture:
+    def add_done_callback(self, fn):
+        pass
+
+    def cancel(self):
+        pass
+
+
+class _FakeClient:
+    """Just what DaskRunner calls when it sends: no cluster."""
+
+    def __init__(self):
+        self.sent = []
+
+    def run_on_scheduler(self, *a, **kw):
+        pass
+
+    def register_plugin(self, *a, **kw):
+        pass
+
+    def submit(self, fn, name, task, key, **kw):
+        self.sent.append(key)
+        return _FakeDaskFuture()
+
+
+def test_a_trial_queued_behind_a_dead_worker_is_sent_again_free():
+    """A trial lost with its worker before it ran is not charged an attempt; its result
+    future is already running, and sending it again must not try to start it twice
+    (that raised inside the watchdog and left the trial unanswered: a tune that never ended)."""
+    from kgen.measure.task import MeasureTask
+    from kgen.measurement import Timing
+
+    problem = Problem.from_key(TT)
+    config = SPEC.space(problem, TARGET).configs()[0]
+    fake = _FakeClient()
+    runner = DaskRunner(fake, slots=1, measure=ReplayRunner(RECORDING).answer, timeout_s=60, retries=1)
+    try:
+        task = MeasureTask(spec=SPEC, problem=problem, config=config, cubin=b"", entry=config.name,
+                           resources={}, timing=Timing(warmup=1, runs=20, l2="warm"), seed=0)
+        fut = runner.submit(task)
+        assert fut.running() and len(fake.sent) == 1
+        (entry,) = runner._running.values()
+        runner._running.clear()
+        runner._lost(entry, "KilledWorker: queued behind the trial that killed it", charged=False)
+        runner._pump()
+        assert len(fake.sent) == 2 and entry.attempts == 1 and not fut.done()
+    finally:
+        runner.close()

@@ -198,8 +198,8 @@ class DaskRunner(Runner):
             while (self._pending and not self._closed.is_set()
                    and len(self._running) < max(1, self.slots - self._restarting) * depth):
                 e = self._pending.popleft()
-                if e.attempts == 0 and not e.result.set_running_or_notify_cancel():
-                    continue   # the tuner gave up on it
+                if not e.result.running() and not e.result.set_running_or_notify_cancel():
+                    continue   # the tuner gave up on it before its first send
                 e.attempts += 1
                 self._sent += 1
                 e.key, e.sent, e.dask, e.order = f"{self._name}-{uuid.uuid4().hex}", time.monotonic(), None, self._sent
