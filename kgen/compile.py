@@ -159,7 +159,7 @@ def _nvrtc_compile(source: Source) -> tuple[bytes | None, str]:
         _, size = nvrtc.nvrtcGetProgramLogSize(prog)
         buf = _out_buffer(size)
         nvrtc.nvrtcGetProgramLog(prog, buf)
-        log = bytes(buf).rstrip(b"\0").decode(errors="replace")
+        log = buf.rstrip(b"\0").decode(errors="replace")
         if status != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             return None, log or str(status)
         _, size = nvrtc.nvrtcGetCUBINSize(prog)
@@ -189,7 +189,7 @@ def compile_ptx(source: Source, virtual_arch: str) -> str:
         _, size = nvrtc.nvrtcGetPTXSize(prog)
         ptx = _out_buffer(size)
         nvrtc.nvrtcGetPTX(prog, ptx)
-        return bytes(ptx).rstrip(b"\0").decode()
+        return ptx.rstrip(b"\0").decode()
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
 

@@ -26,14 +26,16 @@ class AdditiveModel:
             if len(p.choices) > 1:                 # a fixed parameter explains nothing
                 for value in p.choices:
                     self._columns[(p.name, value)] = len(self._columns)
+        self._names = sorted({name for name, _ in self._columns})
         self._ridge = ridge
         self._mean = 0.0
         self._effects = np.zeros(len(self._columns))
 
     def _row(self, values: Mapping) -> np.ndarray:
         row = np.zeros(len(self._columns))
-        for (name, value), j in self._columns.items():
-            if values.get(name) == value:
+        for name in self._names:
+            j = self._columns.get((name, values.get(name)))
+            if j is not None:
                 row[j] = 1.0
         return row
 

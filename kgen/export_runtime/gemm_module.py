@@ -14,9 +14,8 @@ kernel (``fallback="nearest"``, the default), or raises ``ExportedError``
 import json
 import math
 import os
-import sys
 
-from . import _rules
+from . import _launch, _rules   # neither loads NumPy or CuPy
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 with open(os.path.join(_HERE, "table.json")) as _f:
@@ -110,27 +109,13 @@ def _plan(a, b, c, ia, ib, ic, fallback):
     grid, block, smem = _rules.launch_geometry(m, n, dtype, values)
     scalar = np.float64 if dtype == "float64" else np.float32
     dims = (np.int32(m), np.int32(n), np.int32(k), np.int64(la[1]), np.int64(lb[1]), np.int64(max(ldc, 1)))
-    from . import _launch       # NumPy and CuPy load with the first call, not the import
-
     kernel = _kernel(name)
     if smem > 48 * 1024:
         kernel.max_dynamic_shared_size_bytes = smem
     template = (np.uint64(0), np.uint64(0), np.uint64(0), *dims, scalar(0), scalar(0))
-    plan.update(config=name, how=how, split_k=values["SK"] > 1, dims=dims, scale=_launch.scale_output,
+    plan.update(config=name, how=how, split_k=values["SK"] > 1, dims=dims,
                 launch=_launch.BoundLaunch(kernel.kernel, grid, block, smem, template))
     return plan
-
-
-def _cupy_ndarray():
-    """cupy.ndarray once the caller has imported CuPy (its arrays take the fast path)."""
-    cupy = sys.modules.get("cupy")
-    return getattr(cupy, "ndarray", None)
-
-
-def _pointer(x):
-    data = getattr(x, "data", None)
-    ptr = getattr(data, "ptr", None)
-    return ptr if isinstance(ptr, int) else x.__cuda_array_interface__["data"][0]
 
 
 def gemm(a, b, c=None, alpha=1.0, beta=0.0, fallback="nearest"):
@@ -138,7 +123,7 @@ def gemm(a, b, c=None, alpha=1.0, beta=0.0, fallback="nearest"):
 
     Runs on CuPy's current stream, without synchronising. The first call of a signature
     chooses and loads the kernel; later calls reuse that plan."""
-    ndarray = _cupy_ndarray()
+    ndarray = _launch.cupy_ndarray()
     if type(a) is ndarray and type(b) is ndarray and (c is None or type(c) is ndarray):
         pa, pb = a.data.ptr, b.data.ptr            # CuPy's own attributes: cheaper than the interface
         sig = ("cupy", a.shape, a.strides, a.dtype.char, pa & 15, a.data.device_id,
@@ -170,6 +155,6 @@ def gemm(a, b, c=None, alpha=1.0, beta=0.0, fallback="nearest"):
     if plan["empty"]:
         return c
     if plan["split_k"]:          # partial sums are added atomically into beta * c
-        plan["scale"](c, beta)
-    plan["launch"]((pa, pb, _pointer(c), *plan["dims"], alpha, beta))
+        _launch.scale_output(c, beta)
+    plan["launch"]((pa, pb, _launch.data_pointer(c), *plan["dims"], alpha, beta))
     return c

@@ -15,7 +15,6 @@ widest vector (in elements) that the pointer and leading dimension of A / B allo
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -23,6 +22,7 @@ import numpy as np
 
 from kgen.errors import NoConfigError
 from kgen.kernels import gemm_rules as rules
+from kgen.measure.arg_pack import cupy_ndarray, data_pointer
 from kgen.problem import Problem, Target
 from kgen.space import Config, Constraint, Param, Space
 from kgen.spec import KernelSpec, Launch, register
@@ -380,18 +380,6 @@ def _make_plan(dispatcher, a, b, c) -> _Plan:
     return plan
 
 
-def _cupy_ndarray() -> type | None:
-    """cupy.ndarray once the caller has imported CuPy (its arrays take the fast path)."""
-    cupy = sys.modules.get("cupy")
-    return getattr(cupy, "ndarray", None)
-
-
-def _pointer(x) -> int:
-    data = getattr(x, "data", None)
-    ptr = getattr(data, "ptr", None)
-    return ptr if isinstance(ptr, int) else x.__cuda_array_interface__["data"][0]
-
-
 def _float32_interface(x):
     """``x.__cuda_array_interface__`` when x is a float32 device array, else None."""
     try:
@@ -421,7 +409,7 @@ def gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, *, bias=None, acti
     """
     from kgen.dispatch import default_dispatcher
 
-    ndarray = _cupy_ndarray()
+    ndarray = cupy_ndarray()
     cupy_arrays = type(a) is ndarray and type(b) is ndarray and (c is None or type(c) is ndarray)
     if (bias is not None or activation is not None or precision is not None or dtype is not None
             or out_dtype is not None
@@ -452,7 +440,7 @@ def gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, *, bias=None, acti
     if c is None:
         problem = plan.problem
         c = dispatcher.launcher.empty((problem["m"], problem["n"]), problem["dtype"], like=a)
-        pc = _pointer(c)
+        pc = data_pointer(c)
         beta = 0.0
     if plan.launch is None:      # an empty output: nothing to compute
         return c

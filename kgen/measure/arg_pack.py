@@ -1,15 +1,19 @@
-"""Kernel arguments laid out once for cuLaunchKernel, launches that reuse them, and the
-scaling of an output that a split-K kernel then adds into.
+"""Kernel arguments laid out once for cuLaunchKernel, launches that reuse them, the
+scaling of an output that a split-K kernel then adds into, and the cheap reads of a CuPy
+operand that a repeated call needs.
 
-Depends on NumPy and CuPy only: ``kgen export`` copies this file into exported packages.
+Depends on NumPy and CuPy only, both loaded on first use (importing this file loads
+neither): ``kgen export`` copies it into exported packages.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class ArgPack:
@@ -19,6 +23,8 @@ class ArgPack:
     given for it is converted)."""
 
     def __init__(self, template: Sequence[np.generic]):
+        import numpy as np
+
         if not all(isinstance(value, np.generic) for value in template):
             raise TypeError("an argument template holds NumPy scalars, not "
                             + ", ".join(sorted({type(v).__name__ for v in template if not isinstance(v, np.generic)})))
@@ -87,3 +93,14 @@ def scale_output(array: Any, factor: float) -> None:
         view.fill(0)
     elif factor != 1:
         view *= factor
+
+
+def cupy_ndarray() -> type | None:
+    """cupy.ndarray once the caller has imported CuPy (its arrays take the fast path)."""
+    return getattr(sys.modules.get("cupy"), "ndarray", None)
+
+
+def data_pointer(x) -> int:
+    """A device array's data pointer: CuPy's own attribute, else the array interface's."""
+    ptr = getattr(getattr(x, "data", None), "ptr", None)
+    return ptr if isinstance(ptr, int) else x.__cuda_array_interface__["data"][0]
