@@ -205,6 +205,20 @@ def test_parallel_parsing_names_the_first_bad_line(store, tmp_path, parallel_par
     assert store.count() == 0
 
 
+def test_chunks_stored_before_a_late_duplicate_are_rolled_back(store, tmp_path, parallel_parse):
+    store.commit(SAMPLE[:2])
+    texts = lines(_many(130))
+    texts.append(texts[3])                         # line 131 repeats line 4, six chunks later
+    write_lines(tmp_path / "dup.jsonl", texts)
+    with pytest.raises(DatabaseError, match="dup.jsonl:131: duplicate of line 4"):
+        import_file(tmp_path / "dup.jsonl", store)
+    assert store.count() == 2
+    write_lines(tmp_path / "ok.jsonl", texts[:-1])
+    report = import_file(tmp_path / "ok.jsonl", store)
+    assert (report.read, report.imported, report.skipped) == (130, 130, 0)
+    assert import_file(tmp_path / "ok.jsonl", store).skipped == 130
+
+
 def test_parallel_parsing_sees_a_truncated_last_line(store, tmp_path, parallel_parse):
     body = "".join(t + "\n" for t in lines(_many(60))).encode()[:-40]
     (tmp_path / "cut.jsonl").write_bytes(body)

@@ -13,13 +13,13 @@ device (warm starts only).
 
 from __future__ import annotations
 
-import json
 import math
 from abc import ABC, abstractmethod
 from typing import Iterable
 
+from kgen.db.codec import dumps_sorted
 from kgen.errors import DatabaseError
-from kgen.measurement import Record, record_to_dict
+from kgen.measurement import Record, normalized_dict, record_to_dict
 
 POLICIES = ("device", "arch", "any")
 
@@ -95,7 +95,7 @@ def scope(policy: str, device: str | None, cc) -> tuple[str | None, str | None]:
 
 def canonical(record: Record) -> str:
     """The record's stored text: sorted-key JSON of record_to_dict."""
-    return json.dumps(record_to_dict(record), sort_keys=True)
+    return dumps_sorted(record_to_dict(record))
 
 
 ROW_COLUMNS = ("family", "problem_key", "device", "cc", "template_digest", "config_name", "time_ms",
@@ -109,6 +109,16 @@ def row_of(record: Record) -> tuple:
     m, p = record.measurement, record.provenance
     return (record.family, m.problem_key, p.device, p.cc, p.template_digest, m.config_name,
             usable_time(record), m.failure.kind if m.failure else None, p.created, canonical(record))
+
+
+def row_of_dict(d: dict) -> tuple:
+    """``row_of(record_from_dict(d))`` for a validated exchange line ``d``, without the Record."""
+    d = normalized_dict(d)
+    p, failure = d["provenance"], d["failure"]
+    t = d["time_ms"]
+    return (d["family"], d["problem_key"], p["device"], p["cc"], p["template_digest"], d["config_name"],
+            t if t is not None and math.isfinite(t) else None, failure["kind"] if failure else None,
+            p["created"], dumps_sorted(d))
 
 
 def row_key(row: tuple) -> tuple:

@@ -119,39 +119,43 @@ def read_records(path: str | os.PathLike, fmt: str = "auto", origin: str = "", *
     file does not say itself.
     """
     with _gc_paused():
-        return _read(Path(path), fmt, origin, t4_keys, as_rows=False)
+        return [r for chunk in read_chunks(Path(path), fmt, origin, t4_keys, as_rows=False) for r in chunk]
 
 
 def read_rows(path: str | os.PathLike, fmt: str = "auto", origin: str = "", **t4_keys) -> list[tuple]:
     """As ``read_records``, each record as its SQL row (``kgen.db.base.row_of``)."""
     with _gc_paused():
-        return _read(Path(path), fmt, origin, t4_keys, as_rows=True)
+        return [r for chunk in read_chunks(Path(path), fmt, origin, t4_keys, as_rows=True) for r in chunk]
 
 
-def _read(path: Path, fmt: str, origin: str, t4_keys: dict, as_rows: bool) -> list:
-    """The file's records (or ``row_of`` rows), validated, each key once."""
+def read_chunks(path: Path, fmt: str, origin: str, t4_keys: dict, as_rows: bool):
+    """The file's records (or ``row_of`` rows), validated, each key once, as lists in file
+    order, each yielded once parsed; DatabaseError at the first bad or duplicate line (a
+    reader that stores chunks as they come does so in a transaction it rolls back then)."""
     if fmt not in FORMATS:
         raise DatabaseError(f"unknown format {fmt!r}", remedy=f"use one of {', '.join(FORMATS)}")
     lines = _lines(path)
     fmt = sniff(lines) if fmt == "auto" else fmt
     if fmt == "t4":
         numbered = [(n, with_origin(r, origin) if origin else r) for n, r in _t4(path, lines, **t4_keys)]
-        if as_rows:
-            numbered = [(n, row_of(r)) for n, r in numbered]
+        chunks = iter([[(n, row_of(r)) for n, r in numbered] if as_rows else numbered])
     else:
-        numbered = parse_lines(str(path), lines, origin, as_rows)
-    if not numbered:
-        raise DatabaseError(f"{path} holds no records", remedy="export again; the file is empty", path=str(path))
+        chunks = parse_lines(str(path), lines, origin, as_rows)
+    del lines
     seen: dict[tuple, int] = {}
     what = "line" if fmt == "jsonl" else "result"
     key = row_key if as_rows else record_key
-    for number, item in numbered:
-        first = seen.setdefault(key(item), number)
-        if first != number:
-            raise DatabaseError(f"{path}:{number}: duplicate of {what} {first} (same {', '.join(KEY_COLUMNS)})",
-                                remedy="merge files with `kgen db merge`, which removes duplicates; "
-                                       "nothing was imported", path=str(path), line=number)
-    return [item for _, item in numbered]
+    for chunk in chunks:
+        for number, item in chunk:
+            first = seen.setdefault(key(item), number)
+            if first != number:
+                raise DatabaseError(f"{path}:{number}: duplicate of {what} {first} (same {', '.join(KEY_COLUMNS)})",
+                                    remedy="merge files with `kgen db merge`, which removes duplicates; "
+                                           "nothing was imported", path=str(path), line=number)
+        if chunk:
+            yield [item for _, item in chunk]
+    if not seen:
+        raise DatabaseError(f"{path} holds no records", remedy="export again; the file is empty", path=str(path))
 
 
 # ---------------------------------------------------------------- import
@@ -163,6 +167,18 @@ class ImportReport:
     read: int          # records in the file
     imported: int      # new records stored
     skipped: int       # already in the database (same key)
+
+
+class _Counted:
+    """Passes chunks on, counting their items."""
+
+    def __init__(self, chunks):
+        self.chunks, self.items = chunks, 0
+
+    def __iter__(self):
+        for chunk in self.chunks:
+            self.items += len(chunk)
+            yield chunk
 
 
 def with_origin(r: Record, origin: str) -> Record:
@@ -181,16 +197,17 @@ def import_file(path: str | os.PathLike, db: Database, fmt: str = "auto", **t4_k
     """Validate every record of ``path``, then store the new ones in one transaction.
 
     Records whose key is already stored are skipped, so importing a file twice is harmless.
-    A SQL store gets rows built (in parallel for large files) and inserted in one statement.
+    A SQL store gets rows built (in parallel for large files) and inserted chunk by chunk,
+    while the next chunks are parsed, in one transaction that a bad line rolls back.
     """
     from kgen.db.sql import SqlStore
 
     origin = f"import:{Path(path).name}"
     with _gc_paused():
         if isinstance(db, SqlStore):
-            rows = read_rows(path, fmt, origin, **t4_keys)
-            imported = db.insert_new(rows)
-            return ImportReport(str(path), len(rows), imported, len(rows) - imported)
+            counted = _Counted(read_chunks(Path(path), fmt, origin, t4_keys, as_rows=True))
+            imported = db.insert_new(counted)
+            return ImportReport(str(path), counted.items, imported, counted.items - imported)
         records = read_records(path, fmt, origin, **t4_keys)
         stored = _stored_keys(db, {r.family for r in records})
         new = [r for r in records if record_key(r) not in stored]

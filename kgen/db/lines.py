@@ -8,9 +8,9 @@ names the same line either way. Workers are forked (reading the parent's lines i
 from a single-threaded process, else spawned; this module does not import SQLAlchemy, so
 spawned workers start fast.
 
->>> parse_lines("x.jsonl", [b"\\n", b"[1]\\n"], origin="")
+>>> list(parse_lines("x.jsonl", [b"\\n", b"[1]\\n"], origin=""))  # doctest: +ELLIPSIS
 Traceback (most recent call last):
-kgen.errors.DatabaseError: x.jsonl:2: field 'record' must be an object, got array
+kgen.errors.DatabaseError: x.jsonl:2: field 'record' must be an object, got array...
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ import json
 import logging
 from typing import Any
 
-from kgen.db.base import row_of
-from kgen.db.schema import validate_line
+from kgen.db.base import row_of_dict
+from kgen.db.codec import loads
+from kgen.db.schema import check_line, validate_line
 from kgen.errors import DatabaseError
 
 CHUNK_LINES = 2000            # lines per task sent to a worker
@@ -49,11 +50,14 @@ def parse_chunk(lines: list[bytes], first: int, total: int, origin: str,
         if not raw.strip():
             continue
         try:
-            obj = json.loads(raw.decode("utf-8"))
+            obj = loads(raw)
             if origin and isinstance(obj, dict) and isinstance(obj.get("provenance"), dict):
                 obj["provenance"]["origin"] = origin
-            record = validate_line(obj)
-            out.append((number, row_of(record) if as_rows else record))
+            if as_rows:                      # the row straight from the checked line
+                check_line(obj)
+                out.append((number, row_of_dict(obj)))
+            else:
+                out.append((number, validate_line(obj)))
         except (UnicodeDecodeError, ValueError, DatabaseError, TypeError, KeyError) as exc:
             cut = number == total and not raw.endswith(b"\n") and raw.lstrip().startswith(b"{")
             return out, (number, _why(exc, cut))
@@ -95,39 +99,46 @@ def _start_method() -> str:
     return "spawn"
 
 
-def parse_lines(path: str, lines: list[bytes], origin: str, as_rows: bool = False) -> list[tuple[int, Any]]:
-    """Every line of the file ``path`` parsed (see ``parse_chunk``); DatabaseError at the first bad one."""
+def parse_lines(path: str, lines: list[bytes], origin: str, as_rows: bool = False):
+    """Every line of the file ``path`` parsed (see ``parse_chunk``), as lists of
+    ``(number, item)`` in file order, one per chunk, each yielded as soon as it is parsed (so
+    a caller can store one while the workers parse the next); DatabaseError at the first bad
+    line."""
     global _FORKED_LINES
     workers = _workers(len(lines))
     if workers == 1:
-        return _collect(path, map(_parse_task, _chunks(lines, origin, as_rows)))
+        yield from _collect(path, map(_parse_task, _chunks(lines, origin, as_rows)))
+        return
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
     method = _start_method()
     tasks = _chunks(lines, origin, as_rows, forked=method == "fork")
+    done = 0                                 # chunks already handed on
     try:
         _FORKED_LINES = lines if method == "fork" else []
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(method)) as pool:
             try:
-                return _collect(path, pool.map(_parse_task, tasks))
+                for chunk in _collect(path, pool.map(_parse_task, tasks)):
+                    done += 1
+                    yield chunk
             except BaseException:
                 pool.shutdown(wait=True, cancel_futures=True)
                 raise
     except BrokenProcessPool as exc:      # e.g. a __main__ script without its `if __name__ == "__main__":`
         log.warning("parsing %s in this process: its worker processes failed (%s); "
                     "KGEN_DB_WORKERS=1 skips them", path, exc)
-        return _collect(path, map(_parse_task, _chunks(lines, origin, as_rows)))
+        rest = list(_chunks(lines, origin, as_rows))[done:]
+        yield from _collect(path, map(_parse_task, rest))
     finally:
         _FORKED_LINES = []
 
 
-def _collect(path: str, results) -> list[tuple[int, Any]]:
-    out: list[tuple[int, Any]] = []
+def _collect(path: str, results):
     for parsed, error in results:
-        out.extend(parsed)
+        if parsed:
+            yield parsed
         if error is not None:
             number, why = error
             raise DatabaseError(f"{path}:{number}: {why}", remedy=REMEDY, path=str(path), line=number)
-    return out

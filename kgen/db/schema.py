@@ -131,6 +131,59 @@ _RECORD = _Object("", {
     "provenance": _Object("provenance", _fields_of(Provenance, device=_name), optional=frozenset({"origin"}))})
 
 
+# ---------------------------------------------------------------- the same rules, compiled
+# One boolean expression per checker, generated from the tables above, tells in one call
+# whether a line is right; only a line it does not pass goes through the checkers, which
+# say what is wrong (or accept it: the expression may be stricter, never more lenient).
+
+_EXPRESSIONS = {
+    _str: "type({v}) is str",
+    _name: "(type({v}) is str and {v} != '')",
+    _int: "(type({v}) is int and {v} >= 0)",
+    _seconds: "(type({v}) in _NUM and _finite({v}) and {v} >= 0)",
+    _time_or_null: "({v} is None or (type({v}) in _NUM and _finite({v}) and {v} >= 0))",
+    _error: "({v} is None or (type({v}) in _NUM and not {v} < 0))",
+    _times: "({v} is None or (type({v}) is list and set(map(type, {v})) <= _NUMSET"
+            " and (not {v} or (min({v}) >= 0 and _finite(sum({v}))))))",
+    _scalars: "(type({v}) is dict and set(map(type, {v}.values())) <= _SCALARSET)",
+    _failure_kind: "{v} in _KINDS",
+}
+
+
+def _expression(check, v: str, names: dict) -> str:
+    if not isinstance(check, _Object):
+        return _EXPRESSIONS[check].format(v=v)
+    full, required = f"_K{len(names)}", f"_K{len(names) + 1}"
+    names[full], names[required] = check.full, check.required
+    parts = [f"(type({v}) is dict and ({v}.keys() == {full} or {v}.keys() == {required}))"]
+    for name, inner, _ in check.checks:
+        test = _expression(inner, f"{v}[{name!r}]", names)
+        parts.append(test if name in check.required else f"({name!r} not in {v} or {test})")
+    body = "(" + " and ".join(parts) + ")"
+    return f"({v} is None or {body})" if check.nullable else body
+
+
+def _compile(check) -> Any:
+    names = {"_NUM": (int, float), "_NUMSET": _NUMBERS, "_finite": math.isfinite, "_KINDS": FAILURE_KINDS,
+             "_SCALARSET": {str, int, float, bool, type(None)}}
+    source = f"def passes(v):\n    return {_expression(check, 'v', names)}\n"
+    exec(compile(source, "<kgen.db.schema compiled>", "exec"), names)
+    return names["passes"]
+
+
+_RECORD_PASSES = _compile(_RECORD)
+
+
+def check_line(obj: Any) -> None:
+    """DatabaseError saying which field of one parsed exchange line is wrong, if any."""
+    try:
+        if _RECORD_PASSES(obj):
+            return
+    except (TypeError, ValueError, OverflowError):     # e.g. a huge integer as a time
+        pass
+    _RECORD(obj)
+
+
 def validate_line(obj: Any) -> Record:
     """The Record one parsed exchange line holds; DatabaseError saying which field is wrong.
 
@@ -138,5 +191,5 @@ def validate_line(obj: Any) -> Record:
     Traceback (most recent call last):
     kgen.errors.DatabaseError: field 'record' must be an object, got array
     """
-    _RECORD(obj)
+    check_line(obj)
     return record_from_dict(obj)
