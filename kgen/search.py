@@ -98,6 +98,7 @@ def config_distance(space: Space, a: dict, b: dict) -> float:
     """How far apart two configs are: per parameter, the distance of their positions in its
     ordered choices over the span (0 same .. 1 ends), summed."""
     total = 0.0
+    a, b = space.complete(a), space.complete(b)
     for p in space.params:
         if len(p.choices) > 1 and a[p.name] != b[p.name]:
             total += abs(p.choices.index(a[p.name]) - p.choices.index(b[p.name])) / (len(p.choices) - 1)
@@ -253,7 +254,7 @@ class Tuner:
         fresh = self._unmeasured(self._candidates(), in_flight)
         if not fresh:
             return None
-        ok = [(m.config, m.time_ms) for m in self.known.values() if m.ok]
+        ok = [(self.space.complete(m.config), m.time_ms) for m in self.known.values() if m.ok]
         model = AdditiveModel(self.space, knobs.search_ridge).fit(ok) if len(ok) >= knobs.search_model_after else None
         locality = knobs.search_locality
 

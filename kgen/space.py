@@ -27,10 +27,16 @@ _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 @dataclass(frozen=True)
 class Param:
-    """One tunable parameter and the values it may take (ints, floats, strings or bools)."""
+    """One tunable parameter and the values it may take (ints, floats, strings or bools).
+
+    ``default``, for a parameter added to a family later, is the value configs stored
+    before it existed stand for (its namer should leave that value out of the name, so such
+    a config keeps its name); None: every config must give one.
+    """
 
     name: str
     choices: tuple
+    default: Any = None
 
     def __post_init__(self):
         object.__setattr__(self, "choices", tuple(self.choices))
@@ -40,6 +46,8 @@ class Param:
             raise SpaceError(f"parameter {self.name!r} has no choices")
         if len(set(self.choices)) != len(self.choices):
             raise SpaceError(f"parameter {self.name!r} repeats a choice: {self.choices}")
+        if self.default is not None and self.default not in self.choices:
+            raise SpaceError(f"parameter {self.name!r} defaults to {self.default!r}, not one of its choices")
 
 
 @dataclass(frozen=True)
@@ -70,6 +78,13 @@ class Config:
             if k == key:
                 return v
         raise KeyError(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The value of ``key``, or ``default`` for a parameter this config predates."""
+        for k, v in self.values:
+            if k == key:
+                return v
+        return default
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.values)
@@ -126,8 +141,17 @@ class Space:
             full[name] = fn(full)
         return full
 
+    def complete(self, values: Values) -> dict[str, Any]:
+        """The values with every parameter they lack that has a default given its default."""
+        out = dict(values)
+        for p in self.params:
+            if p.name not in out and p.default is not None:
+                out[p.name] = p.default
+        return out
+
     def violations(self, values: Values) -> list[str]:
         """Names of the constraints the values break; empty when the config is valid."""
+        values = self.complete(values)
         missing = [n for n in self.names if n not in values]
         unknown = [k for k in values if k not in self.names]
         if missing or unknown:
@@ -153,6 +177,7 @@ class Space:
 
     def make(self, values: Values) -> Config:
         """A Config from values, valid or not (the name never depends on validity)."""
+        values = self.complete(values)
         ordered = {n: values[n] for n in self.names}
         name = self.namer(ordered)
         if not _IDENTIFIER.match(name):

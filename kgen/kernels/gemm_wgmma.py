@@ -9,7 +9,8 @@ Parameters: BM x BN block tile (BK = 64: one 128-byte swizzle span of 16-bit val
 STAGES (depth of the shared-memory ring), CONSUMERS (1 or 2 consumer warpgroups, each
 owning 64 or 128 rows), GM (block rows grouped by the tile scheduler for L2 reuse),
 PINGPONG (two consumers take alternate tiles, so one's epilogue overlaps the other's
-mainloop; named ``..._pp``).
+mainloop; named ``..._pp``), SPLITK (each tile's k-blocks shared by SPLITK work units whose
+fp32 partial sums meet in a workspace, for problems whose tiles leave SMs idle; ``_kS``).
 
 >>> from kgen.problem import Target
 >>> spec = GemmWgmma()
@@ -36,6 +37,7 @@ from kgen.space import Config, Constraint, Param, Space
 from kgen.spec import Launch, register
 
 DTYPES = ("float16", "bfloat16")
+SPLITS = (1, 2, 4, 8)         # split-K choices
 BK = 64                       # 16-bit elements: 128 bytes, the 128-byte swizzle span
 SWIZZLE = 128
 DEFAULT_SM_COUNT = 132        # H200 / H100 SXM; space() takes the target's
@@ -81,7 +83,7 @@ class GemmWgmma(TensorCoreGemm):
         self.sm_count = target.sm_count
         dtype, layout = problem["dtype"], problem["layout"]
         short = "bf16" if dtype == "bfloat16" else "f16"
-        m, n = problem["m"], problem["n"]
+        m, n, k = problem["m"], problem["n"], problem["k"]
 
         def rpc(v):   # rows of the tile one consumer warpgroup owns
             return v["BM"] if v["PINGPONG"] else v["BM"] // v["CONSUMERS"]
@@ -94,6 +96,7 @@ class GemmWgmma(TensorCoreGemm):
             Param("CONSUMERS", (1, 2)),
             Param("GM", (1, 8)),
             Param("PINGPONG", (0, 1)),
+            Param("SPLITK", SPLITS, default=1),
         ]
         constraints = [
             Constraint("block tile fits the problem",
@@ -110,6 +113,10 @@ class GemmWgmma(TensorCoreGemm):
                        ("BM", "BN", "CONSUMERS", "PINGPONG")),
             Constraint("grouping only with several block rows",
                        lambda v: v["GM"] == 1 or v["GM"] < _ceil_div(m, v["BM"]), ("BM", "GM")),
+            Constraint("split-K only while the tiles leave SMs idle, two k-blocks a part at least",
+                       lambda v: v["SPLITK"] == 1 or splitk_useful(m, n, k, v["BM"], v["BN"], v["SPLITK"],
+                                                                    target.sm_count),
+                       ("BM", "BN", "SPLITK")),
         ]
         derived = {
             "RPC": rpc,
@@ -120,7 +127,8 @@ class GemmWgmma(TensorCoreGemm):
 
         def namer(v):
             return (f"gemm_wgmma_{short}_{layout.lower()}_{v['BM']}x{v['BN']}x{v['BK']}"
-                    f"_s{v['STAGES']}_c{v['CONSUMERS']}_g{v['GM']}" + ("_pp" if v["PINGPONG"] else ""))
+                    f"_s{v['STAGES']}_c{v['CONSUMERS']}_g{v['GM']}" + ("_pp" if v["PINGPONG"] else "")
+                    + (f"_k{v['SPLITK']}" if v["SPLITK"] > 1 else ""))
 
         return Space(params, constraints, derived, namer)
 
@@ -131,15 +139,17 @@ class GemmWgmma(TensorCoreGemm):
         choices = {p.name: p.choices for p in space.params}
         tiles = sorted({(bm, bn) for bm in choices["BM"] for bn in choices["BN"]},
                        key=lambda t: (modelled_time(problem["m"], problem["n"], t[0], t[1], target.sm_count), -t[0], t))
-        candidates = (dict(BM=bm, BN=bn, BK=BK, STAGES=stages, CONSUMERS=consumers, GM=gm, PINGPONG=0)
+        m, n, k = problem["m"], problem["n"], problem["k"]
+        candidates = (dict(BM=bm, BN=bn, BK=BK, STAGES=stages, CONSUMERS=consumers, GM=gm, PINGPONG=0,
+                           SPLITK=default_splitk(m, n, k, bm, bn, target.sm_count))
                       for bm, bn in tiles for consumers in (2, 1) for stages in (6, 5, 4, 3, 2) for gm in (8, 1))
         return self.first_valid(space, candidates, problem)
 
     # ---- launch -----------------------------------------------------------------------
     def launch(self, problem: Problem, config: Config) -> Launch:
         bm, bn = config["BM"], config["BN"]
-        tiles = _ceil_div(problem["m"], bm) * _ceil_div(problem["n"], bn)
-        grid = max(1, min(tiles, self.sm_count))
+        units = _ceil_div(problem["m"], bm) * _ceil_div(problem["n"], bn) * config.get("SPLITK", 1)
+        grid = max(1, min(units, self.sm_count))
         return Launch((grid, 1, 1), (128 * (config["CONSUMERS"] + 1), 1, 1),
                       smem_bytes(bm, bn, config["STAGES"]))
 
@@ -167,6 +177,7 @@ class GemmWgmma(TensorCoreGemm):
                 np.int64(lds[2] if problem["m"] > 1 else max(problem["n"], 1)))
 
         last = [((None, None), None)]   # the last operands' maps, replaced whole (thread-safe)
+        scratch = workspace_args(problem, config)
 
         def build(pa, pb, pc, pbias, alpha, beta):
             entry = last[0]
@@ -175,7 +186,8 @@ class GemmWgmma(TensorCoreGemm):
                                                     _pointer_view(pb, lds[1], layout[1])))
                 last[0] = entry
             map_a, map_b = entry[1]
-            return (map_a, map_b, np.uint64(pc), np.uint64(pbias), *dims, np.float32(alpha), np.float32(beta))
+            return (map_a, map_b, np.uint64(pc), np.uint64(pbias), *dims, np.float32(alpha), np.float32(beta),
+                    *scratch())
 
         return build
 
@@ -189,7 +201,61 @@ class GemmWgmma(TensorCoreGemm):
         ldc = c.strides[0] if problem["m"] > 1 else max(problem["n"], 1)
         return [map_a, map_b, np.uint64(c.ptr), np.uint64(bias_ptr),
                 np.int32(problem["m"]), np.int32(problem["n"]), np.int32(problem["k"]),
-                np.int64(ldc), np.float32(operands.get("alpha", 1.0)), np.float32(operands.get("beta", 0.0))]
+                np.int64(ldc), np.float32(operands.get("alpha", 1.0)), np.float32(operands.get("beta", 0.0)),
+                *workspace_args(problem, config)()]
+
+
+def splitk_useful(m: int, n: int, k: int, bm: int, bn: int, split: int, sms: int) -> bool:
+    """Split-K pays while the tiles alone leave SMs idle: fewer tiles than SMs, at most four
+    units per SM, and two k-blocks or more in every part."""
+    tiles = _ceil_div(m, bm) * _ceil_div(n, bn)
+    return tiles < sms and tiles * split <= 4 * sms and _ceil_div(k, BK) >= 2 * split
+
+
+def default_splitk(m: int, n: int, k: int, bm: int, bn: int, sms: int) -> int:
+    """The largest split that keeps every SM's share within one unit of the others."""
+    best = 1
+    for split in SPLITS:
+        if splitk_useful(m, n, k, bm, bn, split, sms) and _ceil_div(m, bm) * _ceil_div(n, bn) * split <= sms:
+            best = split
+    return best
+
+
+def workspace_bytes(problem: Problem, config: Config) -> tuple[int, int]:
+    """(partial sums, counters) bytes a split-K config needs; (0, 0) without split-K."""
+    split = config.get("SPLITK", 1)
+    if split == 1:
+        return 0, 0
+    bm, bn = config["BM"], config["BN"]
+    tiles = _ceil_div(problem["m"], bm) * _ceil_div(problem["n"], bn)
+    groups = 1 if config["PINGPONG"] else config["CONSUMERS"]
+    return tiles * split * bm * bn * 4, tiles * groups * 4 * 4
+
+
+def workspace_args(problem: Problem, config: Config):
+    """A function giving the (partials, counters) pointer arguments for a launch on the current
+    device: null without split-K; else a workspace of this device, made on first use with its
+    counters zeroed (each launch leaves them zero again), one per device, stream and size.
+    Launches of one split-K plan on two streams at once each get their own."""
+    partial_bytes, counter_bytes = workspace_bytes(problem, config)
+    if not partial_bytes:
+        return lambda: (np.uint64(0), np.uint64(0))
+
+    def pointers():
+        import cupy
+
+        key = (cupy.cuda.runtime.getDevice(), cupy.cuda.get_current_stream().ptr, partial_bytes, counter_bytes)
+        found = _WORKSPACES.get(key)
+        if found is None:
+            counters = cupy.zeros(counter_bytes // 4, dtype=cupy.int32)
+            partials = cupy.empty(partial_bytes // 4, dtype=cupy.float32)
+            found = _WORKSPACES[key] = (partials, counters, np.uint64(partials.data.ptr), np.uint64(counters.data.ptr))
+        return found[2], found[3]
+
+    return pointers
+
+
+_WORKSPACES: dict[tuple, tuple] = {}
 
 
 def _pointer_view(ptr: int, ld: int, layout_letter: str):
