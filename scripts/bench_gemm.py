@@ -68,6 +68,19 @@ SUITES = {
     ],
     # what a first run of tc-large left out, then tc-small
     "tc-rest": [],
+    # the Hopper family where split-K applies (tiles that leave SMs idle), then the rest of its rows
+    "tc-splitk": [
+        ("bfloat16", "NN", m, nk, nk, 200) for nk in (4096, 8192) for m in (1, 16, 64)
+    ] + [
+        (d, "NN", m, n, k, 200) for d in ("bfloat16", "float16") for m, n, k in ((128, 4096, 4096), (1000, 1000, 1000))
+    ],
+    "tc-hopper-rest": [
+        (d, l, s, s, s, 200) for s in (4096, 8192) for d in ("bfloat16", "float16") for l in ("NN", "TN")
+    ] + [
+        (d, "NN", m, n, k, 200) for d in ("bfloat16", "float16") for m, n, k in ((2048, 2048, 2048), (4096, 4096, 256))
+    ] + [
+        ("bfloat16", "NN", 4096, 4096, 4096, 200, {"epilogue": "bias_gelu"}),
+    ],
     "tc-wgmma": [
         ("bfloat16", "NN", 4096, 4096, 4096, 30),
         ("bfloat16", "TN", 4096, 4096, 4096, 20),

@@ -263,8 +263,8 @@ def test_args_build_tensor_maps_along_the_contiguous_dimension(target, recorded_
     assert amap["swizzle"] == bmap["swizzle"] == 128 and amap["dtype"] == "bfloat16"
     assert isinstance(args[0], np.void) and args[0].dtype.itemsize == 128
     assert [type(x) for x in args[2:]] == [np.uint64, np.uint64, np.int32, np.int32, np.int32,
-                                           np.int64, np.float32, np.float32]
-    assert args[2:] == [0x30000, 0x40000, m, n, k, n, 2.0, 0.5]
+                                           np.int64, np.float32, np.float32, np.uint64, np.uint64]
+    assert args[2:] == [0x30000, 0x40000, m, n, k, n, 2.0, 0.5, 0, 0]      # no split-K: no workspace
     args2 = SPEC.args(p, c, {"a": a, "b": b, "c": cc, "bias": None})
     assert args2[3] == 0 and len(recorded_maps) == 2       # second call: maps from the cache
 
@@ -280,7 +280,7 @@ def test_arg_builder_reuses_the_last_operands_maps_and_encodes_new_ones(target, 
     first = build(0x10000, 0x20000, 0x30000, 0, 1.0, 0.0)
     again = build(0x10000, 0x20000, 0x40000, 0, 2.0, 1.0)
     assert len(looked_up) == 1 and again[0] is first[0] and again[1] is first[1]
-    assert again[2] == 0x40000 and again[-2:] == (2.0, 1.0)
+    assert again[2] == 0x40000 and again[-4:] == (2.0, 1.0, 0, 0)
     moved = build(0x50000, 0x20000, 0x40000, 0, 1.0, 0.0)
     assert len(looked_up) == 2 and moved[0]["words"][0] == 0x50000 and moved[1]["words"][0] == 0x20000
     back = build(0x10000, 0x20000, 0x30000, 0, 1.0, 0.0)
@@ -390,6 +390,24 @@ def _edge_jobs(target):
     return jobs
 
 
+SPLITK_SHAPES = [(1, 4096, 1024), (37, 1000, 2056), (130, 520, 4104)]
+
+
+def _splitk_jobs(target):
+    """Per shape x layout: three split-K configs (cooperative and ping-pong, every split)."""
+    jobs = {}
+    for i, (shape, layout) in enumerate((s, l) for s in SPLITK_SHAPES for l in LAYOUTS):
+        rng = random.Random(2000 + i)
+        dtype = DTYPES[i % 2]
+        problem = SPEC.problem(*shape, dtype, layout, out_dtype=rng.choice(allowed_outputs(dtype)),
+                               epilogue=rng.choice(EPILOGUES))
+        if not SPEC.supports(problem, target):
+            continue
+        split = [c for c in SPEC.space(problem, target).configs() if c["SPLITK"] > 1]
+        jobs[("splitk", shape, layout)] = (problem, rng.sample(split, min(3, len(split))))
+    return jobs
+
+
 def _alpha_beta_jobs(target):
     jobs = {}
     for dtype in DTYPES:
@@ -405,7 +423,7 @@ def gpu():
     from kgen.measure.launch import CupyKernel
 
     target = Target.detect(0)
-    jobs = {**_odd_jobs(target), **_edge_jobs(target), **_alpha_beta_jobs(target)}
+    jobs = {**_odd_jobs(target), **_edge_jobs(target), **_alpha_beta_jobs(target), **_splitk_jobs(target)}
     big = SPEC.problem(4096, 4096, 4096, "bfloat16", "NT")
     jobs[("big",)] = (big, [SPEC.default_config(big, target)])
     pairs = [(p, c) for p, cs in jobs.values() for c in cs]
@@ -430,12 +448,12 @@ def gpu():
     return target, jobs, kernel
 
 
-def _verify_all(gpu, key):
+def _verify_all(gpu, key, first_seed=0):
     from kgen.measure.verify import verify
 
     _, jobs, kernel = gpu
     problem, configs = jobs[key]
-    for seed, config in enumerate(configs):
+    for seed, config in enumerate(configs, first_seed):
         operands = SPEC.inputs(problem, seed)
         check = verify(SPEC, problem, config, kernel(problem, config), operands,
                        SPEC.reference(problem, operands))
@@ -481,9 +499,46 @@ def test_gpu_alpha_beta_reads_c(gpu, dtype):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("shape", SPLITK_SHAPES)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_gpu_split_k_adds_every_part_launch_after_launch(gpu, shape, layout):
+    """Each config three times on fresh inputs: right every time, counters back at zero."""
+    from kgen.kernels import gemm_wgmma
+
+    if ("splitk", shape, layout) not in gpu[1]:
+        pytest.skip(f"{shape} {layout}: the strides are not TMA-compatible (gemm_wgmma does not support it)")
+    problem, configs = gpu[1][("splitk", shape, layout)]
+    assert configs and all(c["SPLITK"] > 1 for c in configs)
+    for launch in range(3):
+        _verify_all(gpu, ("splitk", shape, layout), first_seed=10 * launch)
+    for _partials, counters, *_ in gemm_wgmma._WORKSPACES.values():
+        assert int(counters.max()) == 0 == int(counters.min())
+
+
+@pytest.mark.gpu
 def test_gpu_large_square_default_config(gpu):
     """4096^3 bf16 NT with the cuBLAS-class default (persistent: several tiles per block)."""
     _verify_all(gpu, ("big",))
+
+
+def test_split_k_is_offered_only_where_tiles_leave_sms_idle(target):
+    from kgen.kernels.gemm_wgmma import default_splitk, splitk_useful, workspace_bytes
+
+    decode = SPEC.problem(1, 4096, 4096, "bfloat16", "NN")
+    space = SPEC.space(decode, target)
+    splits = {c["SPLITK"] for c in space.configs()}
+    assert splits == {1, 2, 4, 8}
+    c = space.config(BM=64, BN=64, BK=64, STAGES=6, CONSUMERS=1, GM=1, PINGPONG=0, SPLITK=4)
+    assert c.name == "gemm_wgmma_bf16_nn_64x64x64_s6_c1_g1_k4"
+    assert SPEC.launch(decode, c).grid == (132, 1, 1)                    # 64 tiles x 4 parts, persistent
+    assert workspace_bytes(decode, c) == (64 * 4 * 64 * 64 * 4, 64 * 1 * 4 * 4)
+    assert default_splitk(1, 4096, 4096, 64, 64, 132) == 2                # 128 units: one wave
+    assert not splitk_useful(4096, 4096, 4096, 128, 256, 2, 132)          # 512 tiles fill the GPU
+    assert not splitk_useful(1, 4096, 192, 64, 64, 2, 132)                # 3 k-blocks: too few to share
+    big = SPEC.problem(4096, 4096, 4096, "bfloat16", "NN")
+    assert {c["SPLITK"] for c in SPEC.space(big, target).configs()} == {1}
+    old = {k: v for k, v in c.as_dict().items() if k != "SPLITK"}           # stored before split-K
+    assert space.make({**old, "SPLITK": 1}).name == space.make(old).name == "gemm_wgmma_bf16_nn_64x64x64_s6_c1_g1"
 
 
 def test_default_tile_follows_the_wave_model(target):

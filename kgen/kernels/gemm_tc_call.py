@@ -170,9 +170,10 @@ def tc_gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, *, bias=None, a
         pc = _view(c)[1]
         beta = 0.0
     if plan.kernel is not None:
-        args = plan.build(pa, pb, pc, pbias, alpha, beta)
+        stream = _torch_stream(plan.device) if plan.kind == "torch" else None
+        args = plan.build(pa, pb, pc, pbias, alpha, beta, stream)
         if plan.bound is None:
             geo = plan.launch
             plan.bound = plan.kernel.bind(geo.grid, geo.block, geo.shared_mem, args)
-        plan.bound(args, stream=_torch_stream(plan.device) if plan.kind == "torch" else None)
+        plan.bound(args, stream=stream)
     return _to_jax(c, problem["out_dtype"]) if plan.kind == "jax" else c

@@ -179,7 +179,7 @@ class GemmWgmma(TensorCoreGemm):
         last = [((None, None), None)]   # the last operands' maps, replaced whole (thread-safe)
         scratch = workspace_args(problem, config)
 
-        def build(pa, pb, pc, pbias, alpha, beta):
+        def build(pa, pb, pc, pbias, alpha, beta, stream=None):
             entry = last[0]
             if entry[0] != (pa, pb):      # new operands: encode (or look up) their maps
                 entry = ((pa, pb), self.tensor_maps(problem, config, _pointer_view(pa, lds[0], layout[0]),
@@ -187,7 +187,7 @@ class GemmWgmma(TensorCoreGemm):
                 last[0] = entry
             map_a, map_b = entry[1]
             return (map_a, map_b, np.uint64(pc), np.uint64(pbias), *dims, np.float32(alpha), np.float32(beta),
-                    *scratch())
+                    *scratch(stream))
 
         return build
 
@@ -233,18 +233,20 @@ def workspace_bytes(problem: Problem, config: Config) -> tuple[int, int]:
 
 
 def workspace_args(problem: Problem, config: Config):
-    """A function giving the (partials, counters) pointer arguments for a launch on the current
-    device: null without split-K; else a workspace of this device, made on first use with its
-    counters zeroed (each launch leaves them zero again), one per device, stream and size.
-    Launches of one split-K plan on two streams at once each get their own."""
+    """A function of the launch's stream (None: CuPy's current one) giving the (partials,
+    counters) pointer arguments: null without split-K; else a workspace on the current
+    device, made on first use with its counters zeroed (each launch leaves them zero again),
+    one per device, stream and size, so launches of one plan on two streams never share one."""
     partial_bytes, counter_bytes = workspace_bytes(problem, config)
     if not partial_bytes:
-        return lambda: (np.uint64(0), np.uint64(0))
+        return lambda stream=None: (np.uint64(0), np.uint64(0))
 
-    def pointers():
+    def pointers(stream=None):
         import cupy
 
-        key = (cupy.cuda.runtime.getDevice(), cupy.cuda.get_current_stream().ptr, partial_bytes, counter_bytes)
+        if stream is None:
+            stream = cupy.cuda.get_current_stream().ptr
+        key = (cupy.cuda.runtime.getDevice(), stream, partial_bytes, counter_bytes)
         found = _WORKSPACES.get(key)
         if found is None:
             counters = cupy.zeros(counter_bytes // 4, dtype=cupy.int32)
