@@ -10,6 +10,8 @@
 #   scripts/gpu_check.sh db [ARGS]       # the CPU database benchmark on this host's CPUs (bench_db.py)
 #   scripts/gpu_check.sh record SET N    # ground truth for search studies: N configs per problem of
 #                                        #   SET (simt, mma, wgmma; N=0: all) -> $OUT/h200_gemm_SET.jsonl.gz
+#   scripts/gpu_check.sh ncu CASES       # Nsight Compute counters of gemm_wgmma configs and cuBLAS on the
+#                                        #   same problems (CASES: see scripts/profile_gemm.py) -> $OUT/ncu.csv
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu_out}
@@ -51,5 +53,12 @@ if [ "$what" = record ]; then
   python3 scripts/record_space.py --set "$1" --configs "${2:-0}" --timeout "${3:-120}" \
     --out "$OUT/h200_gemm_$1.jsonl.gz" 2>&1 | tee "$OUT/record_$1.log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
+fi
+if [ "$what" = ncu ]; then
+  metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sector_hit_rate.pct,sm__throughput.avg.pct_of_peak_sustained_elapsed,launch__grid_size,launch__block_size,sm__warps_active.avg.pct_of_peak_sustained_active
+  ncu --clock-control none --csv --page raw --metrics "$metrics" python3 scripts/profile_gemm.py "$@" \
+    > "$OUT/ncu.csv" 2> "$OUT/ncu.log"
+  [ $? = 0 ] || status=1
+  grep -v '^==PROF==' "$OUT/ncu.csv" | cut -c1-400 | tail -n 40
 fi
 exit $status
