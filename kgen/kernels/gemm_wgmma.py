@@ -18,7 +18,7 @@ fp32 partial sums meet in a workspace, for problems whose tiles leave SMs idle; 
 >>> spec.supports(p, Target.h200())
 True
 >>> spec.default_config(p, Target.h200()).name
-'gemm_wgmma_bf16_nt_128x256x64_s4_c2_g8'
+'gemm_wgmma_bf16_nt_256x128x64_s4_c2_g8'
 >>> spec.launch(p, spec.default_config(p, Target.h200()))
 Launch(grid=(132, 1, 1), block=(384, 1, 1), shared_mem=197712)
 """
@@ -38,6 +38,7 @@ from kgen.spec import Launch, register
 
 DTYPES = ("float16", "bfloat16")
 SPLITS = (1, 2, 4, 8)         # split-K choices
+STAGE_CHOICES = (2, 3, 4, 5, 6, 8, 10, 12)   # deep rings keep a skinny problem's B streaming
 BK = 64                       # 16-bit elements: 128 bytes, the 128-byte swizzle span
 SWIZZLE = 128
 DEFAULT_SM_COUNT = 132        # H200 / H100 SXM; space() takes the target's
@@ -92,7 +93,7 @@ class GemmWgmma(TensorCoreGemm):
             Param("BM", (64, 128, 256)),
             Param("BN", (64, 128, 192, 256)),
             Param("BK", (BK,)),
-            Param("STAGES", (2, 3, 4, 5, 6)),
+            Param("STAGES", STAGE_CHOICES),
             Param("CONSUMERS", (1, 2)),
             Param("GM", (1, 8)),
             Param("PINGPONG", (0, 1)),
@@ -134,7 +135,8 @@ class GemmWgmma(TensorCoreGemm):
 
     def default_config(self, problem: Problem, target: Target) -> Config:
         """The tile a wave model predicts fastest (see ``modelled_time``), the deepest pipeline
-        that fits, two consumers, grouped rasterisation when there are many tiles."""
+        that fits (bytes in flight are what a skinny problem needs), two consumers, grouped
+        rasterisation when there are many tiles, split-K to fill the SMs (``default_splitk``)."""
         space = self.space(problem, target)
         choices = {p.name: p.choices for p in space.params}
         tiles = sorted({(bm, bn) for bm in choices["BM"] for bn in choices["BN"]},
@@ -142,7 +144,7 @@ class GemmWgmma(TensorCoreGemm):
         m, n, k = problem["m"], problem["n"], problem["k"]
         candidates = (dict(BM=bm, BN=bn, BK=BK, STAGES=stages, CONSUMERS=consumers, GM=gm, PINGPONG=0,
                            SPLITK=default_splitk(m, n, k, bm, bn, target.sm_count))
-                      for bm, bn in tiles for consumers in (2, 1) for stages in (6, 5, 4, 3, 2) for gm in (8, 1))
+                      for bm, bn in tiles for consumers in (2, 1) for stages in STAGE_CHOICES[::-1] for gm in (8, 1))
         return self.first_valid(space, candidates, problem)
 
     # ---- launch -----------------------------------------------------------------------
