@@ -178,7 +178,7 @@ def test_space_respects_shared_memory_registers_and_names(target):
             v = space.full_values(c.as_dict())
             assert v["SMEM"] == smem_bytes(v["BM"], v["BN"], v["STAGES"]) <= target.smem_per_block_optin
             assert v["RPC"] in (64, 128) and v["BN"] // 2 * v["SLABS"] <= 168
-            assert re.fullmatch(r"gemm_wgmma_(bf16|f16)_(nn|nt|tn|tt)_\d+x\d+x64_s\d_c[12]_g[18](_pp)?", c.name)
+            assert re.fullmatch(r"gemm_wgmma_(bf16|f16)_(nn|nt|tn|tt)_\d+x\d+x64_s\d+_c[12]_g[18](_pp)?(_k[248])?", c.name)
             assert c.name.endswith("_pp") == bool(v["PINGPONG"])
             if v["PINGPONG"]:
                 assert v["CONSUMERS"] == 2 and v["RPC"] == v["BM"]
