@@ -7,7 +7,8 @@ into a fresh SQLite file through ``import_file`` (validation included; lines par
 ``KGEN_DB_WORKERS`` processes, default one per CPU), export, merge of two
 overlapping files, and ``best()`` latency, cold (first call on a freshly opened store) and
 warm (median of repeated calls on the same store). Writes
-scripts/results/cpu-<model>/bench_db.json: {"device", "commit", "date", "rows": [...]}.
+scripts/results/cpu-<model>-<N>cpu/bench_db.json (N: the CPUs this process may use; the
+figures depend on it): {"device", "commit", "date", "rows": [...]}.
 """
 
 from __future__ import annotations
@@ -151,7 +152,8 @@ def main() -> None:
 
     model = cpu_model()
     load_start = os.getloadavg()[0]
-    out = Path(args.out) if args.out else ROOT / "scripts" / "results" / slug(model) / "bench_db.json"
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    out = Path(args.out) if args.out else ROOT / "scripts" / "results" / f"{slug(model)}-{cpus}cpu" / "bench_db.json"
     rows = []
     records = synthetic(args.records)
     problems = sorted({(r.measurement.problem_key, r.provenance.device) for r in records})
