@@ -9,7 +9,7 @@ NaN as null). Any other list, or no orjson, takes the standard library's path.
 
 ``loads(raw)`` parses one line with orjson where installed, and with the standard library
 where orjson refuses something the standard library reads (``NaN``, lone surrogates) or
-reads it otherwise (orjson makes integers past 64 bits floats: a run of 20 digits goes to
+reads it otherwise (orjson makes integers outside 64 bits floats: a run of 19 digits goes to
 the standard library), so both give the same objects and a bad line fails with the
 standard library's message.
 
@@ -63,7 +63,7 @@ def dumps_sorted(obj: dict[str, Any], numbers: str = "times_ms") -> str:
 
 def loads(raw: bytes) -> Any:
     """One JSON document from bytes (see the module's note on what both parsers accept)."""
-    if orjson is not None and b"0" * 20 not in raw.translate(_DIGITS_AS_ZEROS):
+    if orjson is not None and b"0" * 19 not in raw.translate(_DIGITS_AS_ZEROS):
         try:
             return orjson.loads(raw)
         except orjson.JSONDecodeError:
