@@ -163,7 +163,9 @@ class Tuner:
     def _first_configs(self) -> list[dict]:
         """Configs to try before the sampler's own proposals: the nearest tuned problems' bests
         (warm start); for the kgen sampler, then the family's heuristic default (its device
-        model's pick); for exhaustive, then everything. Other samplers run as themselves."""
+        model's pick); for exhaustive, then everything. Other samplers run as themselves. A
+        first config the runner cannot measure (a replay of a recording made before the space
+        grew) stands for the nearest one it can."""
         first: list[dict] = []
         if self.warm_start:
             first.extend(self._warm_start_configs())
@@ -176,8 +178,14 @@ class Tuner:
             first.extend(c.as_dict() for c in self._valid_configs())
         seen, out = set(self.known), []
         for values in first:
+            if not self.space.is_valid(values):
+                continue
+            if not self._measurable(self.space.make(values)):
+                values = self._nearest_fresh(values, seen)
+                if values is None:
+                    continue
             name = self.space.make(values).name
-            if name not in seen and self.space.is_valid(values) and self._measurable(self.space.make(values)):
+            if name not in seen:
                 seen.add(name)
                 out.append(values)
         return out
