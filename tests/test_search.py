@@ -165,6 +165,21 @@ def test_warm_start_tries_the_neighbours_best_first(recording):
     assert default not in [m.config_name for m in pure.trials[:3]]    # other samplers run as themselves
 
 
+def test_an_unrecorded_default_stands_for_the_nearest_recorded_config(recording):
+    from kgen.search import config_distance
+
+    default = SPEC.default_config(P, TARGET)
+    space = SPEC.space(P, TARGET)
+    without = Recording({k: m for k, m in recording.entries.items() if k != (P.key, default.name)},
+                        recording.devices)
+    recorded = [space.make(m.config) for (key, _), m in without.entries.items() if key == P.key]
+    nearest = min(config_distance(space, default.as_dict(), c.as_dict()) for c in recorded)
+    result = run(without, MemoryStore(), trials=3, sampler="kgen", warm_start=False)
+    first = result.trials[0]
+    assert first.config_name != default.name
+    assert config_distance(space, default.as_dict(), first.config) == nearest
+
+
 def test_kgen_sampler_steps_to_the_nearest_unmeasured_config_at_first(recording):
     from kgen.knobs import knobs
     from kgen.search import Tuner, config_distance
