@@ -173,6 +173,37 @@ def test_gemm_runs_on_the_callers_torch_stream_and_in_a_cuda_graph():
     assert ((c.float() - want).abs().max() / want.abs().max()).item() < 2e-3
 
 
+def test_split_k_plans_keep_one_workspace_per_stream():
+    """Two PyTorch streams running one split-K plan at once each sum into their own workspace."""
+    torch = _torch()
+    import kgen
+    from kgen.dispatch import default_dispatcher
+    from kgen.kernels import gemm_wgmma
+
+    a = torch.randn(64, 4096, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    want = a.float() @ b.float()
+    c1, c2 = (torch.full((64, 4096), float("nan"), device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    kgen.gemm(a, b, c1)
+    plan = next(p for p in default_dispatcher().plans.values() if getattr(p, "problem", None) is not None
+                and p.problem["m"] == 64 and p.problem["k"] == 4096 and p.problem["dtype"] == "bfloat16")
+    if plan.config.get("SPLITK", 1) == 1:
+        pytest.skip(f"the tuned kernel for 64x4096x4096 ({plan.config.name}) does not split K")
+    torch.cuda.synchronize()
+    c1.fill_(float("nan"))
+    s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
+    with torch.cuda.stream(s1):
+        torch.cuda._sleep(20_000_000)
+        kgen.gemm(a, b, c1)
+    with torch.cuda.stream(s2):
+        kgen.gemm(a, b, c2)
+    torch.cuda.synchronize()
+    streams = {key[1] for key in gemm_wgmma._WORKSPACES}
+    assert {s1.cuda_stream, s2.cuda_stream} <= streams
+    for c in (c1, c2):
+        assert ((c.float() - want).abs().max() / want.abs().max()).item() < 1e-2
+
+
 def test_gemm_on_jax_bfloat16():
     jax = pytest.importorskip("jax")
     jnp = pytest.importorskip("jax.numpy")

@@ -176,16 +176,17 @@ class TensorCoreGemm(KernelSpec):
         return ctx
 
     def arg_builder(self, problem: Problem, config, lds: tuple):
-        """A function (a, b, c, bias pointers (0: none), alpha, beta, stream=None) -> kernel
-        arguments, with everything else (m, n, k, lda, ldb, ldc) fixed now; ``stream`` is the
-        launch's cudaStream_t (None: CuPy's current one), for kernels with a workspace per
-        stream. Families whose kernels take other arguments override this."""
+        """A function (a, b, c, bias pointers (0: none), alpha, beta, stream=None, device=None)
+        -> kernel arguments, with everything else (m, n, k, lda, ldb, ldc) fixed now;
+        ``stream`` (a cudaStream_t) and ``device`` are the launch's (None: CuPy's current
+        ones), for kernels with a workspace per stream. Families whose kernels take other
+        arguments override this."""
         scalar = np.float64 if problem["dtype"] == "float64" else np.float32
         dims = (np.int32(problem["m"]), np.int32(problem["n"]), np.int32(problem["k"]),
                 np.int64(max(lds[0], 1)), np.int64(max(lds[1], 1)), np.int64(max(lds[2], 1)))
         u64 = np.uint64
 
-        def build(pa, pb, pc, pbias, alpha, beta, stream=None):
+        def build(pa, pb, pc, pbias, alpha, beta, stream=None, device=None):
             return (u64(pa), u64(pb), u64(pc), u64(pbias), *dims, scalar(alpha), scalar(beta))
 
         return build

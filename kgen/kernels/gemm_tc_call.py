@@ -171,7 +171,7 @@ def tc_gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, *, bias=None, a
         beta = 0.0
     if plan.kernel is not None:
         stream = _torch_stream(plan.device) if plan.kind == "torch" else None
-        args = plan.build(pa, pb, pc, pbias, alpha, beta, stream)
+        args = plan.build(pa, pb, pc, pbias, alpha, beta, stream, plan.device)
         if plan.bound is None:
             geo = plan.launch
             plan.bound = plan.kernel.bind(geo.grid, geo.block, geo.shared_mem, args)

@@ -181,7 +181,7 @@ class GemmWgmma(TensorCoreGemm):
         last = [((None, None), None)]   # the last operands' maps, replaced whole (thread-safe)
         scratch = workspace_args(problem, config)
 
-        def build(pa, pb, pc, pbias, alpha, beta, stream=None):
+        def build(pa, pb, pc, pbias, alpha, beta, stream=None, device=None):
             entry = last[0]
             if entry[0] != (pa, pb):      # new operands: encode (or look up) their maps
                 entry = ((pa, pb), self.tensor_maps(problem, config, _pointer_view(pa, lds[0], layout[0]),
@@ -189,7 +189,7 @@ class GemmWgmma(TensorCoreGemm):
                 last[0] = entry
             map_a, map_b = entry[1]
             return (map_a, map_b, np.uint64(pc), np.uint64(pbias), *dims, np.float32(alpha), np.float32(beta),
-                    *scratch(stream))
+                    *scratch(stream, device))
 
         return build
 
@@ -235,24 +235,29 @@ def workspace_bytes(problem: Problem, config: Config) -> tuple[int, int]:
 
 
 def workspace_args(problem: Problem, config: Config):
-    """A function of the launch's stream (None: CuPy's current one) giving the (partials,
-    counters) pointer arguments: null without split-K; else a workspace on the current
-    device, made on first use with its counters zeroed (each launch leaves them zero again),
-    one per device, stream and size, so launches of one plan on two streams never share one."""
+    """A function of the launch's stream and device (None: CuPy's current ones) giving the
+    (partials, counters) pointer arguments: null without split-K; else a workspace on that
+    device, made on first use with its counters zeroed before the first launch (each launch
+    leaves them zero again), one per device, stream and size, so launches of one plan on two
+    streams never share one."""
     partial_bytes, counter_bytes = workspace_bytes(problem, config)
     if not partial_bytes:
-        return lambda stream=None: (np.uint64(0), np.uint64(0))
+        return lambda stream=None, device=None: (np.uint64(0), np.uint64(0))
 
-    def pointers(stream=None):
+    def pointers(stream=None, device=None):
         import cupy
 
+        if device is None:
+            device = cupy.cuda.runtime.getDevice()
         if stream is None:
             stream = cupy.cuda.get_current_stream().ptr
-        key = (cupy.cuda.runtime.getDevice(), stream, partial_bytes, counter_bytes)
+        key = (device, stream, partial_bytes, counter_bytes)
         found = _WORKSPACES.get(key)
         if found is None:
-            counters = cupy.zeros(counter_bytes // 4, dtype=cupy.int32)
-            partials = cupy.empty(partial_bytes // 4, dtype=cupy.float32)
+            with cupy.cuda.Device(device):
+                counters = cupy.zeros(counter_bytes // 4, dtype=cupy.int32)
+                partials = cupy.empty(partial_bytes // 4, dtype=cupy.float32)
+                cupy.cuda.get_current_stream().synchronize()     # zeroed before any stream reads them
             found = _WORKSPACES[key] = (partials, counters, np.uint64(partials.data.ptr), np.uint64(counters.data.ptr))
         return found[2], found[3]
 
