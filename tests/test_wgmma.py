@@ -471,9 +471,15 @@ def test_gpu_random_configs_are_correct_at_odd_sizes(gpu, dtype, layout, epilogu
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_gpu_edge_shapes(gpu, shape, layout):
     """Boxes larger than the tensor, single rows/columns, k < 64, one tile and many."""
-    if ("edge", shape, layout) not in gpu[1]:
-        pytest.skip(f"{shape} {layout}: the strides are not TMA-compatible (gemm_wgmma does not support it)")
+    _job_or_skip(gpu, ("edge", shape, layout))
     _verify_all(gpu, ("edge", shape, layout))
+
+
+def _job_or_skip(gpu, key):
+    """The (problem, configs) listed for ``key``; a skip saying why where there is none."""
+    if key not in gpu[1]:
+        pytest.skip(f"{key[1]} {key[2]}: the strides are not TMA-compatible (gemm_wgmma does not support it)")
+    return gpu[1][key]
 
 
 @pytest.mark.gpu
@@ -505,9 +511,7 @@ def test_gpu_split_k_adds_every_part_launch_after_launch(gpu, shape, layout):
     """Each config three times on fresh inputs: right every time, counters back at zero."""
     from kgen.kernels import gemm_wgmma
 
-    if ("splitk", shape, layout) not in gpu[1]:
-        pytest.skip(f"{shape} {layout}: the strides are not TMA-compatible (gemm_wgmma does not support it)")
-    problem, configs = gpu[1][("splitk", shape, layout)]
+    problem, configs = _job_or_skip(gpu, ("splitk", shape, layout))
     assert configs and all(c["SPLITK"] > 1 for c in configs)
     for launch in range(3):
         _verify_all(gpu, ("splitk", shape, layout), first_seed=10 * launch)
