@@ -141,25 +141,33 @@ def record_from_dict(d: dict[str, Any]) -> Record:
     return Record(family=str(d["family"]), measurement=m, provenance=Provenance(**d["provenance"]))
 
 
+def _median(values: list[float]) -> float:
+    """statistics.median's value (the same arithmetic), without its generality."""
+    ordered = sorted(values)
+    half = len(ordered) // 2
+    return ordered[half] if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) / 2
+
+
 def normalized_dict(d: dict[str, Any]) -> dict[str, Any]:
     """``record_to_dict(record_from_dict(d))`` without building the Record: the same values
-    and types, for a ``d`` that ``kgen.db.schema`` has validated (the fast path of import)."""
+    and types, for a ``d`` that ``kgen.db.schema`` has validated (the fast path of import).
+    Its objects are reused, not copied: ``d`` is not to be used afterwards."""
     failure, times, error = d["failure"], d["times_ms"], d["error"]
-    times = [float(t) for t in times] if times is not None else None
-    provenance = dict(d["provenance"])
+    times = list(map(float, times)) if times is not None else None
+    provenance = d["provenance"]
     if not provenance.get("origin", True):
         del provenance["origin"]
     return {
         "family": d["family"],
         "problem_key": d["problem_key"],
         "config_name": d["config_name"],
-        "config": dict(d["config"]),
+        "config": d["config"],
         "times_ms": times,
-        "time_ms": statistics.median(times) if not failure and times else None,
+        "time_ms": _median(times) if not failure and times else None,
         "failure": {"kind": failure["kind"], "detail": failure["detail"]} if failure else None,
         "error": float(error) if error is not None else None,
-        "timing": dict(d["timing"]),
-        "resources": dict(d["resources"] or {}),
+        "timing": d["timing"],
+        "resources": d["resources"] or {},
         "compile_s": float(d["compile_s"] or 0.0),
         "measure_s": float(d["measure_s"] or 0.0),
         "provenance": provenance,

@@ -126,3 +126,13 @@ def test_rows_from_a_checked_line_are_the_rows_of_its_record(record):
     assert json.dumps(normalized_dict(d), sort_keys=True) == json.dumps(record_to_dict(record_from_dict(d)), sort_keys=True)
     assert row_of_dict(d) == row_of(record_from_dict(d))
     assert all(type(a) is type(b) for a, b in zip(row_of_dict(d), row_of(record_from_dict(d))))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.floats(0, 1e6), min_size=1, max_size=40))
+def test_the_import_median_is_statistics_median(values):
+    import statistics
+
+    from kgen.measurement import _median
+
+    assert repr(_median(values)) == repr(statistics.median(values))

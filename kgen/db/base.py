@@ -14,6 +14,7 @@ device (warm starts only).
 from __future__ import annotations
 
 import math
+import operator
 from abc import ABC, abstractmethod
 from typing import Iterable
 
@@ -102,6 +103,7 @@ ROW_COLUMNS = ("family", "problem_key", "device", "cc", "template_digest", "conf
                "failure_kind", "created", "data")
 KEY_COLUMNS = ("family", "problem_key", "device", "template_digest", "config_name", "created")
 _KEY_AT = tuple(ROW_COLUMNS.index(c) for c in KEY_COLUMNS)
+_row_key = operator.itemgetter(*_KEY_AT)
 
 
 def row_of(record: Record) -> tuple:
@@ -123,7 +125,7 @@ def row_of_dict(d: dict) -> tuple:
 
 def row_key(row: tuple) -> tuple:
     """The identity (``KEY_COLUMNS``) of a row from ``row_of``: the same tuple as the record's key."""
-    return tuple(row[i] for i in _KEY_AT)
+    return _row_key(row)
 
 
 def usable_time(record: Record) -> float | None:
