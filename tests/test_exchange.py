@@ -433,6 +433,30 @@ def test_verify_keeps_a_reproduced_config_and_rejects_a_slower_one():
     assert verify(db, ReplayRunner(recording), Target.h200()) == []
 
 
+@pytest.mark.gpu
+def test_verify_re_measures_shipped_records_on_this_gpu(tmp_path):
+    """Two shipped Hopper records (one split-K) imported into a fresh store, then measured here."""
+    from kgen.db import read_jsonl
+    from kgen.runners import LocalGPURunner
+
+    shipped = read_jsonl(Path(__file__).resolve().parents[1] / "tuning_db" / "nvidia-h200_gemm_wgmma.jsonl")
+    wanted = [r for r in shipped if r.measurement.problem_key.startswith("gemm_wgmma|") and
+              ("|m=1000|" in r.measurement.problem_key or "|m=64|n=4096|" in r.measurement.problem_key)
+              and "dtype=bfloat16" in r.measurement.problem_key]
+    assert len(wanted) == 2 and any("_k" in r.measurement.config_name for r in wanted)
+    write_jsonl(tmp_path / "two.jsonl", wanted)
+    target = Target.detect(0)
+    with SqlStore(f"sqlite:///{tmp_path / 'kgen.db'}") as db:
+        assert import_file(tmp_path / "two.jsonl", db).imported == 2
+        with LocalGPURunner((0,), target.l2_bytes) as runner:
+            verdicts = verify(db, runner, target, "gemm_wgmma")
+        assert sorted(v.config_name for v in verdicts) == sorted(r.measurement.config_name for r in wanted)
+        for v in verdicts:
+            assert v.verdict in ("verified", "rejected") and v.measured_ms and v.measured_ms > 0, v
+        origins = [r.provenance.origin for r in db.records("gemm_wgmma")]
+        assert sum(o.startswith("verify:") for o in origins) == 2
+
+
 # ---------------------------------------------------------------- the command line
 
 
