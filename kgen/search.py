@@ -98,7 +98,6 @@ def config_distance(space: Space, a: dict, b: dict) -> float:
     """How far apart two configs are: per parameter, the distance of their positions in its
     ordered choices over the span (0 same .. 1 ends), summed."""
     total = 0.0
-    a, b = space.complete(a), space.complete(b)
     for p in space.params:
         if len(p.choices) > 1 and a[p.name] != b[p.name]:
             total += abs(p.choices.index(a[p.name]) - p.choices.index(b[p.name])) / (len(p.choices) - 1)
@@ -177,7 +176,7 @@ class Tuner:
         if self.sampler_name == "exhaustive":
             first.extend(c.as_dict() for c in self._valid_configs())
         seen, out = set(self.known), []
-        for values in first:
+        for values in map(self.space.complete, first):    # stored configs may predate a parameter
             if not self.space.is_valid(values):
                 continue
             if not self._measurable(self.space.make(values)):
@@ -262,7 +261,7 @@ class Tuner:
         fresh = self._unmeasured(self._candidates(), in_flight)
         if not fresh:
             return None
-        ok = [(self.space.complete(m.config), m.time_ms) for m in self.known.values() if m.ok]
+        ok = [(m.config, m.time_ms) for m in self.known.values() if m.ok]
         model = AdditiveModel(self.space, knobs.search_ridge).fit(ok) if len(ok) >= knobs.search_model_after else None
         locality = knobs.search_locality
 

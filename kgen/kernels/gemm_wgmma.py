@@ -242,7 +242,7 @@ def workspace_args(problem: Problem, config: Config):
     streams never share one."""
     partial_bytes, counter_bytes = workspace_bytes(problem, config)
     if not partial_bytes:
-        return lambda stream=None, device=None: (np.uint64(0), np.uint64(0))
+        return lambda stream=None, device=None: _NO_WORKSPACE
 
     def pointers(stream=None, device=None):
         import cupy
@@ -265,6 +265,7 @@ def workspace_args(problem: Problem, config: Config):
 
 
 _WORKSPACES: dict[tuple, tuple] = {}
+_NO_WORKSPACE = (np.uint64(0), np.uint64(0))
 
 
 def _pointer_view(ptr: int, ld: int, layout_letter: str):
