@@ -81,6 +81,11 @@ SUITES = {
     ] + [
         ("bfloat16", "NN", 4096, 4096, 4096, 200, {"epilogue": "bias_gelu"}),
     ],
+    # tf32 on the Hopper family: NN (B copied in transposed by cp.async) and NT (TMA only)
+    "tc-tf32": [
+        ("float32", l, s, s, s, 200, {"precision": "tf32", "families": ["gemm_wgmma"]})
+        for s in (4096, 8192) for l in ("NN", "NT")
+    ],
     "tc-wgmma": [
         ("bfloat16", "NN", 4096, 4096, 4096, 30),
         ("bfloat16", "TN", 4096, 4096, 4096, 20),

@@ -2,8 +2,8 @@
 argument building; GPU-marked correctness at odd sizes for every dtype x layout x epilogue.
 
 Compiling one wgmma config takes ~2.3 s of one core, so the default samples 10 configs per
-dtype x layout (80 compiles; the whole file takes ~3.5 min on 2 cores); KGEN_FULL_COMPILE=1
-compiles 50 of each (400 compiles, ~7.5 min on 2 cores).
+dtype x layout (120 compiles; the whole file takes ~5 min on 2 cores); KGEN_FULL_COMPILE=1
+compiles 50 of each (600 compiles, ~11 min on 2 cores).
 """
 
 from __future__ import annotations
@@ -24,14 +24,15 @@ import pytest
 from kgen import tma
 from kgen.compile import CompilePool, compile_source
 from kgen.kernels.gemm_tc import EPILOGUES, allowed_outputs
-from kgen.kernels.gemm_wgmma import BK, GemmWgmma, smem_bytes
+from kgen.kernels.gemm_wgmma import BK, GemmWgmma, block_k, smem_bytes
 from kgen.problem import Target
 from kgen.render import render
 
 from compiling import compile_cases
 
 PER_CASE = 50   # the issue asks for 50 sampled configs per precision x layout (~7 min on 2 cores)
-DTYPES = ("float16", "bfloat16")
+DTYPES = ("float16", "bfloat16", "float32")      # float32: tf32
+SHORT = {"float16": "f16", "bfloat16": "bf16", "float32": "tf32"}
 LAYOUTS = ("NN", "NT", "TN", "TT")
 CASES = [(d, l) for d in DTYPES for l in LAYOUTS]
 SPEC = GemmWgmma()
@@ -72,7 +73,7 @@ def test_sampled_wgmma_configs_compile_for_sm90a_without_spills(compiled, dtype,
     failed = [(c.name, p["out_dtype"], p["epilogue"], r.failure.detail[:400])
               for p, c, _, r in rows if r.failure is not None]
     assert not failed, failed
-    short = "bf16" if dtype == "bfloat16" else "f16"
+    short = SHORT[dtype]
     for problem, config, source, result in rows:
         b = result.binary
         assert config.name.startswith(f"gemm_wgmma_{short}_{layout.lower()}_")
@@ -139,6 +140,29 @@ def test_sass_has_hgmma_tma_and_transposes_per_layout(target, layout):
     assert result.binary.resources.get("spill_stores", 0) == 0
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_sass_of_tf32_configs_has_tf32_hgmma_and_cp_async_for_mn_major_operands(target, layout):
+    """tf32 wgmma reads K-major tiles only: TMA for K-major operands, 4-byte cp.async (LDGSTS)
+    counted on the full barrier for MN-major ones, and an async-proxy fence before wgmma."""
+    problem = SPEC.problem(4096, 4096, 4096, "float32", layout, epilogue="bias_relu")
+    space = SPEC.space(problem, target)
+    config = space.config(BM=128, BN=256, BK=32, STAGES=4, CONSUMERS=2, GM=8, PINGPONG=0)
+    assert config.name == f"gemm_wgmma_tf32_{layout.lower()}_128x256x32_s4_c2_g8"
+    result = compile_source(render(SPEC, problem, config, target, space))
+    assert result.failure is None, result.failure
+    res = result.binary.resources
+    assert res.get("spill_stores", 0) == 0 and res.get("stack", 0) == 0 and res["registers"] == 168
+    sass = _sass(result.binary.cubin)
+    hgmma = re.findall(r"HGMMA\.64x256x8\.F32\.TF32[^;]*", sass)
+    assert len(hgmma) == 32 // 8 and not any("tnsp" in h for h in hgmma), hgmma
+    copied = (layout[0] == "T") + (layout[1] == "N")
+    assert len(re.findall(r"UTMALDG\.2D", sass)) == 2 - copied
+    assert ("LDGSTS.E" in sass) == bool(copied)
+    assert ("ARRIVES.LDGSTSBAR" in sass) == bool(copied)
+    # one fence after the barriers' init; one in the mainloop where cp.async fills the tiles
+    assert sass.count("FENCE.VIEW.ASYNC.S") == 1 + bool(copied)
+
+
 def test_sass_of_a_ping_pong_config(target):
     problem = SPEC.problem(4096, 4096, 4096, "float16", "TN", epilogue="bias_gelu")
     space = SPEC.space(problem, target)
@@ -158,8 +182,14 @@ def test_sass_of_a_ping_pong_config(target):
 def test_supports(target):
     p = SPEC.problem(1000, 520, 776, "bfloat16", "TN")
     assert SPEC.supports(p, target)
-    assert not SPEC.supports(SPEC.problem(64, 64, 64, "float32", "NN"), target)
+    assert SPEC.supports(SPEC.problem(64, 64, 64, "float32", "NN"), target)            # tf32
     assert not SPEC.supports(SPEC.problem(64, 64, 64, "float64", "NN"), target)
+    # tf32: an operand TMA reads needs 16-byte rows; one copied by cp.async (MN-major) does not
+    assert not SPEC.supports(SPEC.problem(100, 64, 30, "float32", "NN"), target)      # lda = 30
+    assert SPEC.supports(SPEC.problem(100, 30, 64, "float32", "NN"), target)          # ldb = 30, copied
+    assert SPEC.supports(SPEC.problem(30, 30, 64, "float32", "TN"), target)           # both copied
+    assert not SPEC.supports(SPEC.problem(64, 64, 30, "float32", "NT"), target)       # lda = ldb = 30
+
     assert not SPEC.supports(SPEC.problem(100, 64, 36, "float16", "NN"), target)      # lda = 36
     assert not SPEC.supports(SPEC.problem(100, 60, 64, "float16", "NN"), target)      # ldb = 60
     assert not SPEC.supports(SPEC.problem(100, 64, 64, "float16", "TN"), target)      # lda = m = 100 -> 4
@@ -178,7 +208,8 @@ def test_space_respects_shared_memory_registers_and_names(target):
             v = space.full_values(c.as_dict())
             assert v["SMEM"] == smem_bytes(v["BM"], v["BN"], v["STAGES"]) <= target.smem_per_block_optin
             assert v["RPC"] in (64, 128) and v["BN"] // 2 * v["SLABS"] <= 168
-            assert re.fullmatch(r"gemm_wgmma_(bf16|f16)_(nn|nt|tn|tt)_\d+x\d+x64_s\d+_c[12]_g[18](_pp)?(_k[248])?", c.name)
+            assert re.fullmatch(rf"gemm_wgmma_{SHORT[dtype]}_(nn|nt|tn|tt)_\d+x\d+x{block_k(dtype)}"
+                                r"_s\d+_c[12]_g[18](_pp)?(_k[248])?", c.name)
             assert c.name.endswith("_pp") == bool(v["PINGPONG"])
             if v["PINGPONG"]:
                 assert v["CONSUMERS"] == 2 and v["RPC"] == v["BM"]
@@ -262,11 +293,38 @@ def test_args_build_tensor_maps_along_the_contiguous_dimension(target, recorded_
         assert (bmap["dims"], bmap["stride"], bmap["box"]) == ((k, n), 2 * k, (64, 256))
     assert amap["swizzle"] == bmap["swizzle"] == 128 and amap["dtype"] == "bfloat16"
     assert isinstance(args[0], np.void) and args[0].dtype.itemsize == 128
-    assert [type(x) for x in args[2:]] == [np.uint64, np.uint64, np.int32, np.int32, np.int32,
+    assert [type(x) for x in args[2:]] == [np.uint64, np.uint64, np.int64, np.int64,
+                                           np.uint64, np.uint64, np.int32, np.int32, np.int32,
                                            np.int64, np.float32, np.float32, np.uint64, np.uint64]
-    assert args[2:] == [0x30000, 0x40000, m, n, k, n, 2.0, 0.5, 0, 0]      # no split-K: no workspace
+    lda = k if layout[0] == "N" else m
+    ldb = n if layout[1] == "N" else k
+    assert args[2:] == [0x10000, 0x20000, lda, ldb,
+                        0x30000, 0x40000, m, n, k, n, 2.0, 0.5, 0, 0]      # no split-K: no workspace
     args2 = SPEC.args(p, c, {"a": a, "b": b, "c": cc, "bias": None})
-    assert args2[3] == 0 and len(recorded_maps) == 2       # second call: maps from the cache
+    assert args2[7] == 0 and len(recorded_maps) == 2       # second call: maps from the cache
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_tf32_args_encode_maps_only_for_k_major_operands(target, recorded_maps, layout):
+    m, n, k = 1000, 520, 776
+    p = SPEC.problem(m, n, k, "float32", layout)
+    c = SPEC.space(p, target).config(BM=128, BN=128, BK=32, STAGES=4, CONSUMERS=2, GM=1, PINGPONG=0)
+    f32 = dict(typestr="<f4", itemsize=4)
+    a = _FakeArray(0x10000, (m, k), (k, 1) if layout[0] == "N" else (1, m), **f32)
+    b = _FakeArray(0x20000, (k, n), (n, 1) if layout[1] == "N" else (1, k), **f32)
+    args = SPEC.args(p, c, {"a": a, "b": b, "c": _FakeArray(0x30000, (m, n), (n, 1), **f32)})
+    encoded = {call["ptr"]: call for call in recorded_maps}
+    if layout[0] == "N":      # K-major A: TMA boxes of 32 k (128 bytes) x BM rows
+        assert (encoded[0x10000]["dims"], encoded[0x10000]["stride"], encoded[0x10000]["box"]) == \
+            ((k, m), 4 * k, (32, 128))
+    else:                     # M-major A: copied by cp.async, an empty map
+        assert 0x10000 not in encoded and not args[0]["words"].any()
+    if layout[1] == "T":
+        assert (encoded[0x20000]["dims"], encoded[0x20000]["box"], encoded[0x20000]["dtype"]) == \
+            ((k, n), (32, 128), "float32")
+    else:
+        assert 0x20000 not in encoded and not args[1]["words"].any()
+    assert args[2:6] == [0x10000, 0x20000, k if layout[0] == "N" else m, n if layout[1] == "N" else k]
 
 
 def test_arg_builder_reuses_the_last_operands_maps_and_encodes_new_ones(target, recorded_maps, monkeypatch):
@@ -280,7 +338,7 @@ def test_arg_builder_reuses_the_last_operands_maps_and_encodes_new_ones(target, 
     first = build(0x10000, 0x20000, 0x30000, 0, 1.0, 0.0)
     again = build(0x10000, 0x20000, 0x40000, 0, 2.0, 1.0)
     assert len(looked_up) == 1 and again[0] is first[0] and again[1] is first[1]
-    assert again[2] == 0x40000 and again[-4:] == (2.0, 1.0, 0, 0)
+    assert again[6] == 0x40000 and again[-4:] == (2.0, 1.0, 0, 0)
     moved = build(0x50000, 0x20000, 0x40000, 0, 1.0, 0.0)
     assert len(looked_up) == 2 and moved[0]["words"][0] == 0x50000 and moved[1]["words"][0] == 0x20000
     back = build(0x10000, 0x20000, 0x30000, 0, 1.0, 0.0)
@@ -379,14 +437,18 @@ def _odd_jobs(target):
     return jobs
 
 
+EDGE_DTYPES = ("bfloat16", "float32")
+
+
 def _edge_jobs(target):
     jobs = {}
     for shape in EDGE_SHAPES:
         for layout in LAYOUTS:
-            problem = SPEC.problem(*shape, "bfloat16", layout, out_dtype="float32")
-            if SPEC.supports(problem, target):
-                configs = [SPEC.default_config(problem, target)] + SPEC.space(problem, target).sample(2, seed=7)
-                jobs[("edge", shape, layout)] = (problem, configs)
+            for dtype in EDGE_DTYPES:
+                problem = SPEC.problem(*shape, dtype, layout, out_dtype="float32")
+                if SPEC.supports(problem, target):
+                    configs = [SPEC.default_config(problem, target)] + SPEC.space(problem, target).sample(2, seed=7)
+                    jobs[("edge", shape, layout, dtype)] = (problem, configs)
     return jobs
 
 
@@ -398,7 +460,7 @@ def _splitk_jobs(target):
     jobs = {}
     for i, (shape, layout) in enumerate((s, l) for s in SPLITK_SHAPES for l in LAYOUTS):
         rng = random.Random(2000 + i)
-        dtype = DTYPES[i % 2]
+        dtype = DTYPES[i % len(DTYPES)]
         problem = SPEC.problem(*shape, dtype, layout, out_dtype=rng.choice(allowed_outputs(dtype)),
                                epilogue=rng.choice(EPILOGUES))
         if not SPEC.supports(problem, target):
@@ -424,8 +486,9 @@ def gpu():
 
     target = Target.detect(0)
     jobs = {**_odd_jobs(target), **_edge_jobs(target), **_alpha_beta_jobs(target), **_splitk_jobs(target)}
-    big = SPEC.problem(4096, 4096, 4096, "bfloat16", "NT")
-    jobs[("big",)] = (big, [SPEC.default_config(big, target)])
+    for dtype, layout in (("bfloat16", "NT"), ("float32", "NN")):
+        big = SPEC.problem(4096, 4096, 4096, dtype, layout)
+        jobs[("big", dtype)] = (big, [SPEC.default_config(big, target)])
     pairs = [(p, c) for p, cs in jobs.values() for c in cs]
     binaries = {}
     start = time.perf_counter()
@@ -467,12 +530,13 @@ def test_gpu_random_configs_are_correct_at_odd_sizes(gpu, dtype, layout, epilogu
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype", EDGE_DTYPES)
 @pytest.mark.parametrize("shape", EDGE_SHAPES)
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_gpu_edge_shapes(gpu, shape, layout):
+def test_gpu_edge_shapes(gpu, shape, layout, dtype):
     """Boxes larger than the tensor, single rows/columns, k < 64, one tile and many."""
-    _job_or_skip(gpu, ("edge", shape, layout))
-    _verify_all(gpu, ("edge", shape, layout))
+    _job_or_skip(gpu, ("edge", shape, layout, dtype))
+    _verify_all(gpu, ("edge", shape, layout, dtype))
 
 
 def _job_or_skip(gpu, key):
@@ -520,9 +584,11 @@ def test_gpu_split_k_adds_every_part_launch_after_launch(gpu, shape, layout):
 
 
 @pytest.mark.gpu
-def test_gpu_large_square_default_config(gpu):
-    """4096^3 bf16 NT with the cuBLAS-class default (persistent: several tiles per block)."""
-    _verify_all(gpu, ("big",))
+@pytest.mark.parametrize("dtype", ("bfloat16", "float32"))
+def test_gpu_large_square_default_config(gpu, dtype):
+    """4096^3 with the cuBLAS-class default (persistent: several tiles per block): bf16 NT
+    (TMA only) and tf32 NN (B copied in transposed)."""
+    _verify_all(gpu, ("big", dtype))
 
 
 def test_split_k_is_offered_only_where_tiles_leave_sms_idle(target):

@@ -1,11 +1,13 @@
 """Hopper (sm_90a) tensor-core GEMM: TMA + wgmma, warp-specialised, persistent tiles.
 
-float16 / bfloat16 inputs, float32 accumulation, every layout (MN-major operands use the
-wgmma transpose bits), the fused epilogues of ``gemm_tc``. TMA needs 16-byte row strides,
-so A's and B's leading dimensions must be multiples of 8 elements (``align_a``/``align_b``
->= 8); other problems belong to the portable mma.sync family.
+float16 / bfloat16 inputs (MN-major operands use the wgmma transpose bits) and float32 read
+as tf32 (wgmma tf32 reads K-major tiles only: an MN-major operand is copied in transposed by
+the producer warpgroup with 4-byte cp.async), float32 accumulation, every layout, the fused
+epilogues of ``gemm_tc``. TMA needs 16-byte row strides, so an operand TMA reads must have
+a leading dimension that is a multiple of 16 bytes (``align_a``/``align_b`` of 8 16-bit or
+4 32-bit elements); other problems belong to the portable mma.sync family.
 
-Parameters: BM x BN block tile (BK = 64: one 128-byte swizzle span of 16-bit values),
+Parameters: BM x BN block tile (BK: one 128-byte swizzle span, 64 16-bit or 32 tf32 values),
 STAGES (depth of the shared-memory ring), CONSUMERS (1 or 2 consumer warpgroups, each
 owning 64 or 128 rows), GM (block rows grouped by the tile scheduler for L2 reuse),
 PINGPONG (two consumers take alternate tiles, so one's epilogue overlaps the other's
@@ -21,6 +23,8 @@ True
 'gemm_wgmma_bf16_nt_256x128x64_s4_c2_g8'
 >>> spec.launch(p, spec.default_config(p, Target.h200()))
 Launch(grid=(132, 1, 1), block=(384, 1, 1), shared_mem=197712)
+>>> spec.default_config(spec.problem(4096, 4096, 4096, "float32", "NN"), Target.h200()).name
+'gemm_wgmma_tf32_nn_256x128x32_s4_c2_g8'
 """
 
 from __future__ import annotations
@@ -36,11 +40,12 @@ from kgen.problem import Problem, Target
 from kgen.space import Config, Constraint, Param, Space
 from kgen.spec import Launch, register
 
-DTYPES = ("float16", "bfloat16")
+DTYPES = ("float16", "bfloat16", "float32")   # float32: tf32 tensor cores
 SPLITS = (1, 2, 4, 8)         # split-K choices
 STAGE_CHOICES = (2, 3, 4, 5, 6, 8, 10, 12)   # deep rings keep a skinny problem's B streaming
-BK = 64                       # 16-bit elements: 128 bytes, the 128-byte swizzle span
-SWIZZLE = 128
+SWIZZLE = 128                 # bytes: every tile row spans one 128-byte swizzle span
+ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
+BK = SWIZZLE // 2             # k per stage for 16-bit inputs (64); tf32 takes 32 (``block_k``)
 DEFAULT_SM_COUNT = 132        # H200 / H100 SXM; space() takes the target's
 MAX_ACC_FLOATS = 168          # accumulator floats per consumer thread (setmaxnreg 232)
 BARRIER_BYTES = 16            # a full and an empty mbarrier per stage (+ 2 ping-pong ones)
@@ -48,8 +53,20 @@ ALIGN_SLACK = 1024            # the kernel rounds its shared base up to 1024 byt
 
 
 def smem_bytes(bm: int, bn: int, stages: int) -> int:
-    """Dynamic shared memory of a config: the A and B rings, barriers, alignment slack."""
-    return stages * (bm + bn) * BK * 2 + stages * BARRIER_BYTES + 16 + ALIGN_SLACK
+    """Dynamic shared memory of a config: the A and B rings (rows of 128 bytes), barriers,
+    alignment slack."""
+    return stages * (bm + bn) * SWIZZLE + stages * BARRIER_BYTES + 16 + ALIGN_SLACK
+
+
+def block_k(dtype: str) -> int:
+    """k per stage: one 128-byte row of each operand tile."""
+    return SWIZZLE // ELEMENT_BYTES[dtype]
+
+
+def copied_transposed(dtype: str, layout: str) -> tuple[bool, bool]:
+    """Whether A and B are copied in by cp.async (MN-major tf32 operands) rather than TMA."""
+    tf32 = dtype == "float32"
+    return tf32 and layout[0] == "T", tf32 and layout[1] == "N"
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -73,18 +90,24 @@ class GemmWgmma(TensorCoreGemm):
         return target.arch
 
     def supports(self, problem: Problem, target: Target) -> bool:
-        """Hopper, 16-bit inputs, and operands TMA can describe (16-byte row strides)."""
-        return (tuple(target.cc) == (9, 0) and problem["dtype"] in DTYPES
-                and problem["out_dtype"] in allowed_outputs(problem["dtype"])
-                and problem["align_a"] >= 8 and problem["align_b"] >= 8
+        """Hopper, 16-bit or tf32 inputs, and operands TMA can describe (16-byte row strides;
+        an operand copied by cp.async needs only its natural alignment)."""
+        dtype = problem["dtype"]
+        if tuple(target.cc) != (9, 0) or dtype not in DTYPES:
+            return False
+        tma_align = 16 // ELEMENT_BYTES[dtype]
+        cp_a, cp_b = copied_transposed(dtype, problem["layout"])
+        return (problem["out_dtype"] in allowed_outputs(dtype)
+                and (cp_a or problem["align_a"] >= tma_align) and (cp_b or problem["align_b"] >= tma_align)
                 and min(problem["m"], problem["n"], problem["k"]) >= 1)
 
     # ---- space ------------------------------------------------------------------------
     def space(self, problem: Problem, target: Target) -> Space:
         self.sm_count = target.sm_count
         dtype, layout = problem["dtype"], problem["layout"]
-        short = "bf16" if dtype == "bfloat16" else "f16"
+        short = {"bfloat16": "bf16", "float16": "f16", "float32": "tf32"}[dtype]
         m, n, k = problem["m"], problem["n"], problem["k"]
+        bk = block_k(dtype)
 
         def rpc(v):   # rows of the tile one consumer warpgroup owns
             return v["BM"] if v["PINGPONG"] else v["BM"] // v["CONSUMERS"]
@@ -92,7 +115,7 @@ class GemmWgmma(TensorCoreGemm):
         params = [
             Param("BM", (64, 128, 256)),
             Param("BN", (64, 128, 192, 256)),
-            Param("BK", (BK,)),
+            Param("BK", (bk,)),
             Param("STAGES", STAGE_CHOICES),
             Param("CONSUMERS", (1, 2)),
             Param("GM", (1, 8)),
@@ -116,7 +139,7 @@ class GemmWgmma(TensorCoreGemm):
                        lambda v: v["GM"] == 1 or v["GM"] < _ceil_div(m, v["BM"]), ("BM", "GM")),
             Constraint("split-K only while the tiles leave SMs idle, two k-blocks a part at least",
                        lambda v: v["SPLITK"] == 1 or splitk_useful(m, n, k, v["BM"], v["BN"], v["SPLITK"],
-                                                                    target.sm_count),
+                                                                    target.sm_count, bk),
                        ("BM", "BN", "SPLITK")),
         ]
         derived = {
@@ -142,8 +165,9 @@ class GemmWgmma(TensorCoreGemm):
         tiles = sorted({(bm, bn) for bm in choices["BM"] for bn in choices["BN"]},
                        key=lambda t: (modelled_time(problem["m"], problem["n"], t[0], t[1], target.sm_count), -t[0], t))
         m, n, k = problem["m"], problem["n"], problem["k"]
-        candidates = (dict(BM=bm, BN=bn, BK=BK, STAGES=stages, CONSUMERS=consumers, GM=gm, PINGPONG=0,
-                           SPLITK=default_splitk(m, n, k, bm, bn, target.sm_count))
+        bk = block_k(problem["dtype"])
+        candidates = (dict(BM=bm, BN=bn, BK=bk, STAGES=stages, CONSUMERS=consumers, GM=gm, PINGPONG=0,
+                           SPLITK=default_splitk(m, n, k, bm, bn, target.sm_count, bk))
                       for bm, bn in tiles for consumers in (2, 1) for stages in STAGE_CHOICES[::-1] for gm in (8, 1))
         return self.first_valid(space, candidates, problem)
 
@@ -156,25 +180,28 @@ class GemmWgmma(TensorCoreGemm):
                       smem_bytes(bm, bn, config["STAGES"]))
 
     def tensor_maps(self, problem: Problem, config: Config, a, b) -> tuple:
-        """The two TmaDesc records for A and B (``a`` / ``b``: kgen.arrays.ArrayInfo)."""
+        """The two TmaDesc records for A and B (``a`` / ``b``: kgen.arrays.ArrayInfo); an
+        operand the kernel copies with cp.async gets an empty record."""
         dtype, layout = problem["dtype"], problem["layout"]
         m, n, k = problem["m"], problem["n"], max(1, problem["k"])
+        bk, size = block_k(dtype), ELEMENT_BYTES[dtype]
         # (inner, outer) dims, leading dimension, and box of each operand's storage
-        if layout[0] == "N":      # row-major M x K: K contiguous, one box of 64 k x BM rows
-            a_map = ((k, m), _ld(a.strides[0], m, k), (BK, config["BM"]))
+        if layout[0] == "N":      # row-major M x K: K contiguous, one box of BK k x BM rows
+            a_map = ((k, m), _ld(a.strides[0], m, k), (bk, config["BM"]))
         else:                     # stored K x M: M contiguous, boxes of 64 m x 64 k
-            a_map = ((m, k), _ld(a.strides[1], k, m), (64, BK))
+            a_map = ((m, k), _ld(a.strides[1], k, m), (64, bk))
         if layout[1] == "N":      # row-major K x N: N contiguous, boxes of 64 n x 64 k
-            b_map = ((n, k), _ld(b.strides[0], k, n), (64, BK))
-        else:                     # stored N x K: K contiguous, one box of 64 k x BN rows
-            b_map = ((k, n), _ld(b.strides[1], n, k), (BK, config["BN"]))
-        size = 2
-        return (tma.encode_tiled(a.ptr, dtype, a_map[0], a_map[1] * size, a_map[2], SWIZZLE),
-                tma.encode_tiled(b.ptr, dtype, b_map[0], b_map[1] * size, b_map[2], SWIZZLE))
+            b_map = ((n, k), _ld(b.strides[0], k, n), (64, bk))
+        else:                     # stored N x K: K contiguous, one box of BK k x BN rows
+            b_map = ((k, n), _ld(b.strides[1], n, k), (bk, config["BN"]))
+        copied = copied_transposed(dtype, layout)
+        return tuple(_EMPTY_MAP if cp else tma.encode_tiled(x.ptr, dtype, dims, ld * size, box, SWIZZLE)
+                     for cp, x, (dims, ld, box) in zip(copied, (a, b), (a_map, b_map)))
 
     def arg_builder(self, problem: Problem, config: Config, lds: tuple):
         """(a, b, c, bias pointers, alpha, beta) -> arguments; tensor maps come from kgen.tma's cache."""
         layout = problem["layout"]
+        lda, ldb = (np.int64(max(ld, 1)) for ld in lds[:2])
         dims = (np.int32(problem["m"]), np.int32(problem["n"]), np.int32(problem["k"]),
                 np.int64(lds[2] if problem["m"] > 1 else max(problem["n"], 1)))
 
@@ -188,8 +215,8 @@ class GemmWgmma(TensorCoreGemm):
                                                     _pointer_view(pb, lds[1], layout[1])))
                 last[0] = entry
             map_a, map_b = entry[1]
-            return (map_a, map_b, np.uint64(pc), np.uint64(pbias), *dims, np.float32(alpha), np.float32(beta),
-                    *scratch(stream, device))
+            return (map_a, map_b, np.uint64(pa), np.uint64(pb), lda, ldb, np.uint64(pc), np.uint64(pbias),
+                    *dims, np.float32(alpha), np.float32(beta), *scratch(stream, device))
 
         return build
 
@@ -201,24 +228,28 @@ class GemmWgmma(TensorCoreGemm):
         bias = operands.get("bias")
         bias_ptr = describe(bias, "bias").ptr if bias is not None else 0
         ldc = c.strides[0] if problem["m"] > 1 else max(problem["n"], 1)
-        return [map_a, map_b, np.uint64(c.ptr), np.uint64(bias_ptr),
+        layout = problem["layout"]
+        lda = a.strides[0] if layout[0] == "N" else a.strides[1]
+        ldb = b.strides[0] if layout[1] == "N" else b.strides[1]
+        return [map_a, map_b, np.uint64(a.ptr), np.uint64(b.ptr), np.int64(max(lda, 1)), np.int64(max(ldb, 1)),
+                np.uint64(c.ptr), np.uint64(bias_ptr),
                 np.int32(problem["m"]), np.int32(problem["n"]), np.int32(problem["k"]),
                 np.int64(ldc), np.float32(operands.get("alpha", 1.0)), np.float32(operands.get("beta", 0.0)),
                 *workspace_args(problem, config)()]
 
 
-def splitk_useful(m: int, n: int, k: int, bm: int, bn: int, split: int, sms: int) -> bool:
+def splitk_useful(m: int, n: int, k: int, bm: int, bn: int, split: int, sms: int, bk: int = BK) -> bool:
     """Split-K pays while the tiles alone leave SMs idle: fewer tiles than SMs, at most four
-    units per SM, and two k-blocks or more in every part."""
+    units per SM, and two k-blocks (of ``bk``) or more in every part."""
     tiles = _ceil_div(m, bm) * _ceil_div(n, bn)
-    return tiles < sms and tiles * split <= 4 * sms and _ceil_div(k, BK) >= 2 * split
+    return tiles < sms and tiles * split <= 4 * sms and _ceil_div(k, bk) >= 2 * split
 
 
-def default_splitk(m: int, n: int, k: int, bm: int, bn: int, sms: int) -> int:
+def default_splitk(m: int, n: int, k: int, bm: int, bn: int, sms: int, bk: int = BK) -> int:
     """The largest split that keeps every SM's share within one unit of the others."""
     best = 1
     for split in SPLITS:
-        if splitk_useful(m, n, k, bm, bn, split, sms) and _ceil_div(m, bm) * _ceil_div(n, bn) * split <= sms:
+        if splitk_useful(m, n, k, bm, bn, split, sms, bk) and _ceil_div(m, bm) * _ceil_div(n, bn) * split <= sms:
             best = split
     return best
 
@@ -266,6 +297,7 @@ def workspace_args(problem: Problem, config: Config):
 
 _WORKSPACES: dict[tuple, tuple] = {}
 _NO_WORKSPACE = (np.uint64(0), np.uint64(0))
+_EMPTY_MAP = np.zeros((), tma.TMA_DESC_DTYPE)   # the map argument of an operand copied by cp.async
 
 
 def _pointer_view(ptr: int, ld: int, layout_letter: str):
