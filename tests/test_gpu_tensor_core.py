@@ -142,7 +142,9 @@ def test_gemm_tf32_is_opt_in():
     out = kgen.gemm(a, b, precision="tf32")
     want = a.astype(cupy.float64) @ b.astype(cupy.float64)
     err = float(cupy.abs(out - want).max() / cupy.abs(want).max())
-    assert 1e-7 < err < 1e-3, err          # tf32's rounding shows, within tolerance
+    # tf32's rounding shows, within tolerance: on operands of one sign, an MMA that truncates
+    # them to tf32 (wgmma) runs up to 2^-10 low in every product
+    assert 1e-7 < err < 2e-3, err
 
 
 def test_gemm_runs_on_the_callers_torch_stream_and_in_a_cuda_graph():
@@ -177,18 +179,13 @@ def test_split_k_plans_keep_one_workspace_per_stream():
     """Two PyTorch streams running one split-K plan at once each sum into their own workspace."""
     torch = _torch()
     import kgen
-    from kgen.dispatch import default_dispatcher
     from kgen.kernels import gemm_wgmma
 
     a = torch.randn(64, 4096, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
     want = a.float() @ b.float()
     c1, c2 = (torch.full((64, 4096), float("nan"), device="cuda", dtype=torch.bfloat16) for _ in range(2))
-    kgen.gemm(a, b, c1)
-    plan = next(p for p in default_dispatcher().plans.values() if getattr(p, "problem", None) is not None
-                and p.problem["m"] == 64 and p.problem["k"] == 4096 and p.problem["dtype"] == "bfloat16")
-    if plan.config.get("SPLITK", 1) == 1:
-        pytest.skip(f"the tuned kernel for 64x4096x4096 ({plan.config.name}) does not split K")
+    _split_k_plan(torch, a, b, c1)
     torch.cuda.synchronize()
     c1.fill_(float("nan"))
     s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
@@ -202,6 +199,44 @@ def test_split_k_plans_keep_one_workspace_per_stream():
     assert {s1.cuda_stream, s2.cuda_stream} <= streams
     for c in (c1, c2):
         assert ((c.float() - want).abs().max() / want.abs().max()).item() < 1e-2
+
+
+def _split_k_plan(torch, a, b, c):
+    """The plan of a bfloat16 a @ b after one call (a skip when its kernel does not split K)."""
+    import kgen
+    from kgen.dispatch import default_dispatcher
+
+    kgen.gemm(a, b, c)
+    m, k = a.shape
+    plan = next(p for p in default_dispatcher().plans.values() if getattr(p, "problem", None) is not None
+                and p.problem["m"] == m and p.problem["k"] == k and p.problem["dtype"] == "bfloat16")
+    if plan.config.get("SPLITK", 1) == 1:
+        pytest.skip(f"the kernel for {m}x{b.shape[1]}x{k} ({plan.config.name}) does not split K")
+    return plan
+
+
+def test_split_k_plan_in_a_cuda_graph_captured_on_a_new_stream():
+    """The first split-K launch on a stream being captured makes that stream's workspace."""
+    torch = _torch()
+    import kgen
+    from kgen.kernels import gemm_wgmma
+
+    a = torch.randn(64, 4096, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    c = torch.full((64, 4096), float("nan"), device="cuda", dtype=torch.bfloat16)
+    want = a.float() @ b.float()
+    _split_k_plan(torch, a, b, c)
+    torch.cuda.synchronize()
+    c.fill_(float("nan"))
+    stream, graph = torch.cuda.Stream(), torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        kgen.gemm(a, b, c)
+    assert stream.cuda_stream in {key[1] for key in gemm_wgmma._WORKSPACES}
+    for _ in range(2):       # the counters are back at zero after each replay
+        graph.replay()
+        torch.cuda.synchronize()
+        assert ((c.float() - want).abs().max() / want.abs().max()).item() < 1e-2
+        c.fill_(float("nan"))
 
 
 def test_gemm_on_jax_bfloat16():

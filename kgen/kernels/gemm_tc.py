@@ -122,12 +122,16 @@ def from_bf16(bits):
     return (cupy.ascontiguousarray(bits).astype(cupy.uint32) << 16).view(cupy.float32)
 
 
-def to_tf32(x):
-    """float32 values rounded to tf32 (10 mantissa bits, nearest, ties away), as float32."""
+def to_tf32(x, rounding: str = "nearest"):
+    """float32 values as a tensor core reads them as tf32 (10 mantissa bits), as float32:
+    ``nearest`` (ties away, as cvt.rna.tf32.f32 converts) or ``truncate`` (the low 13 bits
+    dropped, as an MMA reading raw float32 does)."""
     import cupy
 
     u = cupy.ascontiguousarray(x, dtype=cupy.float32).view(cupy.uint32)
-    return ((u + 0x1000) & 0xFFFFE000).astype(cupy.uint32).view(cupy.float32)
+    if rounding == "nearest":
+        u = u + 0x1000
+    return (u & 0xFFFFE000).astype(cupy.uint32).view(cupy.float32)
 
 
 def as_float64(arr, dtype: str):
@@ -159,6 +163,7 @@ class TensorCoreGemm(KernelSpec):
     shape_params = ("m", "n", "k")
     outputs = ("c",)
     options = ("--std=c++17",)
+    tf32_rounding = "nearest"     # how the kernels turn float32 operands into tf32 (see to_tf32)
 
     def problem(self, m: int, n: int, k: int, dtype: str = "bfloat16", layout: str = "NN",
                 **kw) -> Problem:
@@ -231,7 +236,7 @@ class TensorCoreGemm(KernelSpec):
         dtype, out = problem["dtype"], problem["out_dtype"]
         a, b = operands["a"], operands["b"]
         if dtype == "float32":          # the tensor cores see tf32
-            a, b = to_tf32(a), to_tf32(b)
+            a, b = to_tf32(a, self.tf32_rounding), to_tf32(b, self.tf32_rounding)
         ref = operands.get("alpha", 1.0) * (as_float64(a, dtype) @ as_float64(b, dtype))
         beta = operands.get("beta", 0.0)
         if beta:

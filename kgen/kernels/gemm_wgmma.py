@@ -29,6 +29,7 @@ Launch(grid=(132, 1, 1), block=(384, 1, 1), shared_mem=197712)
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any, Mapping
 
@@ -82,6 +83,7 @@ class GemmWgmma(TensorCoreGemm):
     template = "gemm/wgmma.cu.j2"
     options = ("--std=c++17",)
     sm_count = DEFAULT_SM_COUNT
+    tf32_rounding = "truncate"   # wgmma reads float32 tiles from shared memory as they are
 
     def compile_arch(self, target: Target) -> str:
         """wgmma and setmaxnreg exist only in the arch-specific sm_90a target."""
@@ -270,7 +272,8 @@ def workspace_args(problem: Problem, config: Config):
     (partials, counters) pointer arguments: null without split-K; else a workspace on that
     device, made on first use with its counters zeroed before the first launch (each launch
     leaves them zero again), one per device, stream and size, so launches of one plan on two
-    streams never share one."""
+    streams never share one. A workspace first needed while the stream is being captured
+    into a CUDA graph is made outside the capture (``_new_workspace``)."""
     partial_bytes, counter_bytes = workspace_bytes(problem, config)
     if not partial_bytes:
         return lambda stream=None, device=None: _NO_WORKSPACE
@@ -285,19 +288,46 @@ def workspace_args(problem: Problem, config: Config):
         key = (device, stream, partial_bytes, counter_bytes)
         found = _WORKSPACES.get(key)
         if found is None:
-            with cupy.cuda.Device(device):
-                counters = cupy.zeros(counter_bytes // 4, dtype=cupy.int32)
-                partials = cupy.empty(partial_bytes // 4, dtype=cupy.float32)
-                cupy.cuda.get_current_stream().synchronize()     # zeroed before any stream reads them
-            found = _WORKSPACES[key] = (partials, counters, np.uint64(partials.data.ptr), np.uint64(counters.data.ptr))
+            found = _WORKSPACES[key] = _new_workspace(device, partial_bytes, counter_bytes)
         return found[2], found[3]
 
     return pointers
 
 
+def _new_workspace(device: int, partial_bytes: int, counter_bytes: int) -> tuple:
+    """(partials, counters, their pointers): allocated, and the counters zeroed on a private
+    stream that is synchronised, so the zeros are there before any launch on any stream. The
+    thread's capture mode is relaxed meanwhile: while a stream is captured into a CUDA graph,
+    an allocation is otherwise refused, and the graph keeps these buffers, which live on."""
+    import cupy
+
+    with cupy.cuda.Device(device), _capture_relaxed():
+        side = cupy.cuda.Stream(non_blocking=True)
+        with side:
+            counters = cupy.zeros(counter_bytes // 4, dtype=cupy.int32)
+            partials = cupy.empty(partial_bytes // 4, dtype=cupy.float32)
+        side.synchronize()
+    return partials, counters, np.uint64(partials.data.ptr), np.uint64(counters.data.ptr)
+
+
+@contextlib.contextmanager
+def _capture_relaxed():
+    """This thread's stream-capture mode set to relaxed, and restored afterwards."""
+    from cuda.bindings import runtime
+
+    err, previous = runtime.cudaThreadExchangeStreamCaptureMode(
+        runtime.cudaStreamCaptureMode.cudaStreamCaptureModeRelaxed)
+    if err != runtime.cudaError_t.cudaSuccess:
+        raise RuntimeError(f"cudaThreadExchangeStreamCaptureMode: {err}")
+    try:
+        yield
+    finally:
+        runtime.cudaThreadExchangeStreamCaptureMode(previous)
+
+
 _WORKSPACES: dict[tuple, tuple] = {}
 _NO_WORKSPACE = (np.uint64(0), np.uint64(0))
-_EMPTY_MAP = np.zeros((), tma.TMA_DESC_DTYPE)   # the map argument of an operand copied by cp.async
+_EMPTY_MAP = np.zeros((), tma.TMA_DESC_DTYPE)[()]   # the map argument (numpy.void) of an operand cp.async copies
 
 
 def _pointer_view(ptr: int, ld: int, layout_letter: str):
