@@ -24,7 +24,7 @@ import pytest
 from kgen import tma
 from kgen.compile import CompilePool, compile_source
 from kgen.kernels.gemm_tc import EPILOGUES, allowed_outputs
-from kgen.kernels.gemm_wgmma import BK, GemmWgmma, block_k, smem_bytes, staged_rows
+from kgen.kernels.gemm_wgmma import BK, GemmWgmma, block_k, smem_bytes
 from kgen.problem import Target
 from kgen.render import render
 
@@ -141,13 +141,13 @@ def test_sass_has_hgmma_tma_and_transposes_per_layout(target, layout):
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_sass_of_tf32_configs_has_tf32_hgmma_and_transposes_mn_major_operands(target, layout):
-    """tf32 wgmma reads K-major tiles only: an MN-major operand is staged by TMA, rewritten
-    K-major with shared loads and 16-byte stores, and fenced for the async proxy."""
+def test_sass_of_tf32_configs_has_tf32_hgmma_and_cp_async_for_mn_major_operands(target, layout):
+    """tf32 wgmma reads K-major tiles only: TMA for K-major operands, 4-byte cp.async (LDGSTS)
+    counted on the full barrier for MN-major ones, and an async-proxy fence before wgmma."""
     problem = SPEC.problem(4096, 4096, 4096, "float32", layout, epilogue="bias_relu")
     space = SPEC.space(problem, target)
-    config = space.config(BM=128, BN=256, BK=32, STAGES=2, CONSUMERS=2, GM=8, PINGPONG=0)
-    assert config.name == f"gemm_wgmma_tf32_{layout.lower()}_128x256x32_s2_c2_g8"
+    config = space.config(BM=128, BN=256, BK=32, STAGES=4, CONSUMERS=2, GM=8, PINGPONG=0)
+    assert config.name == f"gemm_wgmma_tf32_{layout.lower()}_128x256x32_s4_c2_g8"
     result = compile_source(render(SPEC, problem, config, target, space))
     assert result.failure is None, result.failure
     res = result.binary.resources
@@ -155,12 +155,12 @@ def test_sass_of_tf32_configs_has_tf32_hgmma_and_transposes_mn_major_operands(ta
     sass = _sass(result.binary.cubin)
     hgmma = re.findall(r"HGMMA\.64x256x8\.F32\.TF32[^;]*", sass)
     assert len(hgmma) == 32 // 8 and not any("tnsp" in h for h in hgmma), hgmma
-    staged = layout[0] == "T" or layout[1] == "N"
-    assert "UTMALDG.2D" in sass
-    assert bool(re.search(r"\bLDS\b", sass)) == staged and ("STS.128" in sass) == staged
-    # one fence after the barriers' init; one after the transposing warps' stores
-    assert sass.count("FENCE.VIEW.ASYNC.S") == 1 + staged
-    assert config.name.encode() in result.binary.cubin
+    copied = (layout[0] == "T") + (layout[1] == "N")
+    assert len(re.findall(r"UTMALDG\.2D", sass)) == 2 - copied
+    assert ("LDGSTS.E" in sass) == bool(copied)
+    assert ("ARRIVES.LDGSTSBAR" in sass) == bool(copied)
+    # one fence after the barriers' init; one in the mainloop where cp.async fills the tiles
+    assert sass.count("FENCE.VIEW.ASYNC.S") == 1 + bool(copied)
 
 
 def test_sass_of_a_ping_pong_config(target):
@@ -184,10 +184,11 @@ def test_supports(target):
     assert SPEC.supports(p, target)
     assert SPEC.supports(SPEC.problem(64, 64, 64, "float32", "NN"), target)            # tf32
     assert not SPEC.supports(SPEC.problem(64, 64, 64, "float64", "NN"), target)
-    # tf32: TMA reads every operand, so every leading dimension must be a multiple of 4
+    # tf32: an operand TMA reads needs 16-byte rows; one copied by cp.async (MN-major) does not
     assert not SPEC.supports(SPEC.problem(100, 64, 30, "float32", "NN"), target)      # lda = 30
-    assert not SPEC.supports(SPEC.problem(100, 30, 64, "float32", "NN"), target)      # ldb = 30
-    assert SPEC.supports(SPEC.problem(100, 36, 68, "float32", "TN"), target)          # lda = 100, ldb = 36
+    assert SPEC.supports(SPEC.problem(100, 30, 64, "float32", "NN"), target)          # ldb = 30, copied
+    assert SPEC.supports(SPEC.problem(30, 30, 64, "float32", "TN"), target)           # both copied
+    assert not SPEC.supports(SPEC.problem(64, 64, 30, "float32", "NT"), target)       # lda = ldb = 30
 
     assert not SPEC.supports(SPEC.problem(100, 64, 36, "float16", "NN"), target)      # lda = 36
     assert not SPEC.supports(SPEC.problem(100, 60, 64, "float16", "NN"), target)      # ldb = 60
@@ -205,8 +206,7 @@ def test_space_respects_shared_memory_registers_and_names(target):
         assert len(configs) >= 50
         for c in configs:
             v = space.full_values(c.as_dict())
-            rows = staged_rows(dtype, layout, v["BM"], v["BN"])
-            assert v["SMEM"] == smem_bytes(v["BM"], v["BN"], v["STAGES"], rows) <= target.smem_per_block_optin
+            assert v["SMEM"] == smem_bytes(v["BM"], v["BN"], v["STAGES"]) <= target.smem_per_block_optin
             assert v["RPC"] in (64, 128) and v["BN"] // 2 * v["SLABS"] <= 168
             assert re.fullmatch(rf"gemm_wgmma_{SHORT[dtype]}_(nn|nt|tn|tt)_\d+x\d+x{block_k(dtype)}"
                                 r"_s\d+_c[12]_g[18](_pp)?(_k[248])?", c.name)
@@ -293,37 +293,38 @@ def test_args_build_tensor_maps_along_the_contiguous_dimension(target, recorded_
         assert (bmap["dims"], bmap["stride"], bmap["box"]) == ((k, n), 2 * k, (64, 256))
     assert amap["swizzle"] == bmap["swizzle"] == 128 and amap["dtype"] == "bfloat16"
     assert isinstance(args[0], np.void) and args[0].dtype.itemsize == 128
-    assert [type(x) for x in args[2:]] == [np.uint64, np.uint64, np.int32, np.int32, np.int32,
+    assert [type(x) for x in args[2:]] == [np.uint64, np.uint64, np.int64, np.int64,
+                                           np.uint64, np.uint64, np.int32, np.int32, np.int32,
                                            np.int64, np.float32, np.float32, np.uint64, np.uint64]
-    assert args[2:] == [0x30000, 0x40000, m, n, k, n, 2.0, 0.5, 0, 0]      # no split-K: no workspace
+    lda = k if layout[0] == "N" else m
+    ldb = n if layout[1] == "N" else k
+    assert args[2:] == [0x10000, 0x20000, lda, ldb,
+                        0x30000, 0x40000, m, n, k, n, 2.0, 0.5, 0, 0]      # no split-K: no workspace
     args2 = SPEC.args(p, c, {"a": a, "b": b, "c": cc, "bias": None})
-    assert args2[3] == 0 and len(recorded_maps) == 2       # second call: maps from the cache
+    assert args2[7] == 0 and len(recorded_maps) == 2       # second call: maps from the cache
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_tf32_tensor_maps_have_128_byte_rows(target, recorded_maps, layout):
-    """K-major operands: boxes of 32 k x BM (BN) rows; MN-major ones (staged): 32 x 32."""
+def test_tf32_args_encode_maps_only_for_k_major_operands(target, recorded_maps, layout):
     m, n, k = 1000, 520, 776
     p = SPEC.problem(m, n, k, "float32", layout)
-    c = SPEC.space(p, target).config(BM=128, BN=128, BK=32, STAGES=3, CONSUMERS=2, GM=1, PINGPONG=0)
+    c = SPEC.space(p, target).config(BM=128, BN=128, BK=32, STAGES=4, CONSUMERS=2, GM=1, PINGPONG=0)
     f32 = dict(typestr="<f4", itemsize=4)
     a = _FakeArray(0x10000, (m, k), (k, 1) if layout[0] == "N" else (1, m), **f32)
     b = _FakeArray(0x20000, (k, n), (n, 1) if layout[1] == "N" else (1, k), **f32)
     args = SPEC.args(p, c, {"a": a, "b": b, "c": _FakeArray(0x30000, (m, n), (n, 1), **f32)})
-    amap, bmap = recorded_maps
-    if layout[0] == "N":
-        assert (amap["dims"], amap["stride"], amap["box"]) == ((k, m), 4 * k, (32, 128))
-    else:
-        assert (amap["dims"], amap["stride"], amap["box"]) == ((m, k), 4 * m, (32, 32))
+    encoded = {call["ptr"]: call for call in recorded_maps}
+    if layout[0] == "N":      # K-major A: TMA boxes of 32 k (128 bytes) x BM rows
+        assert (encoded[0x10000]["dims"], encoded[0x10000]["stride"], encoded[0x10000]["box"]) == \
+            ((k, m), 4 * k, (32, 128))
+    else:                     # M-major A: copied by cp.async, an empty map
+        assert 0x10000 not in encoded and not args[0]["words"].any()
     if layout[1] == "T":
-        assert (bmap["dims"], bmap["stride"], bmap["box"]) == ((k, n), 4 * k, (32, 128))
+        assert (encoded[0x20000]["dims"], encoded[0x20000]["box"], encoded[0x20000]["dtype"]) == \
+            ((k, n), (32, 128), "float32")
     else:
-        assert (bmap["dims"], bmap["stride"], bmap["box"]) == ((n, k), 4 * n, (32, 32))
-    assert amap["dtype"] == bmap["dtype"] == "float32" and amap["swizzle"] == bmap["swizzle"] == 128
-    assert args[2] == 0x30000
-    rows = (128 if layout[0] == "T" else 0) + (128 if layout[1] == "N" else 0)
-    assert SPEC.launch(p, c).shared_mem == smem_bytes(128, 128, 3, rows) == \
-        3 * 256 * 128 + 3 * 16 + 16 + (3 * (rows * 128 + 8) if rows else 0) + 1024
+        assert 0x20000 not in encoded and not args[1]["words"].any()
+    assert args[2:6] == [0x10000, 0x20000, k if layout[0] == "N" else m, n if layout[1] == "N" else k]
 
 
 def test_arg_builder_reuses_the_last_operands_maps_and_encodes_new_ones(target, recorded_maps, monkeypatch):
@@ -337,7 +338,7 @@ def test_arg_builder_reuses_the_last_operands_maps_and_encodes_new_ones(target, 
     first = build(0x10000, 0x20000, 0x30000, 0, 1.0, 0.0)
     again = build(0x10000, 0x20000, 0x40000, 0, 2.0, 1.0)
     assert len(looked_up) == 1 and again[0] is first[0] and again[1] is first[1]
-    assert again[2] == 0x40000 and again[-4:] == (2.0, 1.0, 0, 0)
+    assert again[6] == 0x40000 and again[-4:] == (2.0, 1.0, 0, 0)
     moved = build(0x50000, 0x20000, 0x40000, 0, 1.0, 0.0)
     assert len(looked_up) == 2 and moved[0]["words"][0] == 0x50000 and moved[1]["words"][0] == 0x20000
     back = build(0x10000, 0x20000, 0x30000, 0, 1.0, 0.0)

@@ -1,11 +1,11 @@
 """Hopper (sm_90a) tensor-core GEMM: TMA + wgmma, warp-specialised, persistent tiles.
 
 float16 / bfloat16 inputs (MN-major operands use the wgmma transpose bits) and float32 read
-as tf32 (wgmma tf32 reads K-major tiles only: TMA stages an MN-major operand's k-block and
-the producer warpgroup rewrites it K-major), float32 accumulation, every layout, the fused
-epilogues of ``gemm_tc``. TMA needs 16-byte row strides, so A's and B's leading dimensions
-must be multiples of 16 bytes (``align_a``/``align_b`` >= 8 16-bit or 4 32-bit elements);
-other problems belong to the portable mma.sync family.
+as tf32 (wgmma tf32 reads K-major tiles only: an MN-major operand is copied in transposed by
+the producer warpgroup with 4-byte cp.async), float32 accumulation, every layout, the fused
+epilogues of ``gemm_tc``. TMA needs 16-byte row strides, so an operand TMA reads must have
+a leading dimension that is a multiple of 16 bytes (``align_a``/``align_b`` of 8 16-bit or
+4 32-bit elements); other problems belong to the portable mma.sync family.
 
 Parameters: BM x BN block tile (BK: one 128-byte swizzle span, 64 16-bit or 32 tf32 values),
 STAGES (depth of the shared-memory ring), CONSUMERS (1 or 2 consumer warpgroups, each
@@ -24,7 +24,7 @@ True
 >>> spec.launch(p, spec.default_config(p, Target.h200()))
 Launch(grid=(132, 1, 1), block=(384, 1, 1), shared_mem=197712)
 >>> spec.default_config(spec.problem(4096, 4096, 4096, "float32", "NN"), Target.h200()).name
-'gemm_wgmma_tf32_nn_256x128x32_s3_c2_g8'
+'gemm_wgmma_tf32_nn_256x128x32_s4_c2_g8'
 """
 
 from __future__ import annotations
@@ -50,16 +50,13 @@ BK = SWIZZLE // 2             # k per stage for 16-bit inputs (64); tf32 takes 3
 DEFAULT_SM_COUNT = 132        # H200 / H100 SXM; space() takes the target's
 MAX_ACC_FLOATS = 168          # accumulator floats per consumer thread (setmaxnreg 232)
 BARRIER_BYTES = 16            # a full and an empty mbarrier per stage (+ 2 ping-pong ones)
-STAGED_BARRIER_BYTES = 8      # the "staged" mbarrier of a stage, with MN-major tf32 operands
 ALIGN_SLACK = 1024            # the kernel rounds its shared base up to 1024 bytes
 
 
-def smem_bytes(bm: int, bn: int, stages: int, staged_rows: int = 0) -> int:
-    """Dynamic shared memory of a config: the A and B rings (rows of 128 bytes), the staging
-    of ``staged_rows`` rows per stage (MN-major tf32 operands: BM, BN or both) with its
-    barrier, the other barriers, alignment slack."""
-    staging = stages * (staged_rows * SWIZZLE + STAGED_BARRIER_BYTES) if staged_rows else 0
-    return stages * (bm + bn) * SWIZZLE + stages * BARRIER_BYTES + 16 + staging + ALIGN_SLACK
+def smem_bytes(bm: int, bn: int, stages: int) -> int:
+    """Dynamic shared memory of a config: the A and B rings (rows of 128 bytes), barriers,
+    alignment slack."""
+    return stages * (bm + bn) * SWIZZLE + stages * BARRIER_BYTES + 16 + ALIGN_SLACK
 
 
 def block_k(dtype: str) -> int:
@@ -67,16 +64,10 @@ def block_k(dtype: str) -> int:
     return SWIZZLE // ELEMENT_BYTES[dtype]
 
 
-def staged(dtype: str, layout: str) -> tuple[bool, bool]:
-    """Whether A and B are staged and transposed in shared memory (MN-major tf32 operands)."""
+def copied_transposed(dtype: str, layout: str) -> tuple[bool, bool]:
+    """Whether A and B are copied in by cp.async (MN-major tf32 operands) rather than TMA."""
     tf32 = dtype == "float32"
     return tf32 and layout[0] == "T", tf32 and layout[1] == "N"
-
-
-def staged_rows(dtype: str, layout: str, bm: int, bn: int) -> int:
-    """Rows of 128 bytes each stage stages: BM for a staged A, BN for a staged B."""
-    a, b = staged(dtype, layout)
-    return bm * a + bn * b
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -101,13 +92,15 @@ class GemmWgmma(TensorCoreGemm):
         return target.arch
 
     def supports(self, problem: Problem, target: Target) -> bool:
-        """Hopper, 16-bit or tf32 inputs, and operands TMA can describe (16-byte row strides)."""
+        """Hopper, 16-bit or tf32 inputs, and operands TMA can describe (16-byte row strides;
+        an operand copied by cp.async needs only its natural alignment)."""
         dtype = problem["dtype"]
         if tuple(target.cc) != (9, 0) or dtype not in DTYPES:
             return False
         tma_align = 16 // ELEMENT_BYTES[dtype]
+        cp_a, cp_b = copied_transposed(dtype, problem["layout"])
         return (problem["out_dtype"] in allowed_outputs(dtype)
-                and problem["align_a"] >= tma_align and problem["align_b"] >= tma_align
+                and (cp_a or problem["align_a"] >= tma_align) and (cp_b or problem["align_b"] >= tma_align)
                 and min(problem["m"], problem["n"], problem["k"]) >= 1)
 
     # ---- space ------------------------------------------------------------------------
@@ -117,9 +110,6 @@ class GemmWgmma(TensorCoreGemm):
         short = {"bfloat16": "bf16", "float16": "f16", "float32": "tf32"}[dtype]
         m, n, k = problem["m"], problem["n"], problem["k"]
         bk = block_k(dtype)
-
-        def smem(v):
-            return smem_bytes(v["BM"], v["BN"], v["STAGES"], staged_rows(dtype, layout, v["BM"], v["BN"]))
 
         def rpc(v):   # rows of the tile one consumer warpgroup owns
             return v["BM"] if v["PINGPONG"] else v["BM"] // v["CONSUMERS"]
@@ -139,7 +129,7 @@ class GemmWgmma(TensorCoreGemm):
                        lambda v: v["BM"] <= max(64, _pow2_at_least(m)) and v["BN"] <= max(64, 64 * _ceil_div(n, 64)),
                        ("BM", "BN")),
             Constraint("shared memory fits the device",
-                       lambda v: smem(v) <= target.smem_per_block_optin,
+                       lambda v: smem_bytes(v["BM"], v["BN"], v["STAGES"]) <= target.smem_per_block_optin,
                        ("BM", "BN", "STAGES")),
             Constraint("ping-pong needs two consumers", lambda v: not v["PINGPONG"] or v["CONSUMERS"] == 2,
                        ("CONSUMERS", "PINGPONG")),
@@ -158,7 +148,7 @@ class GemmWgmma(TensorCoreGemm):
             "RPC": rpc,
             "SLABS": lambda v: rpc(v) // 64,
             "THREADS": lambda v: 128 * (v["CONSUMERS"] + 1),
-            "SMEM": smem,
+            "SMEM": lambda v: smem_bytes(v["BM"], v["BN"], v["STAGES"]),
         }
 
         def namer(v):
@@ -188,31 +178,32 @@ class GemmWgmma(TensorCoreGemm):
         bm, bn = config["BM"], config["BN"]
         units = _ceil_div(problem["m"], bm) * _ceil_div(problem["n"], bn) * config.get("SPLITK", 1)
         grid = max(1, min(units, self.sm_count))
-        rows = staged_rows(problem["dtype"], problem["layout"], bm, bn)
         return Launch((grid, 1, 1), (128 * (config["CONSUMERS"] + 1), 1, 1),
-                      smem_bytes(bm, bn, config["STAGES"], rows))
+                      smem_bytes(bm, bn, config["STAGES"]))
 
     def tensor_maps(self, problem: Problem, config: Config, a, b) -> tuple:
-        """The two TmaDesc records for A and B (``a`` / ``b``: kgen.arrays.ArrayInfo)."""
+        """The two TmaDesc records for A and B (``a`` / ``b``: kgen.arrays.ArrayInfo); an
+        operand the kernel copies with cp.async gets an empty record."""
         dtype, layout = problem["dtype"], problem["layout"]
         m, n, k = problem["m"], problem["n"], max(1, problem["k"])
         bk, size = block_k(dtype), ELEMENT_BYTES[dtype]
-        span = SWIZZLE // size    # MN-major boxes: 128 bytes of m or n (64 16-bit, 32 tf32) x BK k
         # (inner, outer) dims, leading dimension, and box of each operand's storage
         if layout[0] == "N":      # row-major M x K: K contiguous, one box of BK k x BM rows
             a_map = ((k, m), _ld(a.strides[0], m, k), (bk, config["BM"]))
-        else:                     # stored K x M: M contiguous
-            a_map = ((m, k), _ld(a.strides[1], k, m), (span, bk))
-        if layout[1] == "N":      # row-major K x N: N contiguous
-            b_map = ((n, k), _ld(b.strides[0], k, n), (span, bk))
+        else:                     # stored K x M: M contiguous, boxes of 64 m x 64 k
+            a_map = ((m, k), _ld(a.strides[1], k, m), (64, bk))
+        if layout[1] == "N":      # row-major K x N: N contiguous, boxes of 64 n x 64 k
+            b_map = ((n, k), _ld(b.strides[0], k, n), (64, bk))
         else:                     # stored N x K: K contiguous, one box of BK k x BN rows
             b_map = ((k, n), _ld(b.strides[1], n, k), (bk, config["BN"]))
-        return tuple(tma.encode_tiled(x.ptr, dtype, dims, ld * size, box, SWIZZLE)
-                     for x, (dims, ld, box) in zip((a, b), (a_map, b_map)))
+        copied = copied_transposed(dtype, layout)
+        return tuple(_EMPTY_MAP if cp else tma.encode_tiled(x.ptr, dtype, dims, ld * size, box, SWIZZLE)
+                     for cp, x, (dims, ld, box) in zip(copied, (a, b), (a_map, b_map)))
 
     def arg_builder(self, problem: Problem, config: Config, lds: tuple):
         """(a, b, c, bias pointers, alpha, beta) -> arguments; tensor maps come from kgen.tma's cache."""
         layout = problem["layout"]
+        lda, ldb = (np.int64(max(ld, 1)) for ld in lds[:2])
         dims = (np.int32(problem["m"]), np.int32(problem["n"]), np.int32(problem["k"]),
                 np.int64(lds[2] if problem["m"] > 1 else max(problem["n"], 1)))
 
@@ -226,8 +217,8 @@ class GemmWgmma(TensorCoreGemm):
                                                     _pointer_view(pb, lds[1], layout[1])))
                 last[0] = entry
             map_a, map_b = entry[1]
-            return (map_a, map_b, np.uint64(pc), np.uint64(pbias), *dims, np.float32(alpha), np.float32(beta),
-                    *scratch(stream, device))
+            return (map_a, map_b, np.uint64(pa), np.uint64(pb), lda, ldb, np.uint64(pc), np.uint64(pbias),
+                    *dims, np.float32(alpha), np.float32(beta), *scratch(stream, device))
 
         return build
 
@@ -239,7 +230,11 @@ class GemmWgmma(TensorCoreGemm):
         bias = operands.get("bias")
         bias_ptr = describe(bias, "bias").ptr if bias is not None else 0
         ldc = c.strides[0] if problem["m"] > 1 else max(problem["n"], 1)
-        return [map_a, map_b, np.uint64(c.ptr), np.uint64(bias_ptr),
+        layout = problem["layout"]
+        lda = a.strides[0] if layout[0] == "N" else a.strides[1]
+        ldb = b.strides[0] if layout[1] == "N" else b.strides[1]
+        return [map_a, map_b, np.uint64(a.ptr), np.uint64(b.ptr), np.int64(max(lda, 1)), np.int64(max(ldb, 1)),
+                np.uint64(c.ptr), np.uint64(bias_ptr),
                 np.int32(problem["m"]), np.int32(problem["n"]), np.int32(problem["k"]),
                 np.int64(ldc), np.float32(operands.get("alpha", 1.0)), np.float32(operands.get("beta", 0.0)),
                 *workspace_args(problem, config)()]
@@ -332,6 +327,7 @@ def _capture_relaxed():
 
 _WORKSPACES: dict[tuple, tuple] = {}
 _NO_WORKSPACE = (np.uint64(0), np.uint64(0))
+_EMPTY_MAP = np.zeros((), tma.TMA_DESC_DTYPE)[()]   # the map argument (numpy.void) of an operand cp.async copies
 
 
 def _pointer_view(ptr: int, ld: int, layout_letter: str):
