@@ -224,7 +224,9 @@ def main() -> None:
     from bench_db import cpu_model, slug
 
     model = cpu_model()
-    out = Path(args.out) if args.out else ROOT / "scripts" / "results" / slug(model) / "bench_search.json"
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    folder = f"{slug(model)}-{cpus}cpu"      # named like bench_db's results
+    out = Path(args.out) if args.out else ROOT / "scripts" / "results" / folder / "bench_search.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     doc = {"machine": model, "merged_from": machines, "recordings": args.recording, "budget": args.budget,
            "seeds": args.seeds,
