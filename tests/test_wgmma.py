@@ -140,19 +140,25 @@ def test_sass_has_hgmma_tma_and_transposes_per_layout(target, layout):
     assert result.binary.resources.get("spill_stores", 0) == 0
 
 
+def _two_consumer_sass(target, problem, **values):
+    """(config, SASS) of a two-consumer config, checked to compile on 168 registers, no spills."""
+    space = SPEC.space(problem, target)
+    config = space.config(**values)
+    result = compile_source(render(SPEC, problem, config, target, space))
+    assert result.failure is None, result.failure
+    res = result.binary.resources
+    assert res.get("spill_stores", 0) == 0 and res.get("stack", 0) == 0 and res["registers"] == 168
+    return config, _sass(result.binary.cubin)
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_sass_of_tf32_configs_has_tf32_hgmma_and_cp_async_for_mn_major_operands(target, layout):
     """tf32 wgmma reads K-major tiles only: TMA for K-major operands, 4-byte cp.async (LDGSTS)
     counted on the full barrier for MN-major ones, and an async-proxy fence before wgmma."""
     problem = SPEC.problem(4096, 4096, 4096, "float32", layout, epilogue="bias_relu")
-    space = SPEC.space(problem, target)
-    config = space.config(BM=128, BN=256, BK=32, STAGES=4, CONSUMERS=2, GM=8, PINGPONG=0)
+    config, sass = _two_consumer_sass(target, problem, BM=128, BN=256, BK=32, STAGES=4, CONSUMERS=2, GM=8,
+                                      PINGPONG=0)
     assert config.name == f"gemm_wgmma_tf32_{layout.lower()}_128x256x32_s4_c2_g8"
-    result = compile_source(render(SPEC, problem, config, target, space))
-    assert result.failure is None, result.failure
-    res = result.binary.resources
-    assert res.get("spill_stores", 0) == 0 and res.get("stack", 0) == 0 and res["registers"] == 168
-    sass = _sass(result.binary.cubin)
     hgmma = re.findall(r"HGMMA\.64x256x8\.F32\.TF32[^;]*", sass)
     assert len(hgmma) == 32 // 8 and not any("tnsp" in h for h in hgmma), hgmma
     copied = (layout[0] == "T") + (layout[1] == "N")
@@ -165,14 +171,9 @@ def test_sass_of_tf32_configs_has_tf32_hgmma_and_cp_async_for_mn_major_operands(
 
 def test_sass_of_a_ping_pong_config(target):
     problem = SPEC.problem(4096, 4096, 4096, "float16", "TN", epilogue="bias_gelu")
-    space = SPEC.space(problem, target)
-    config = space.config(BM=128, BN=128, BK=64, STAGES=6, CONSUMERS=2, GM=8, PINGPONG=1)
+    config, sass = _two_consumer_sass(target, problem, BM=128, BN=128, BK=64, STAGES=6, CONSUMERS=2, GM=8,
+                                      PINGPONG=1)
     assert config.name == "gemm_wgmma_f16_tn_128x128x64_s6_c2_g8_pp"
-    result = compile_source(render(SPEC, problem, config, target, space))
-    assert result.failure is None, result.failure
-    res = result.binary.resources
-    assert res.get("spill_stores", 0) == 0 and res.get("stack", 0) == 0 and res["registers"] == 168
-    sass = _sass(result.binary.cubin)
     hgmma = re.findall(r"HGMMA\.64x128x16\.F32[^;]*", sass)
     assert len(hgmma) == 2 * BK // 16 and all("tnspA.tnspB" in h for h in hgmma)   # 2 m64 slabs
 
