@@ -56,7 +56,9 @@ def _filling_split(space, values: dict, m: int, n: int, sms: int) -> dict:
     far as the space allows: a skinny problem's few tiles would leave most SMs idle. On the
     recorded H200 spaces (tests/data) the SK=1 default ran at 0.31 of the optimum at
     128x4096x4096, where every config within 5 % of it splits K 4 ways, and the best at
-    1000^3 split K 2 ways."""
+    1000^3 split K 2 ways. Measured on the H200 (the default's tile with SK=1, then split):
+    128x4096x4096 0.426 -> 0.126 ms, 16x4096x4096 0.308 -> 0.092, 1000^3 0.112 -> 0.070,
+    256^3 0.032 -> 0.016; 2048^3 keeps SK=1."""
     tiles = math.ceil(m / values["BM"]) * math.ceil(n / values["BN"])
     chosen = values
     for split in (2, 4, 8, 16):
