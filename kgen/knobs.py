@@ -109,6 +109,9 @@ class Knobs:
                             "times a trial whose Dask worker was lost is sent again before it is stored "
                             "as a runtime failure")
     seed = _EnvKnob("KGEN_SEED", int, lambda: 0, "seed of the search sampler and of test inputs")
+    search_model_picks = _EnvKnob("KGEN_SEARCH_MODEL_PICKS", int, lambda: 3,
+                                  "configs a family's device model ranks first (one per tile for "
+                                  "gemm_wgmma) that the kgen sampler tries before it walks")
     search_model_after = _EnvKnob("KGEN_SEARCH_MODEL_AFTER", int, lambda: 6,
                                   "successful trials before the kgen sampler's additive model steers it")
     search_ridge = _EnvKnob("KGEN_SEARCH_RIDGE", float, lambda: 1.0,

@@ -161,8 +161,9 @@ class Tuner:
 
     def _first_configs(self) -> list[dict]:
         """Configs to try before the sampler's own proposals: the nearest tuned problems' bests
-        (warm start); for the kgen sampler, then the family's heuristic default (its device
-        model's pick); for exhaustive, then everything. Other samplers run as themselves. A
+        (warm start); for the kgen sampler, then the configs the family's device model ranks
+        first (``model_picks``, ``KGEN_SEARCH_MODEL_PICKS`` of them); for exhaustive, then
+        everything. Other samplers run as themselves. A
         first config the runner cannot measure (a replay of a recording made before the space
         grew) stands for the nearest one it can."""
         first: list[dict] = []
@@ -170,7 +171,8 @@ class Tuner:
             first.extend(self._warm_start_configs())
         if self.sampler_name in ("kgen", "exhaustive"):
             try:
-                first.append(self.spec.default_config(self.problem, self.target).as_dict())
+                picks = self.spec.model_picks(self.problem, self.target, knobs.search_model_picks)
+                first.extend(c.as_dict() for c in picks)
             except KgenError:
                 pass
         if self.sampler_name == "exhaustive":

@@ -57,6 +57,12 @@ class KernelSpec:
         """A sensible untuned config: the first valid one (families override)."""
         return self.first_valid(self.space(problem, target), (), problem)
 
+    def model_picks(self, problem: Problem, target: Target, count: int) -> list[Config]:
+        """Up to ``count`` configs a device model ranks first, best first, for a search to try
+        before its own proposals; families with such a model override this, the rest offer
+        their default."""
+        return [self.default_config(problem, target)][:count]
+
     def first_valid(self, space: Space, candidates, problem: Problem) -> Config:
         """The first of ``candidates`` (parameter dicts) valid in ``space``, else the space's first
         config; NoConfigError when the space is empty."""

@@ -165,6 +165,19 @@ def test_warm_start_tries_the_neighbours_best_first(recording):
     assert default not in [m.config_name for m in pure.trials[:3]]    # other samplers run as themselves
 
 
+def test_kgen_sampler_tries_the_device_models_picks_first_in_their_order(recording, monkeypatch):
+    """A family's model_picks (gemm_wgmma: one per tile) are the first trials of a cold tune."""
+    recorded = sorted(name for key, name in recording.entries if key == P.key)
+    space = SPEC.space(P, TARGET)
+    picks = [space.make(recording.entries[(P.key, name)].config) for name in recorded[5:8]]
+    monkeypatch.setattr(SPEC, "model_picks", lambda problem, target, count: picks[:count])
+    result = run(recording, MemoryStore(), trials=4, sampler="kgen", warm_start=False)
+    assert [m.config_name for m in result.trials[:3]] == [c.name for c in picks]
+    monkeypatch.setenv("KGEN_SEARCH_MODEL_PICKS", "1")
+    result = run(recording, MemoryStore(), trials=2, sampler="kgen", warm_start=False)
+    assert result.trials[0].config_name == picks[0].name and result.trials[1].config_name not in recorded[6:8]
+
+
 def test_an_unrecorded_default_stands_for_the_nearest_recorded_config(recording):
     from kgen.search import config_distance
 

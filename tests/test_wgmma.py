@@ -592,6 +592,20 @@ def test_gpu_large_square_default_config(gpu, dtype):
     _verify_all(gpu, ("big", dtype))
 
 
+def test_model_picks_are_one_config_per_tile_default_first(target):
+    for shape in ((2048, 2048, 2048), (3000, 5000, 720), (1, 4096, 4096), (4096, 4096, 4096)):
+        problem = SPEC.problem(*shape, "bfloat16", "NN")
+        space = SPEC.space(problem, target)
+        picks = SPEC.model_picks(problem, target, 4)
+        assert picks[0] == SPEC.default_config(problem, target) and all(space.is_valid(c.as_dict()) for c in picks)
+        tiles = [(c["BM"], c["BN"]) for c in picks]
+        assert len(set(tiles)) == len(tiles) and not any((bn, bm) in tiles[:i] for i, (bm, bn) in enumerate(tiles))
+        assert len(SPEC.model_picks(problem, target, 2)) == min(2, len(picks))
+    picks = SPEC.model_picks(SPEC.problem(2048, 2048, 2048, "bfloat16", "NN"), target, 3)
+    assert [c.name for c in picks] == ["gemm_wgmma_bf16_nn_256x128x64_s4_c2_g1", "gemm_wgmma_bf16_nn_256x64x64_s5_c2_g1",
+                                       "gemm_wgmma_bf16_nn_128x128x64_s6_c2_g8"]
+
+
 def test_split_k_is_offered_only_where_tiles_leave_sms_idle(target):
     from kgen.kernels.gemm_wgmma import default_splitk, splitk_useful, workspace_bytes
 
