@@ -163,9 +163,9 @@ class Tuner:
         """Configs to try before the sampler's own proposals: the nearest tuned problems' bests
         (warm start); for the kgen sampler, then the configs the family's device model ranks
         first (``model_picks``, ``KGEN_SEARCH_MODEL_PICKS`` of them); for exhaustive, then
-        everything. Other samplers run as themselves. A
-        first config the runner cannot measure (a replay of a recording made before the space
-        grew) stands for the nearest one it can."""
+        everything. Other samplers run as themselves. A first config the runner cannot
+        measure (a replay of a recording made before the space grew) stands for the nearest
+        one it can."""
         first: list[dict] = []
         if self.warm_start:
             first.extend(self._warm_start_configs())

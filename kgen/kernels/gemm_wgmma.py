@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Any, Mapping
 
 import numpy as np
 
@@ -222,7 +221,8 @@ class GemmWgmma(TensorCoreGemm):
                      for cp, x, (dims, ld, box) in zip(copied, (a, b), (a_map, b_map)))
 
     def arg_builder(self, problem: Problem, config: Config, lds: tuple):
-        """(a, b, c, bias pointers, alpha, beta) -> arguments; tensor maps come from kgen.tma's cache."""
+        """(a, b, c, bias pointers, alpha, beta) -> arguments; tensor maps come from kgen.tma's
+        cache. ``TensorCoreGemm.args`` builds through it too."""
         layout = problem["layout"]
         lda, ldb = (np.int64(max(ld, 1)) for ld in lds[:2])
         dims = (np.int32(problem["m"]), np.int32(problem["n"]), np.int32(problem["k"]),
@@ -242,23 +242,6 @@ class GemmWgmma(TensorCoreGemm):
                     *dims, np.float32(alpha), np.float32(beta), *scratch(stream, device))
 
         return build
-
-    def args(self, problem: Problem, config: Config, operands: Mapping[str, Any]) -> list:
-        from kgen.arrays import describe
-
-        a, b, c = (describe(operands[x], x) for x in ("a", "b", "c"))
-        map_a, map_b = self.tensor_maps(problem, config, a, b)
-        bias = operands.get("bias")
-        bias_ptr = describe(bias, "bias").ptr if bias is not None else 0
-        ldc = c.strides[0] if problem["m"] > 1 else max(problem["n"], 1)
-        layout = problem["layout"]
-        lda = a.strides[0] if layout[0] == "N" else a.strides[1]
-        ldb = b.strides[0] if layout[1] == "N" else b.strides[1]
-        return [map_a, map_b, np.uint64(a.ptr), np.uint64(b.ptr), np.int64(max(lda, 1)), np.int64(max(ldb, 1)),
-                np.uint64(c.ptr), np.uint64(bias_ptr),
-                np.int32(problem["m"]), np.int32(problem["n"]), np.int32(problem["k"]),
-                np.int64(ldc), np.float32(operands.get("alpha", 1.0)), np.float32(operands.get("beta", 0.0)),
-                *workspace_args(problem, config)()]
 
 
 def splitk_useful(m: int, n: int, k: int, bm: int, bn: int, split: int, sms: int, bk: int = BK) -> bool:
