@@ -207,15 +207,18 @@ def test_space_respects_shared_memory_registers_and_names(target):
         assert len(configs) >= 50
         for c in configs:
             v = space.full_values(c.as_dict())
-            assert v["SMEM"] == smem_bytes(v["BM"], v["BN"], v["STAGES"]) <= target.smem_per_block_optin
+            assert v["SMEM"] == smem_bytes(v["BM"], v["BN"], v["STAGES"], v["CONSUMERS"], v["TMA_STORE"]) \
+                <= target.smem_per_block_optin
             assert v["RPC"] in (64, 128) and v["BN"] // 2 * v["SLABS"] <= 168
             assert re.fullmatch(rf"gemm_wgmma_{SHORT[dtype]}_(nn|nt|tn|tt)_\d+x\d+x{block_k(dtype)}"
-                                r"_s\d+_c[12]_g[18](_pp)?(_k[248])?", c.name)
-            assert c.name.endswith("_pp") == bool(v["PINGPONG"])
+                                r"_s\d+_c[12]_g[18](_pp)?(_k[248])?(_ts)?", c.name)
+            assert c.name.endswith("_pp") == bool(v["PINGPONG"]) or c.name.endswith("_pp_ts")
+            assert c.name.endswith("_ts") == bool(v["TMA_STORE"])
             if v["PINGPONG"]:
                 assert v["CONSUMERS"] == 2 and v["RPC"] == v["BM"]
         assert len({c.name for c in configs}) == len(configs)
         assert any(c["PINGPONG"] for c in configs) and not all(c["PINGPONG"] for c in configs)
+        assert any(c["TMA_STORE"] for c in configs) and not all(c["TMA_STORE"] for c in configs)
 
 
 def test_default_config_and_launch(target):
@@ -294,15 +297,54 @@ def test_args_build_tensor_maps_along_the_contiguous_dimension(target, recorded_
         assert (bmap["dims"], bmap["stride"], bmap["box"]) == ((k, n), 2 * k, (64, 256))
     assert amap["swizzle"] == bmap["swizzle"] == 128 and amap["dtype"] == "bfloat16"
     assert isinstance(args[0], np.void) and args[0].dtype.itemsize == 128
-    assert [type(x) for x in args[2:]] == [np.uint64, np.uint64, np.int64, np.int64,
+    assert not args[2]["words"].any()                      # registers store C: an empty C map
+    assert [type(x) for x in args[3:]] == [np.uint64, np.uint64, np.int64, np.int64,
                                            np.uint64, np.uint64, np.int32, np.int32, np.int32,
-                                           np.int64, np.float32, np.float32, np.uint64, np.uint64]
+                                           np.int64, np.float32, np.float32, np.int32, np.uint64, np.uint64]
     lda = k if layout[0] == "N" else m
     ldb = n if layout[1] == "N" else k
-    assert args[2:] == [0x10000, 0x20000, lda, ldb,
-                        0x30000, 0x40000, m, n, k, n, 2.0, 0.5, 0, 0]      # no split-K: no workspace
+    assert args[3:] == [0x10000, 0x20000, lda, ldb,
+                        0x30000, 0x40000, m, n, k, n, 2.0, 0.5, 0, 0, 0]   # no split-K: no workspace
     args2 = SPEC.args(p, c, {"a": a, "b": b, "c": cc, "bias": None})
-    assert args2[7] == 0 and len(recorded_maps) == 2       # second call: maps from the cache
+    assert args2[8] == 0 and len(recorded_maps) == 2       # second call: maps from the cache
+
+
+@pytest.mark.parametrize("out,ldc,expect_map", [("bfloat16", 520, True), ("float32", 520, True),
+                                                ("bfloat16", 523, False), ("float32", 522, False)])
+def test_tma_store_configs_get_a_map_of_c_where_its_rows_are_16_byte_aligned(target, recorded_maps, out, ldc,
+                                                                             expect_map):
+    m, n, k = 1000, 520, 776
+    p = SPEC.problem(m, n, k, "bfloat16", "NN", out_dtype=out)
+    c = SPEC.space(p, target).config(BM=128, BN=256, BK=64, STAGES=4, CONSUMERS=2, GM=1, PINGPONG=0, TMA_STORE=1)
+    assert c.name.endswith("_ts")
+    size = 2 if out == "bfloat16" else 4
+    build = SPEC.arg_builder(p, c, (k, n, ldc))
+    args = build(0x10000, 0x20000, 0x30000, 0, 1.0, 0.0)
+    cmaps = [call for call in recorded_maps if call["ptr"] == 0x30000]
+    if expect_map:     # 16-row boxes of 128 bytes of columns, the 128-byte swizzle
+        assert [(x["dims"], x["stride"], x["box"], x["swizzle"], x["dtype"]) for x in cmaps] == \
+            [((n, m), ldc * size, (128 // size, 16), 128, out)]
+        assert args[2]["words"][0] == 0x30000 and args[-3] == 1
+    else:              # the kernel stores from registers instead
+        assert not cmaps and not args[2]["words"].any() and args[-3] == 0
+    moved = build(0x10000, 0x20000, 0x50000, 0, 1.0, 0.0)    # a new C: its own map
+    assert (moved[2]["words"][0] == 0x50000) == expect_map and moved[7] == 0x50000
+    unaligned = build(0x10000, 0x20000, 0x50008, 0, 1.0, 0.0)
+    assert unaligned[-3] == 0 and not unaligned[2]["words"].any()
+
+
+def test_tma_store_buffers_take_shared_memory_and_a_name(target):
+    p = SPEC.problem(4096, 4096, 4096, "bfloat16", "NN")
+    space = SPEC.space(p, target)
+    plain = space.config(BM=128, BN=256, BK=64, STAGES=4, CONSUMERS=2, GM=8, PINGPONG=0)
+    staged = space.config(BM=128, BN=256, BK=64, STAGES=4, CONSUMERS=2, GM=8, PINGPONG=0, TMA_STORE=1)
+    assert (plain.name, staged.name) == ("gemm_wgmma_bf16_nn_128x256x64_s4_c2_g8",
+                                         "gemm_wgmma_bf16_nn_128x256x64_s4_c2_g8_ts")
+    # two 2 KiB buffers per consumer warp
+    assert SPEC.launch(p, staged).shared_mem - SPEC.launch(p, plain).shared_mem == 2 * 4 * 2 * 2048
+    # the buffers cost a stage where the ring was already near the limit
+    assert not space.is_valid(dict(staged.as_dict(), BN=192, STAGES=5))
+    assert space.is_valid(dict(plain.as_dict(), BN=192, STAGES=5))
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -325,7 +367,7 @@ def test_tf32_args_encode_maps_only_for_k_major_operands(target, recorded_maps, 
             ((k, n), (32, 128), "float32")
     else:
         assert 0x20000 not in encoded and not args[1]["words"].any()
-    assert args[2:6] == [0x10000, 0x20000, k if layout[0] == "N" else m, n if layout[1] == "N" else k]
+    assert args[3:7] == [0x10000, 0x20000, k if layout[0] == "N" else m, n if layout[1] == "N" else k]
 
 
 def test_arg_builder_reuses_the_last_operands_maps_and_encodes_new_ones(target, recorded_maps, monkeypatch):
@@ -339,7 +381,7 @@ def test_arg_builder_reuses_the_last_operands_maps_and_encodes_new_ones(target, 
     first = build(0x10000, 0x20000, 0x30000, 0, 1.0, 0.0)
     again = build(0x10000, 0x20000, 0x40000, 0, 2.0, 1.0)
     assert len(looked_up) == 1 and again[0] is first[0] and again[1] is first[1]
-    assert again[6] == 0x40000 and again[-4:] == (2.0, 1.0, 0, 0)
+    assert again[7] == 0x40000 and again[-5:] == (2.0, 1.0, 0, 0, 0)
     moved = build(0x50000, 0x20000, 0x40000, 0, 1.0, 0.0)
     assert len(looked_up) == 2 and moved[0]["words"][0] == 0x50000 and moved[1]["words"][0] == 0x20000
     back = build(0x10000, 0x20000, 0x30000, 0, 1.0, 0.0)
@@ -480,13 +522,31 @@ def _alpha_beta_jobs(target):
     return jobs
 
 
+STORE_SHAPES = [(1000, 520, 776), (1000, 517, 776)]    # C rows 16-byte aligned; not (stored from registers)
+
+
+def _store_jobs(target):
+    """TMA-store configs (cooperative, ping-pong, split-K) per output type, where C's rows
+    suit TMA and where they do not."""
+    jobs = {}
+    for i, (shape, out) in enumerate((s, o) for s in STORE_SHAPES for o in allowed_outputs("bfloat16")):
+        problem = SPEC.problem(*shape, "bfloat16", "NT", out_dtype=out, epilogue="bias_gelu")
+        staged = [c for c in SPEC.space(problem, target).configs() if c["TMA_STORE"]]
+        rng = random.Random(3000 + i)
+        picks = [rng.choice([c for c in staged if c[kind]]) for kind in ("PINGPONG", "SPLITK")]
+        picks.append(rng.choice([c for c in staged if not c["PINGPONG"] and c["SPLITK"] == 1]))
+        jobs[("store", shape, out)] = (problem, picks)
+    return jobs
+
+
 @pytest.fixture(scope="module")
 def gpu():
     """(target, jobs, kernels): every GPU job compiled in a pool, kernels loaded on demand."""
     from kgen.measure.launch import CupyKernel
 
     target = Target.detect(0)
-    jobs = {**_odd_jobs(target), **_edge_jobs(target), **_alpha_beta_jobs(target), **_splitk_jobs(target)}
+    jobs = {**_odd_jobs(target), **_edge_jobs(target), **_alpha_beta_jobs(target), **_splitk_jobs(target),
+            **_store_jobs(target)}
     for dtype, layout in (("bfloat16", "NT"), ("float32", "NN")):
         big = SPEC.problem(4096, 4096, 4096, dtype, layout)
         jobs[("big", dtype)] = (big, [SPEC.default_config(big, target)])
@@ -567,6 +627,13 @@ def test_gpu_alpha_beta_reads_c(gpu, dtype):
         got = as_float64(ops["c"], out)
         err = float(cupy.abs(got - want).max() / cupy.abs(want).max())
         assert err <= SPEC.tolerance(problem), f"{config.name} out={out}: {err}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("out", allowed_outputs("bfloat16"))
+@pytest.mark.parametrize("shape", STORE_SHAPES)
+def test_gpu_tma_store_configs_write_c_by_tma_or_from_registers(gpu, shape, out):
+    _verify_all(gpu, ("store", shape, out))
 
 
 @pytest.mark.gpu

@@ -50,12 +50,16 @@ DEFAULT_SM_COUNT = 132        # H200 / H100 SXM; space() takes the target's
 MAX_ACC_FLOATS = 168          # accumulator floats per consumer thread (setmaxnreg 232)
 BARRIER_BYTES = 16            # a full and an empty mbarrier per stage (+ 2 ping-pong ones)
 ALIGN_SLACK = 1024            # the kernel rounds its shared base up to 1024 bytes
+STORE_ROWS = 16               # TMA stores: a consumer warp's band of an m64 slab
+STORE_BUFFER = STORE_ROWS * SWIZZLE   # 2 KiB: 16 rows x 128 bytes of output columns
+STORE_BUFFERS_PER_WARP = 2    # one filled while the other drains
 
 
-def smem_bytes(bm: int, bn: int, stages: int) -> int:
-    """Dynamic shared memory of a config: the A and B rings (rows of 128 bytes), barriers,
-    alignment slack."""
-    return stages * (bm + bn) * SWIZZLE + stages * BARRIER_BYTES + 16 + ALIGN_SLACK
+def smem_bytes(bm: int, bn: int, stages: int, consumers: int = 2, tma_store: int = 0) -> int:
+    """Dynamic shared memory of a config: the A and B rings (rows of 128 bytes), the TMA
+    store buffers (two per consumer warp), barriers, alignment slack."""
+    store = consumers * 4 * STORE_BUFFERS_PER_WARP * STORE_BUFFER if tma_store else 0
+    return stages * (bm + bn) * SWIZZLE + store + stages * BARRIER_BYTES + 16 + ALIGN_SLACK
 
 
 def block_k(dtype: str) -> int:
@@ -122,14 +126,16 @@ class GemmWgmma(TensorCoreGemm):
             Param("GM", (1, 8)),
             Param("PINGPONG", (0, 1)),
             Param("SPLITK", SPLITS, default=1),
+            Param("TMA_STORE", (0, 1), default=0),
         ]
         constraints = [
             Constraint("block tile fits the problem",
                        lambda v: v["BM"] <= max(64, _pow2_at_least(m)) and v["BN"] <= max(64, 64 * _ceil_div(n, 64)),
                        ("BM", "BN")),
             Constraint("shared memory fits the device",
-                       lambda v: smem_bytes(v["BM"], v["BN"], v["STAGES"]) <= target.smem_per_block_optin,
-                       ("BM", "BN", "STAGES")),
+                       lambda v: smem_bytes(v["BM"], v["BN"], v["STAGES"], v["CONSUMERS"], v["TMA_STORE"])
+                       <= target.smem_per_block_optin,
+                       ("BM", "BN", "STAGES", "CONSUMERS", "TMA_STORE")),
             Constraint("ping-pong needs two consumers", lambda v: not v["PINGPONG"] or v["CONSUMERS"] == 2,
                        ("CONSUMERS", "PINGPONG")),
             Constraint("a consumer warpgroup owns 64 or 128 rows", lambda v: rpc(v) in (64, 128),
@@ -147,13 +153,13 @@ class GemmWgmma(TensorCoreGemm):
             "RPC": rpc,
             "SLABS": lambda v: rpc(v) // 64,
             "THREADS": lambda v: 128 * (v["CONSUMERS"] + 1),
-            "SMEM": lambda v: smem_bytes(v["BM"], v["BN"], v["STAGES"]),
+            "SMEM": lambda v: smem_bytes(v["BM"], v["BN"], v["STAGES"], v["CONSUMERS"], v["TMA_STORE"]),
         }
 
         def namer(v):
             return (f"gemm_wgmma_{short}_{layout.lower()}_{v['BM']}x{v['BN']}x{v['BK']}"
                     f"_s{v['STAGES']}_c{v['CONSUMERS']}_g{v['GM']}" + ("_pp" if v["PINGPONG"] else "")
-                    + (f"_k{v['SPLITK']}" if v["SPLITK"] > 1 else ""))
+                    + (f"_k{v['SPLITK']}" if v["SPLITK"] > 1 else "") + ("_ts" if v["TMA_STORE"] else ""))
 
         return Space(params, constraints, derived, namer)
 
@@ -186,8 +192,9 @@ class GemmWgmma(TensorCoreGemm):
                 continue      # the model ranks a tile and its transpose alike: one of them will do
             split = default_splitk(m, n, k, bm, bn, target.sm_count, bk)
             for values in (dict(BM=bm, BN=bn, BK=bk, STAGES=stages, CONSUMERS=consumers, GM=gm, PINGPONG=0,
-                                SPLITK=split)
-                           for consumers in (2, 1) for stages in STAGE_CHOICES[::-1] for gm in (8, 1)):
+                                SPLITK=split, TMA_STORE=store)
+                           for consumers in (2, 1) for stages in STAGE_CHOICES[::-1] for store in (1, 0)
+                           for gm in (8, 1)):
                 if space.is_valid(values):
                     picks.append(space.make(values))
                     break
@@ -199,7 +206,7 @@ class GemmWgmma(TensorCoreGemm):
         units = _ceil_div(problem["m"], bm) * _ceil_div(problem["n"], bn) * config.get("SPLITK", 1)
         grid = max(1, min(units, self.sm_count))
         return Launch((grid, 1, 1), (128 * (config["CONSUMERS"] + 1), 1, 1),
-                      smem_bytes(bm, bn, config["STAGES"]))
+                      smem_bytes(bm, bn, config["STAGES"], config["CONSUMERS"], config.get("TMA_STORE", 0)))
 
     def tensor_maps(self, problem: Problem, config: Config, a, b) -> tuple:
         """The two TmaDesc records for A and B (``a`` / ``b``: kgen.arrays.ArrayInfo); an
@@ -220,6 +227,20 @@ class GemmWgmma(TensorCoreGemm):
         return tuple(_EMPTY_MAP if cp else tma.encode_tiled(x.ptr, dtype, dims, ld * size, box, SWIZZLE)
                      for cp, x, (dims, ld, box) in zip(copied, (a, b), (a_map, b_map)))
 
+    def output_map(self, problem: Problem, config: Config, c_ptr: int, ldc: int) -> tuple:
+        """(TmaDesc, c_by_tma) for C: a map of 16-row boxes of 128 bytes of columns when the
+        config stores by TMA and C allows it (16-byte aligned pointer and row stride), else an
+        empty record and 0, and the kernel writes C from registers."""
+        if not config.get("TMA_STORE", 0):
+            return _EMPTY_MAP, np.int32(0)
+        out, m, n = problem["out_dtype"], problem["m"], problem["n"]
+        size = ELEMENT_BYTES[out]
+        dims, row_bytes = (n, m), _ld(ldc, m, n) * size
+        box = (SWIZZLE // size, STORE_ROWS)
+        if tma.tma_rejects(c_ptr, out, dims, row_bytes, box, SWIZZLE):
+            return _EMPTY_MAP, np.int32(0)
+        return tma.encode_tiled(c_ptr, out, dims, row_bytes, box, SWIZZLE), np.int32(1)
+
     def arg_builder(self, problem: Problem, config: Config, lds: tuple):
         """(a, b, c, bias pointers, alpha, beta) -> arguments; tensor maps come from kgen.tma's
         cache. ``TensorCoreGemm.args`` builds through it too."""
@@ -228,18 +249,20 @@ class GemmWgmma(TensorCoreGemm):
         dims = (np.int32(problem["m"]), np.int32(problem["n"]), np.int32(problem["k"]),
                 np.int64(lds[2] if problem["m"] > 1 else max(problem["n"], 1)))
 
-        last = [((None, None), None)]   # the last operands' maps, replaced whole (thread-safe)
+        # the last operands' maps and the last C's, each entry replaced whole (thread-safe)
+        last = [((None, None), None), (None, None)]
         scratch = workspace_args(problem, config)
 
         def build(pa, pb, pc, pbias, alpha, beta, stream=None, device=None):
-            entry = last[0]
-            if entry[0] != (pa, pb):      # new operands: encode (or look up) their maps
-                entry = ((pa, pb), self.tensor_maps(problem, config, _pointer_view(pa, lds[0], layout[0]),
-                                                    _pointer_view(pb, lds[1], layout[1])))
-                last[0] = entry
-            map_a, map_b = entry[1]
-            return (map_a, map_b, np.uint64(pa), np.uint64(pb), lda, ldb, np.uint64(pc), np.uint64(pbias),
-                    *dims, np.float32(alpha), np.float32(beta), *scratch(stream, device))
+            inputs, output = last
+            if inputs[0] != (pa, pb):      # new operands: encode (or look up) their maps
+                inputs = last[0] = ((pa, pb), self.tensor_maps(problem, config, _pointer_view(pa, lds[0], layout[0]),
+                                                               _pointer_view(pb, lds[1], layout[1])))
+            if output[0] != pc:
+                output = last[1] = (pc, self.output_map(problem, config, pc, lds[2]))
+            (map_a, map_b), (map_c, c_by_tma) = inputs[1], output[1]
+            return (map_a, map_b, map_c, np.uint64(pa), np.uint64(pb), lda, ldb, np.uint64(pc), np.uint64(pbias),
+                    *dims, np.float32(alpha), np.float32(beta), c_by_tma, *scratch(stream, device))
 
         return build
 

@@ -1,0 +1,113 @@
+"""Named gemm_wgmma configs timed side by side on one problem, with cuBLAS, in one run.
+
+    python3 scripts/compare_configs.py bfloat16:NN:4096x4096x256 \\
+        gemm_wgmma_bf16_nn_64x128x64_s5_c2_g8_pp gemm_wgmma_bf16_nn_64x128x64_s5_c2_g8_pp_ts ...
+
+Each config is checked against the float64 reference on fresh inputs first (a wrong one is
+reported, not timed), then timed as the tuner times (CUDA events, L2 flushed before each
+run, median). Several problems may be given, each followed by its configs. For the question
+"does this change of one parameter pay": the configs run in turns, so a drift of the card
+shows in all of them alike. ``--out FILE`` appends the rows as JSON lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+ROUNDS = 3            # each config timed ROUNDS times, in turns with the others
+
+
+def _groups(items: list[str]) -> list[tuple[str, list[str]]]:
+    groups: list[tuple[str, list[str]]] = []
+    for item in items:
+        if item.count(":") == 2:
+            groups.append((item, []))
+        elif not groups:
+            raise SystemExit(f"{item}: name a problem (dtype:layout:MxNxK) before its configs")
+        else:
+            groups[-1][1].append(item)
+    return groups
+
+
+def main(argv: list[str]) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("items", nargs="+", help="dtype:layout:MxNxK, then config names; repeat")
+    ap.add_argument("--out", type=Path, help="append the rows here (JSON lines)")
+    args = ap.parse_args(argv)
+
+    import cupy
+
+    from kgen.compile import CompilePool
+    from kgen.kernels.gemm_tc import torch_baseline
+    from kgen.kernels.gemm_wgmma import GemmWgmma
+    from kgen.measure.bench import l2_flusher, time_runs
+    from kgen.measure.launch import CupyKernel
+    from kgen.measure.verify import verify
+    from kgen.measurement import Timing
+    from kgen.problem import Target
+    from kgen.render import render
+
+    spec, target = GemmWgmma(), Target.detect(0)
+    flush, timing = l2_flusher(target.l2_bytes), Timing(runs=25)
+    cases = []          # (head, problem, [(name, config, future)])
+    with CompilePool(max(2, min(16, os.cpu_count() or 2))) as pool:
+        for head, names in _groups(args.items):
+            dtype, layout, shape = head.split(":")
+            m, n, k = (int(x) for x in shape.split("x"))
+            problem = spec.problem(m, n, k, dtype, layout)
+            space = spec.space(problem, target)
+            by_name = {c.name: c for c in space.configs()}
+            jobs = []
+            for name in names:
+                if name not in by_name:
+                    print(f"{head} {name}: not a valid config of this problem's space", flush=True)
+                    continue
+                jobs.append((name, by_name[name], pool.submit(render(spec, problem, by_name[name], target, space))))
+            cases.append((head, problem, jobs))
+        cases = [(head, problem, [(name, config, fut.result()) for name, config, fut in jobs])
+                 for head, problem, jobs in cases]
+    for head, problem, jobs in cases:
+        m, n, k = problem["m"], problem["n"], problem["k"]
+        ops = spec.inputs(problem, seed=1)
+        runs = {}
+        for name, config, result in jobs:
+            if result.failure is not None:
+                print(f"{head} {name}: does not compile ({result.failure.detail[:300]})", flush=True)
+                continue
+            binary = result.binary
+            kernel = CupyKernel(binary.cubin, binary.entry, binary.path)
+            check = verify(spec, problem, config, kernel, spec.inputs(problem, seed=2),
+                           spec.reference(problem, spec.inputs(problem, seed=2)))
+            if not check.ok:
+                print(f"{head} {name}: WRONG ({check.detail})", flush=True)
+                continue
+            runs[name] = (lambda kernel=kernel, config=config: spec.run(kernel, problem, config, ops))
+        cublas = torch_baseline(problem, ops)
+        if cublas is not None:
+            runs["cublas"] = cublas
+        times: dict[str, list[float]] = {name: [] for name in runs}
+        for _ in range(ROUNDS):
+            for name, run in runs.items():
+                times[name].append(statistics.median(time_runs(run, timing, flush)))
+        base = statistics.median(times["cublas"]) if "cublas" in times else None
+        for name, ts in times.items():
+            ms = statistics.median(ts)
+            row = {"problem": head, "config": name, "ms": ms, "rounds_ms": ts,
+                   "vs_cublas": base / ms if base else None, "tflops": 2e-9 * m * n * k / ms}
+            print(f"{head:28s} {name:48s} {ms:8.4f} ms {row['tflops']:6.1f} TFLOP/s"
+                  + (f"  x{row['vs_cublas']:.3f} cuBLAS" if base else ""), flush=True)
+            if args.out:
+                with args.out.open("a") as f:
+                    f.write(json.dumps(row) + "\n")
+        cupy.cuda.Device().synchronize()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
