@@ -224,10 +224,10 @@ def test_space_respects_shared_memory_registers_and_names(target):
 def test_default_config_and_launch(target):
     p = SPEC.problem(4096, 4096, 4096, "bfloat16", "NT")
     c = SPEC.default_config(p, target)
-    assert c.name == "gemm_wgmma_bf16_nt_256x128x64_s4_c2_g8"     # 4 waves of the largest tile
+    assert c.name == "gemm_wgmma_bf16_nt_256x128x64_s4_c2_g8_ts"     # 4 waves of the largest tile
     geo = SPEC.launch(p, c)
     assert geo.grid == (132, 1, 1) and geo.block == (384, 1, 1)
-    assert geo.shared_mem == 4 * (128 + 256) * 64 * 2 + 4 * 16 + 16 + 1024
+    assert geo.shared_mem == 4 * (128 + 256) * 64 * 2 + 8 * 2 * 2048 + 4 * 16 + 16 + 1024
     small = SPEC.problem(64, 64, 64, "float16", "NN")
     cs = SPEC.default_config(small, target)
     assert SPEC.space(small, target).is_valid(cs.as_dict())
@@ -669,8 +669,9 @@ def test_model_picks_are_one_config_per_tile_default_first(target):
         assert len(set(tiles)) == len(tiles) and not any((bn, bm) in tiles[:i] for i, (bm, bn) in enumerate(tiles))
         assert len(SPEC.model_picks(problem, target, 2)) == min(2, len(picks))
     picks = SPEC.model_picks(SPEC.problem(2048, 2048, 2048, "bfloat16", "NN"), target, 3)
-    assert [c.name for c in picks] == ["gemm_wgmma_bf16_nn_256x128x64_s4_c2_g1", "gemm_wgmma_bf16_nn_256x64x64_s5_c2_g1",
-                                       "gemm_wgmma_bf16_nn_128x128x64_s6_c2_g8"]
+    assert [c.name for c in picks] == ["gemm_wgmma_bf16_nn_256x128x64_s4_c2_g1_ts",
+                                       "gemm_wgmma_bf16_nn_256x64x64_s4_c2_g1_ts",     # TMA stores before a 5th stage
+                                       "gemm_wgmma_bf16_nn_128x128x64_s6_c2_g8_ts"]
 
 
 def test_split_k_is_offered_only_where_tiles_leave_sms_idle(target):
