@@ -1,4 +1,4 @@
-"""Named gemm_wgmma configs timed side by side on one problem, with cuBLAS, in one run.
+"""Named tensor-core GEMM configs timed side by side on one problem, with cuBLAS, in one run.
 
     python3 scripts/compare_configs.py bfloat16:NN:4096x4096x256 \\
         gemm_wgmma_bf16_nn_64x128x64_s5_c2_g8_pp gemm_wgmma_bf16_nn_64x128x64_s5_c2_g8_pp_ts ...
@@ -7,7 +7,8 @@ Each config is checked against the float64 reference on fresh inputs first (a wr
 reported, not timed), then timed as the tuner times (CUDA events, L2 flushed before each
 run, median). Several problems may be given, each followed by its configs. For the question
 "does this change of one parameter pay": the configs run in turns, so a drift of the card
-shows in all of them alike. ``--out FILE`` appends the rows as JSON lines.
+shows in all of them alike. ``--family`` picks the kernel family (default gemm_wgmma;
+gemm_mma for the portable one). ``--out FILE`` appends the rows as JSON lines.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ def _groups(items: list[str]) -> list[tuple[str, list[str]]]:
 def main(argv: list[str]) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("items", nargs="+", help="dtype:layout:MxNxK, then config names; repeat")
+    ap.add_argument("--family", default="gemm_wgmma", help="gemm_wgmma or gemm_mma")
     ap.add_argument("--out", type=Path, help="append the rows here (JSON lines)")
     args = ap.parse_args(argv)
 
@@ -46,15 +48,15 @@ def main(argv: list[str]) -> None:
 
     from kgen.compile import CompilePool
     from kgen.kernels.gemm_tc import torch_baseline
-    from kgen.kernels.gemm_wgmma import GemmWgmma
     from kgen.measure.bench import l2_flusher, time_runs
     from kgen.measure.launch import CupyKernel
     from kgen.measure.verify import verify
     from kgen.measurement import Timing
     from kgen.problem import Target
     from kgen.render import render
+    from kgen.spec import get_spec
 
-    spec, target = GemmWgmma(), Target.detect(0)
+    spec, target = get_spec(args.family), Target.detect(0)
     flush, timing = l2_flusher(target.l2_bytes), Timing(runs=25)
     cases = []          # (head, problem, [(name, config, future)])
     with CompilePool(max(2, min(16, os.cpu_count() or 2))) as pool:
@@ -99,7 +101,7 @@ def main(argv: list[str]) -> None:
         base = statistics.median(times["cublas"]) if "cublas" in times else None
         for name, ts in times.items():
             ms = statistics.median(ts)
-            row = {"problem": head, "config": name, "ms": ms, "rounds_ms": ts,
+            row = {"family": args.family, "problem": head, "config": name, "ms": ms, "rounds_ms": ts,
                    "vs_cublas": base / ms if base else None, "tflops": 2e-9 * m * n * k / ms}
             print(f"{head:28s} {name:48s} {ms:8.4f} ms {row['tflops']:6.1f} TFLOP/s"
                   + (f"  x{row['vs_cublas']:.3f} cuBLAS" if base else ""), flush=True)

@@ -55,7 +55,7 @@ if [ "$what" = record ]; then
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi
 if [ "$what" = ncu ]; then
-  metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sector_hit_rate.pct,sm__throughput.avg.pct_of_peak_sustained_elapsed,launch__grid_size,launch__block_size,sm__warps_active.avg.pct_of_peak_sustained_active
+  metrics=gpu__time_duration.sum,lts__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sector_hit_rate.pct,sm__throughput.avg.pct_of_peak_sustained_elapsed,launch__grid_size,launch__block_size,sm__warps_active.avg.pct_of_peak_sustained_active
   ncu --clock-control none --csv --page raw --metrics "$metrics" python3 scripts/profile_gemm.py "$@" \
     > "$OUT/ncu.csv" 2> "$OUT/ncu.log"
   [ $? = 0 ] || status=1
