@@ -169,6 +169,38 @@ def test_sass_of_tf32_configs_has_tf32_hgmma_and_cp_async_for_mn_major_operands(
     assert sass.count("FENCE.VIEW.ASYNC.S") == 1 + bool(copied)
 
 
+@pytest.mark.parametrize("layout", ("NN", "NT"))
+def test_sass_of_a_cluster_config_multicasts_b_and_arrives_remotely(target, layout):
+    problem = SPEC.problem(4096, 4096, 4096, "bfloat16", layout)
+    config, sass = _two_consumer_sass(target, problem, BM=128, BN=256, BK=64, STAGES=4, CONSUMERS=2, GM=8,
+                                      PINGPONG=0, TMA_STORE=1, CLUSTER=2)
+    assert config.name == f"gemm_wgmma_bf16_{layout.lower()}_128x256x64_s4_c2_g8_ts_x2"
+    loads = re.findall(r"UTMALDG\.2D[^;]*", sass)
+    multicast = [x for x in loads if "MULTICAST" in x]
+    # A: one plain load per stage; B: its 64-wide chunks (N-major) or this block's half box (K-major)
+    assert multicast and len(loads) - len(multicast) == 1, loads
+    assert "UCGABAR_ARV" in sass and "UCGABAR_WAIT" in sass        # cluster barriers at start and end
+    assert re.search(r"SYNCS\.ARRIVE\.TRANS64\.RED\.A1T0\.ALIGN|SYNCS\.ARRIVE[^;]*\.RED", sass)  # remote arrive
+
+
+def test_cluster_configs_launch_whole_clusters_and_split_the_b_box(target, recorded_maps):
+    m, n, k = 1100, 520, 776
+    p = SPEC.problem(m, n, k, "bfloat16", "NT")
+    space = SPEC.space(p, target)
+    c = space.config(BM=128, BN=256, BK=64, STAGES=4, CONSUMERS=2, GM=1, PINGPONG=0, CLUSTER=2)
+    # 9 block rows: 5 pairs (the last one's second tile past M) x 3 columns
+    assert SPEC.launch(p, c).grid == (30, 1, 1)
+    big = SPEC.problem(4096, 4096, 4096, "bfloat16", "NT")
+    cb = SPEC.space(big, target).config(**dict(c.as_dict(), GM=8))
+    assert SPEC.launch(big, cb).grid == (132, 1, 1)
+    SPEC.args(p, c, {"a": _FakeArray(0x10000, (m, k), (k, 1)), "b": _FakeArray(0x20000, (k, n), (1, k)),
+                     "c": _FakeArray(0x30000, (m, n), (n, 1))})
+    bmap = next(x for x in recorded_maps if x["ptr"] == 0x20000)
+    assert bmap["box"] == (64, 128)            # each block of the pair loads half of the 256 rows
+    one_row = SPEC.problem(100, 4096, 4096, "bfloat16", "NT")
+    assert not any(x["CLUSTER"] == 2 for x in SPEC.space(one_row, target).configs() if x["BM"] >= 128)
+
+
 def test_sass_of_a_ping_pong_config(target):
     problem = SPEC.problem(4096, 4096, 4096, "float16", "TN", epilogue="bias_gelu")
     config, sass = _two_consumer_sass(target, problem, BM=128, BN=128, BK=64, STAGES=6, CONSUMERS=2, GM=8,
@@ -211,14 +243,16 @@ def test_space_respects_shared_memory_registers_and_names(target):
                 <= target.smem_per_block_optin
             assert v["RPC"] in (64, 128) and v["BN"] // 2 * v["SLABS"] <= 168
             assert re.fullmatch(rf"gemm_wgmma_{SHORT[dtype]}_(nn|nt|tn|tt)_\d+x\d+x{block_k(dtype)}"
-                                r"_s\d+_c[12]_g[18](_pp)?(_k[248])?(_ts)?", c.name)
-            assert c.name.endswith("_pp") == bool(v["PINGPONG"]) or c.name.endswith("_pp_ts")
-            assert c.name.endswith("_ts") == bool(v["TMA_STORE"])
+                                r"_s\d+_c[12]_g[18](_pp)?(_k[248])?(_ts)?(_x2)?", c.name)
+            assert ("_pp" in c.name) == bool(v["PINGPONG"]) and ("_ts" in c.name) == bool(v["TMA_STORE"])
+            assert c.name.endswith("_x2") == (v["CLUSTER"] == 2)
             if v["PINGPONG"]:
                 assert v["CONSUMERS"] == 2 and v["RPC"] == v["BM"]
         assert len({c.name for c in configs}) == len(configs)
         assert any(c["PINGPONG"] for c in configs) and not all(c["PINGPONG"] for c in configs)
         assert any(c["TMA_STORE"] for c in configs) and not all(c["TMA_STORE"] for c in configs)
+        # B copied in by cp.async (tf32, B row-major) cannot be multicast
+        assert any(c["CLUSTER"] == 2 for c in configs) == (dtype != "float32" or layout[1] == "T")
 
 
 def test_default_config_and_launch(target):
@@ -539,6 +573,28 @@ def _store_jobs(target):
     return jobs
 
 
+CLUSTER_SHAPES = [(1100, 520, 776), (136, 1000, 2056)]   # odd block-row counts: a pair's tile past M
+
+
+def _cluster_jobs(target):
+    """Cluster configs (cooperative, ping-pong, split-K where offered) per shape x layout."""
+    jobs = {}
+    for i, (shape, layout) in enumerate((s, l) for s in CLUSTER_SHAPES for l in LAYOUTS):
+        rng = random.Random(4000 + i)
+        dtype = ("bfloat16", "float16")[i % 2]
+        problem = SPEC.problem(*shape, dtype, layout, out_dtype=rng.choice(allowed_outputs(dtype)),
+                               epilogue=rng.choice(EPILOGUES))
+        if not SPEC.supports(problem, target):
+            continue
+        paired = [c for c in SPEC.space(problem, target).configs() if c["CLUSTER"] == 2]
+        picks = [rng.choice(group) for group in ([c for c in paired if c["PINGPONG"]],
+                                                 [c for c in paired if c["SPLITK"] > 1],
+                                                 [c for c in paired if not c["PINGPONG"] and c["SPLITK"] == 1])
+                 if group]
+        jobs[("cluster", shape, layout)] = (problem, picks)
+    return jobs
+
+
 @pytest.fixture(scope="module")
 def gpu():
     """(target, jobs, kernels): every GPU job compiled in a pool, kernels loaded on demand."""
@@ -546,7 +602,7 @@ def gpu():
 
     target = Target.detect(0)
     jobs = {**_odd_jobs(target), **_edge_jobs(target), **_alpha_beta_jobs(target), **_splitk_jobs(target),
-            **_store_jobs(target)}
+            **_store_jobs(target), **_cluster_jobs(target)}
     for dtype, layout in (("bfloat16", "NT"), ("float32", "NN")):
         big = SPEC.problem(4096, 4096, 4096, dtype, layout)
         jobs[("big", dtype)] = (big, [SPEC.default_config(big, target)])
@@ -634,6 +690,17 @@ def test_gpu_alpha_beta_reads_c(gpu, dtype):
 @pytest.mark.parametrize("shape", STORE_SHAPES)
 def test_gpu_tma_store_configs_write_c_by_tma_or_from_registers(gpu, shape, out):
     _verify_all(gpu, ("store", shape, out))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", CLUSTER_SHAPES)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_gpu_cluster_configs_share_b_and_are_correct(gpu, shape, layout):
+    """Twice each, on fresh inputs: a stage refilled too early would show on the second pass."""
+    problem, configs = _job_or_skip(gpu, ("cluster", shape, layout))
+    assert configs and all(c["CLUSTER"] == 2 for c in configs)
+    for launch in range(2):
+        _verify_all(gpu, ("cluster", shape, layout), first_seed=20 * launch)
 
 
 @pytest.mark.gpu

@@ -118,6 +118,7 @@ class GemmWgmma(TensorCoreGemm):
         short = {"bfloat16": "bf16", "float16": "f16", "float32": "tf32"}[dtype]
         m, n, k = problem["m"], problem["n"], problem["k"]
         bk = block_k(dtype)
+        cp_b = copied_transposed(dtype, layout)[1]
 
         def rpc(v):   # rows of the tile one consumer warpgroup owns
             return v["BM"] if v["PINGPONG"] else v["BM"] // v["CONSUMERS"]
@@ -132,6 +133,7 @@ class GemmWgmma(TensorCoreGemm):
             Param("PINGPONG", (0, 1)),
             Param("SPLITK", SPLITS, default=1),
             Param("TMA_STORE", (0, 1), default=0),
+            Param("CLUSTER", (1, 2), default=1),
         ]
         constraints = [
             Constraint("block tile fits the problem",
@@ -147,8 +149,10 @@ class GemmWgmma(TensorCoreGemm):
                        ("BM", "CONSUMERS", "PINGPONG")),
             Constraint("accumulators fit in registers", lambda v: v["BN"] // 2 * (rpc(v) // 64) <= MAX_ACC_FLOATS,
                        ("BM", "BN", "CONSUMERS", "PINGPONG")),
-            Constraint("grouping only with several block rows",
-                       lambda v: v["GM"] == 1 or v["GM"] < _ceil_div(m, v["BM"]), ("BM", "GM")),
+            Constraint("grouping only with several block rows (of pairs, in clusters)",
+                       lambda v: v["GM"] == 1 or v["GM"] < _ceil_div(m, v["BM"] * v["CLUSTER"]), ("BM", "GM", "CLUSTER")),
+            Constraint("a cluster pairs two block rows and multicasts B, which TMA must load",
+                       lambda v: v["CLUSTER"] == 1 or (_ceil_div(m, v["BM"]) >= 2 and not cp_b), ("BM", "CLUSTER")),
             Constraint("split-K only while the tiles leave SMs idle, two k-blocks a part at least",
                        lambda v: v["SPLITK"] == 1 or splitk_useful(m, n, k, v["BM"], v["BN"], v["SPLITK"],
                                                                     target.sm_count, bk),
@@ -164,7 +168,7 @@ class GemmWgmma(TensorCoreGemm):
         def namer(v):
             return (f"gemm_wgmma_{short}_{layout.lower()}_{v['BM']}x{v['BN']}x{v['BK']}"
                     f"_s{v['STAGES']}_c{v['CONSUMERS']}_g{v['GM']}" + ("_pp" if v["PINGPONG"] else "")
-                    + (f"_k{v['SPLITK']}" if v["SPLITK"] > 1 else "") + ("_ts" if v["TMA_STORE"] else ""))
+                    + (f"_k{v['SPLITK']}" if v["SPLITK"] > 1 else "") + ("_ts" if v["TMA_STORE"] else "") + (f"_x{v['CLUSTER']}" if v["CLUSTER"] > 1 else ""))
 
         return Space(params, constraints, derived, namer)
 
@@ -209,9 +213,10 @@ class GemmWgmma(TensorCoreGemm):
 
     # ---- launch -----------------------------------------------------------------------
     def launch(self, problem: Problem, config: Config) -> Launch:
-        bm, bn = config["BM"], config["BN"]
-        units = _ceil_div(problem["m"], bm) * _ceil_div(problem["n"], bn) * config.get("SPLITK", 1)
-        grid = max(1, min(units, self.sm_count))
+        bm, bn, cluster = config["BM"], config["BN"], config.get("CLUSTER", 1)
+        units = (_ceil_div(_ceil_div(problem["m"], bm), cluster) * _ceil_div(problem["n"], bn)
+                 * config.get("SPLITK", 1))
+        grid = cluster * max(1, min(units, self.sm_count // cluster))   # whole clusters
         return Launch((grid, 1, 1), (128 * (config["CONSUMERS"] + 1), 1, 1),
                       smem_bytes(bm, bn, config["STAGES"], config["CONSUMERS"], config.get("TMA_STORE", 0)))
 
@@ -228,8 +233,9 @@ class GemmWgmma(TensorCoreGemm):
             a_map = ((m, k), _ld(a.strides[1], k, m), (64, bk))
         if layout[1] == "N":      # row-major K x N: N contiguous, boxes of 64 n x 64 k
             b_map = ((n, k), _ld(b.strides[0], k, n), (64, bk))
-        else:                     # stored N x K: K contiguous, one box of BK k x BN rows
-            b_map = ((k, n), _ld(b.strides[1], n, k), (bk, config["BN"]))
+        else:                     # stored N x K: K contiguous, one box of BK k x BN rows (each block
+            # of a cluster loads BN / CLUSTER of them and multicasts them)
+            b_map = ((k, n), _ld(b.strides[1], n, k), (bk, config["BN"] // config.get("CLUSTER", 1)))
         copied = copied_transposed(dtype, layout)
         return tuple(_EMPTY_MAP if cp else tma.encode_tiled(x.ptr, dtype, dims, ld * size, box, SWIZZLE)
                      for cp, x, (dims, ld, box) in zip(copied, (a, b), (a_map, b_map)))
