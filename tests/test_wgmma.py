@@ -180,6 +180,8 @@ def test_sass_of_a_cluster_config_multicasts_b_and_arrives_remotely(target, layo
     # A: one plain load per stage; B: its 64-wide chunks (N-major) or this block's half box (K-major)
     assert multicast and len(loads) - len(multicast) == 1, loads
     assert "UCGABAR_ARV" in sass and "UCGABAR_WAIT" in sass        # cluster barriers at start and end
+    # only those two barriers fence GPU-wide: freeing a stage in the other block must not
+    assert sass.count("MEMBAR.ALL.GPU") == 2
     assert re.search(r"SYNCS\.ARRIVE\.TRANS64\.RED\.A1T0\.ALIGN|SYNCS\.ARRIVE[^;]*\.RED", sass)  # remote arrive
 
 
