@@ -12,6 +12,8 @@
 #                                        #   SET (simt, mma, wgmma; N=0: all) -> $OUT/h200_gemm_SET.jsonl.gz
 #   scripts/gpu_check.sh ncu CASES       # Nsight Compute counters of gemm_wgmma configs and cuBLAS on the
 #                                        #   same problems (CASES: see scripts/profile_gemm.py) -> $OUT/ncu.csv
+#   scripts/gpu_check.sh compare ARGS    # named configs timed side by side with cuBLAS (ARGS: see
+#                                        #   scripts/compare_configs.py) -> $OUT/compare.jsonl
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu_out}
@@ -60,5 +62,9 @@ if [ "$what" = ncu ]; then
     > "$OUT/ncu.csv" 2> "$OUT/ncu.log"
   [ $? = 0 ] || status=1
   grep -v '^==PROF==' "$OUT/ncu.csv" | cut -c1-400 | tail -n 40
+fi
+if [ "$what" = compare ]; then
+  python3 scripts/compare_configs.py --out "$OUT/compare.jsonl" "$@" 2>&1 | tee "$OUT/compare.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi
 exit $status
