@@ -118,6 +118,10 @@ class Knobs:
                             "ridge penalty of that model (larger: estimates stay nearer the mean)")
     search_locality = _EnvKnob("KGEN_SEARCH_LOCALITY", float, lambda: 0.1,
                                "log-time the model trades per unit of distance from the best config")
+    search_prior_weight = _EnvKnob("KGEN_SEARCH_PRIOR_WEIGHT", float, lambda: 0.1,
+                                   "in a warm start, the weight of the nearest tuned problem's model of "
+                                   "the log time against the distance, until this tune's own model "
+                                   "takes over (0: distance alone)")
 
     @classmethod
     def describe(cls) -> list[tuple[str, str, str]]:

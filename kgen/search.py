@@ -131,6 +131,7 @@ class Tuner:
         self._queue: list[dict] = []
         self._allowed = runner.measurable(problem.key)
         self._worst_ms = 1.0
+        self._prior: AdditiveModel | None | bool = False    # False: not looked up yet
 
     # ---- study set-up -------------------------------------------------------------------
     def _valid_configs(self) -> list[Config]:
@@ -203,7 +204,9 @@ class Tuner:
                 break
         return out
 
-    def _nearest_bests(self, policy: str, neighbours: int) -> list[dict]:
+    def _nearest_problems(self, policy: str) -> list[str]:
+        """Keys of the tuned problems of this family (under ``policy``), nearest first; this
+        problem's own key among them (tuned on another device, it is the nearest)."""
         shape, cc = tuple(self.spec.shape_params), f"{self.target.cc[0]}.{self.target.cc[1]}"
         keys = self.db.problems(self.spec.family, self.target.name, self.digest, policy=policy, cc=cc)
         ranked = []
@@ -215,8 +218,32 @@ class Tuner:
             d = self.problem.distance(other, shape)
             if d != float("inf"):
                 ranked.append((d, key))
+        return [key for _, key in sorted(ranked)]
+
+    def _neighbour_prior(self) -> AdditiveModel | None:
+        """The additive model fitted to the nearest tuned problem's measurements on this
+        device and template (at least ``search_model_after`` of them): a warm start's estimate
+        of this problem's times until its own trials can fit one. None without such a problem.
+        Measured (scripts/bench_search.py, 20 seeds, kgen+warm after a 50-trial kgen tune of
+        the neighbour): at weight 0.1, wgmma 1000^3 reached 99 % in 4 trials instead of 7 and
+        mma 128x4096x4096 95 % in 16 instead of 17, no space later; at 0.3 and 1, mma 1000^3
+        took 85-86 instead of 18 (its one config within 95 % lies where the neighbour's model
+        points away), though 1 took mma 128x4096x4096 to 8."""
+        if self._prior is False:
+            self._prior = None
+            if self.warm_start and self.sampler_name == "kgen" and knobs.search_prior_weight > 0:
+                for key in [k for k in self._nearest_problems("device") if k != self.problem.key][:1]:
+                    ok = [(self.space.complete(dict(r.measurement.config)), r.measurement.time_ms)
+                          for r in self.db.records(self.spec.family, key, self.target.name, self.digest)
+                          if r.measurement.ok]
+                    if len(ok) >= knobs.search_model_after:
+                        self._prior = AdditiveModel(self.space, knobs.search_ridge).fit(ok)
+        return self._prior
+
+    def _nearest_bests(self, policy: str, neighbours: int) -> list[dict]:
+        cc = f"{self.target.cc[0]}.{self.target.cc[1]}"
         out = []
-        for _, key in sorted(ranked):
+        for key in self._nearest_problems(policy):
             best = self.db.best(self.spec.family, key, self.target.name, self.digest, policy=policy, cc=cc)
             if best is not None and best.measurement.config_name not in self.known:
                 out.append(dict(best.measurement.config))
@@ -247,7 +274,9 @@ class Tuner:
     def _local_step(self, in_flight: set[str]) -> dict | None:
         """The kgen sampler's move. Until ``search_model_after`` configs have run: the
         unmeasured config nearest the best so far (ties broken at random), since good GEMM
-        configs sit together. From then on: the lowest of the additive model's estimate
+        configs sit together; in a warm start, that distance plus ``search_prior_weight`` times
+        the estimate of a model fitted to the nearest tuned problem's measurements
+        (``_neighbour_prior``). From then on: the lowest of the additive model's estimate
         (kgen/search_model.py) plus ``search_locality`` times the distance from the best, so
         that what the measurements taught about each parameter value steers the walk.
         Measured on the recorded spaces (scripts/bench_search.py, 20 seeds), the model took
@@ -265,13 +294,16 @@ class Tuner:
             return None
         ok = [(m.config, m.time_ms) for m in self.known.values() if m.ok]
         model = AdditiveModel(self.space, knobs.search_ridge).fit(ok) if len(ok) >= knobs.search_model_after else None
+        prior = self._neighbour_prior() if model is None else None
         locality = knobs.search_locality
 
         def score(c: Config) -> tuple:
             distance = config_distance(self.space, best.config, c.as_dict())
-            if model is None:
-                return distance, self.rng.random()
-            return model.predict(c.as_dict()) + locality * distance, self.rng.random()
+            if model is not None:
+                return model.predict(c.as_dict()) + locality * distance, self.rng.random()
+            if prior is not None:
+                return knobs.search_prior_weight * prior.predict(c.as_dict()) + locality * distance, self.rng.random()
+            return distance, self.rng.random()
 
         return min(fresh, key=score).as_dict()
 

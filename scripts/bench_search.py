@@ -9,6 +9,10 @@ in scripts/results/<machine>/bench_search.json.
 
     python scripts/bench_search.py --recording tests/data/h200_gemm_f32_simt.jsonl.gz --seeds 20
 
+kgen+warm: the nearest other problem of the recording is tuned first (kgen, WARM_TRIALS
+trials, the same seed) into the same database; the tune then warm-starts from it (its best
+configs first, and its measurements estimate this problem's times until its own can).
+
 Note: a recording made by tunes holds the configs those tunes visited, not the whole space;
 the numbers say how strategies do within it. Whole-space recordings come from
 `kgen tune ... --sampler exhaustive` on the GPU, exported with `kgen db export`.
@@ -31,6 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 CHECKPOINTS = (10, 25, 50, 100, 200)
+WARM_TRIALS = 50      # kgen+warm: trials of the neighbouring problem's tune, half the CLI's default
 
 
 def _median_time(m) -> float:
@@ -58,38 +63,34 @@ def first_reaching(traj: list[float], level: float) -> int | None:
 
 
 def run_strategy(spec, problem, target, recording, strategy: str, seed: int, budget: int,
-                 warm_from=None) -> list[float]:
-    """One replayed tune; ``warm_from``: a neighbouring problem's best measurement, stored in
-    the tune's database beforehand so that the tune warm-starts from it."""
+                 warm_from=None, warm_trials: int = WARM_TRIALS) -> list[float]:
+    """One replayed tune; ``warm_from``: a neighbouring problem, tuned first (kgen, ``warm_trials``
+    trials, the same seed) into the tune's database, so that the tune warm-starts from it."""
     from kgen.db import MemoryStore
-    from kgen.measurement import Provenance, Record
+    from kgen.problem import Problem
     from kgen.runners import ReplayRunner
     from kgen.search import tune
 
     db = MemoryStore()
-    if warm_from is not None:
-        cc = f"{target.cc[0]}.{target.cc[1]}"
-        db.commit([Record(spec.family, warm_from, Provenance(device=target.name, cc=cc,
-                                                              template_digest=spec.template_digest()))])
     runner = ReplayRunner(recording, seed=seed)
     with runner:
+        if warm_from is not None:
+            tune(spec, Problem.from_key(warm_from), target, runner, db, trials=warm_trials, sampler="kgen",
+                 seed=seed, warm_start=False)
         result = tune(spec, problem, target, runner, db, trials=budget, sampler=strategy, seed=seed,
                       warm_start=warm_from is not None)
     recorded = {name: _median_time(m) for (key, name), m in recording.entries.items() if key == problem.key and m.ok}
     return trajectory(result, min(recorded.values()), recorded)
 
 
-def neighbours_best(recording, problem, spec):
-    """The best recorded measurement of the nearest other problem of the recording."""
+def nearest_problem(recording, problem, spec) -> str | None:
+    """The key of the nearest other problem of the recording (None: there is none)."""
     from kgen.problem import Problem
 
     others = sorted((problem.distance(Problem.from_key(k), tuple(spec.shape_params)), k)
                     for k in recording.problems() if k != problem.key)
     others = [k for d, k in others if d != float("inf")]
-    if not others:
-        return None
-    ok = [m for (k, _), m in recording.entries.items() if k == others[0] and m.ok]
-    return min(ok, key=_median_time) if ok else None
+    return others[0] if others else None
 
 
 def summarize(space: str, strategy: str, trajectories: list[list[float]]) -> dict:
@@ -127,7 +128,7 @@ def one_tune(spec, problem, target, recording, strategy: str, seed: int, budget:
 
         return kt_trajectory(recording, problem.key, strategy[3:], seed, budget, workdir)
     if strategy == "kgen+warm":
-        warm = neighbours_best(recording, problem, spec)
+        warm = nearest_problem(recording, problem, spec)
         if warm is None:
             raise ValueError("no other problem of this family in the recording")
         return run_strategy(spec, problem, target, recording, "kgen", seed, budget, warm_from=warm)

@@ -210,6 +210,39 @@ def test_kgen_sampler_steps_to_the_nearest_unmeasured_config_at_first(recording)
     assert result.measured == 4
 
 
+@pytest.mark.parametrize("weight", ["0.1", "0"])
+def test_a_warm_start_walks_by_the_neighbours_model_until_its_own_takes_over(recording, monkeypatch, weight):
+    from kgen.knobs import knobs
+    from kgen.search import Tuner, config_distance
+    from kgen.search_model import AdditiveModel
+
+    monkeypatch.setenv("KGEN_SEARCH_PRIOR_WEIGHT", weight)
+    db = MemoryStore()
+    run(recording, db, problem=NEAR, trials=30, sampler="kgen", warm_start=False)
+    near_ok = [(r.measurement.config, r.measurement.time_ms) for r in stored(db, NEAR) if r.measurement.ok]
+    tuner = Tuner(SPEC, P, TARGET, ReplayRunner(recording), db, sampler="kgen", seed=0)
+    tuner.run(3)
+    assert sum(m.ok for m in tuner.known.values()) < knobs.search_model_after
+    best = tuner.best()
+    fresh = [c.as_dict() for c in tuner._candidates() if c.name not in tuner.known]
+    step = tuner._local_step(set())
+    distance = {id(v): config_distance(tuner.space, best.config, v) for v in fresh}
+    if weight == "0":      # no prior: the nearest unmeasured config
+        assert tuner._neighbour_prior() is None
+        assert config_distance(tuner.space, best.config, step) == min(distance.values())
+        return
+    prior = AdditiveModel(tuner.space, knobs.search_ridge).fit(near_ok)
+    assert tuner._neighbour_prior().predict(step) == pytest.approx(prior.predict(step))
+
+    def score(v):
+        return 0.1 * prior.predict(v) + knobs.search_locality * config_distance(tuner.space, best.config, v)
+
+    assert score(step) == pytest.approx(min(score(v) for v in fresh))
+    assert config_distance(tuner.space, best.config, step) > min(distance.values())   # the prior chose
+    cold = Tuner(SPEC, P, TARGET, ReplayRunner(recording), MemoryStore(), sampler="kgen", seed=0, warm_start=False)
+    assert cold._neighbour_prior() is None          # nothing tuned nearby, or no warm start: no prior
+
+
 def test_kgen_sampler_follows_the_model_once_trials_teach_it(recording):
     from kgen.knobs import knobs
     from kgen.search import Tuner, config_distance
