@@ -131,7 +131,7 @@ class Tuner:
         self._queue: list[dict] = []
         self._allowed = runner.measurable(problem.key)
         self._worst_ms = 1.0
-        self._prior: AdditiveModel | None | bool = False    # False: not looked up yet
+        self._prior: AdditiveModel | None | bool = False    # the neighbour's model; False: not looked up yet
 
     # ---- study set-up -------------------------------------------------------------------
     def _valid_configs(self) -> list[Config]:
@@ -226,7 +226,7 @@ class Tuner:
         of this problem's times until its own trials can fit one. None without such a problem.
         Measured (scripts/bench_search.py, 20 seeds, kgen+warm after a 50-trial kgen tune of
         the neighbour): at weight 0.1, wgmma 1000^3 reached 99 % in 4 trials instead of 7 and
-        mma 128x4096x4096 95 % in 16 instead of 17, no space later; at 0.3 and 1, mma 1000^3
+        mma 128x4096x4096 95 % in 16 instead of 17, and no space took more; at 0.3 and 1, mma 1000^3
         took 85-86 instead of 18 (its one config within 95 % lies where the neighbour's model
         points away), though 1 took mma 128x4096x4096 to 8."""
         if self._prior is False:
