@@ -231,7 +231,7 @@ class Tuner:
         points away), though 1 took mma 128x4096x4096 to 8."""
         if self._prior is False:
             self._prior = None
-            if self.warm_start and self.sampler_name == "kgen" and knobs.search_prior_weight > 0:
+            if self.warm_start and knobs.search_prior_weight > 0:     # (only the kgen sampler asks)
                 for key in [k for k in self._nearest_problems("device") if k != self.problem.key][:1]:
                     ok = [(self.space.complete(dict(r.measurement.config)), r.measurement.time_ms)
                           for r in self.db.records(self.spec.family, key, self.target.name, self.digest)

@@ -252,11 +252,11 @@ class GemmWgmma(TensorCoreGemm):
             return _EMPTY_MAP, np.int32(0)
         out, m, n = problem["out_dtype"], problem["m"], problem["n"]
         size = ELEMENT_BYTES[out]
-        dims, row_bytes = (n, m), _ld(ldc, m, n) * size
-        box = (SWIZZLE // size, STORE_ROWS)
-        if tma.tma_rejects(c_ptr, out, dims, row_bytes, box, SWIZZLE):
+        try:      # encode_tiled looks in its cache first, and checks TMA's rules on a miss
+            return tma.encode_tiled(c_ptr, out, (n, m), _ld(ldc, m, n) * size, (SWIZZLE // size, STORE_ROWS),
+                                    SWIZZLE), np.int32(1)
+        except tma.TmaError:
             return _EMPTY_MAP, np.int32(0)
-        return tma.encode_tiled(c_ptr, out, dims, row_bytes, box, SWIZZLE), np.int32(1)
 
     def arg_builder(self, problem: Problem, config: Config, lds: tuple):
         """(a, b, c, bias pointers, alpha, beta) -> arguments; tensor maps come from kgen.tma's
