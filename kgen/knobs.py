@@ -22,6 +22,13 @@ def _parse_bool(text: str) -> bool:
     return text.strip().lower() in {"1", "true", "yes", "on"}
 
 
+def _parse_flush_style(text: str) -> str:
+    style = text.strip().lower()
+    if style not in ("read", "write"):
+        raise ValueError("expected read or write")
+    return style
+
+
 def _parse_policy(text: str) -> str:
     policy = text.strip().lower()
     if policy not in ("device", "arch", "any"):
@@ -90,8 +97,16 @@ class Knobs:
     bench_runs = _EnvKnob("KGEN_BENCH_RUNS", int, lambda: 25, "timed runs; the median is kept (>= 20)")
     bench_min_ms = _EnvKnob("KGEN_BENCH_MIN_MS", float, lambda: 0.0,
                             "keep timing past bench_runs until this many ms were timed")
+    bench_hold = _EnvKnob("KGEN_BENCH_HOLD", _parse_bool, lambda: True,
+                          "hold the GPU (a kernel waiting on a host flag) until each timed run is queued, "
+                          "so the host's cost of a launch never shows in its time")
     l2_flush = _EnvKnob("KGEN_L2_FLUSH", _parse_bool, lambda: True,
-                        "overwrite a buffer twice the L2 size before each timed run")
+                        "evict the L2 before each timed run (a sweep of a buffer twice its size)")
+    l2_flush_style = _EnvKnob("KGEN_L2_FLUSH_STYLE", _parse_flush_style, lambda: "read",
+                              "how the sweep evicts: read (the L2 is left holding clean lines) or write "
+                              "(fill the buffer: the L2 is left full of dirty lines, which the timed "
+                              "kernel pays to write back as it evicts them: 8 us more for a plain "
+                              "read of 128 MB on the H200, scripts/results/nvidia-h200/bench_flush.json)")
     strict = _EnvKnob("KGEN_STRICT", _parse_bool, lambda: False,
                       "dispatch raises instead of compiling or falling back to an untuned config")
     record_host = _EnvKnob("KGEN_RECORD_HOST", _parse_bool, lambda: False,

@@ -28,6 +28,7 @@ warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning
 from kgen.compile import CompilePool, CompileResult
 from kgen.errors import KgenError, TemplateError
 from kgen.knobs import knobs
+from kgen.measure.bench import l2_label
 from kgen.measure.task import MeasureTask
 from kgen.measurement import Measurement, Record, Timing
 from kgen.problem import Problem, Target
@@ -121,7 +122,7 @@ class Tuner:
         self.pool = pool
         self.warm_start = warm_start
         self.timing = timing or Timing(warmup=knobs.bench_warmup, runs=max(20, knobs.bench_runs),
-                                       l2="flushed" if knobs.l2_flush else "warm")
+                                       l2=l2_label())
         self.space = spec.space(problem, target)
         self.digest = spec.template_digest()
         self.provenance = provenance_for(target, self.digest)

@@ -260,7 +260,7 @@ def main() -> None:
     import kgen  # noqa: F401
     from kgen.db import SqlStore, write_jsonl
     from kgen.kernels.gemm_route import gemm_request
-    from kgen.measure.bench import l2_flusher
+    from kgen.measure.bench import l2_flusher, l2_label
     from kgen.measurement import Timing
     from kgen.problem import Target
     from kgen.runners import LocalGPURunner
@@ -301,10 +301,10 @@ def main() -> None:
     run = {"commit": args.commit or _commit(),
            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "suite": args.suite, "nvrtc": target.nvrtc_version, "driver": target.driver_version,
-           "timing": timing.as_dict(), "copy_bytes_per_s": COPY_BYTES_PER_S,
+           "timing": timing.as_dict(), "l2": l2_label(), "copy_bytes_per_s": COPY_BYTES_PER_S,
            "geomean_ratio_vs_cublas": statistics.geometric_mean(ratios) if ratios else None}
     for row in rows:
-        row.update(commit=run["commit"], date=run["date"], suite=args.suite)
+        row.update(commit=run["commit"], date=run["date"], suite=args.suite, l2=run["l2"])
     out.write_text(json.dumps(_merged(out, target.name, run, rows) if args.merge else
                               {"device": target.name, **run, "rows": rows}, indent=1) + "\n")
     print(f"wrote {out}")

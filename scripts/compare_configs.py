@@ -37,30 +37,22 @@ def _groups(items: list[str]) -> list[tuple[str, list[str]]]:
     return groups
 
 
-def main(argv: list[str]) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("items", nargs="+", help="dtype:layout:MxNxK, then config names; repeat")
-    ap.add_argument("--family", default="gemm_wgmma", help="gemm_wgmma or gemm_mma")
-    ap.add_argument("--out", type=Path, help="append the rows here (JSON lines)")
-    args = ap.parse_args(argv)
-
-    import cupy
-
+def checked_runs(family: str, items: list[str]) -> list[tuple[str, object, dict]]:
+    """For each problem of ``items`` (dtype:layout:MxNxK, then config names): the problem and
+    a launcher for each named config that compiles and passes the check against float64 on
+    fresh inputs (the others are reported), and cuBLAS's, all on the same timing inputs."""
     from kgen.compile import CompilePool
     from kgen.kernels.gemm_tc import torch_baseline
-    from kgen.measure.bench import l2_flusher, time_runs
     from kgen.measure.launch import CupyKernel
     from kgen.measure.verify import verify
-    from kgen.measurement import Timing
     from kgen.problem import Target
     from kgen.render import render
     from kgen.spec import get_spec
 
-    spec, target = get_spec(args.family), Target.detect(0)
-    flush, timing = l2_flusher(target.l2_bytes), Timing(runs=25)
+    spec, target = get_spec(family), Target.detect(0)
     cases = []          # (head, problem, [(name, config, future)])
     with CompilePool(max(2, min(16, os.cpu_count() or 2))) as pool:
-        for head, names in _groups(args.items):
+        for head, names in _groups(items):
             dtype, layout, shape = head.split(":")
             m, n, k = (int(x) for x in shape.split("x"))
             problem = spec.problem(m, n, k, dtype, layout)
@@ -75,8 +67,8 @@ def main(argv: list[str]) -> None:
             cases.append((head, problem, jobs))
         cases = [(head, problem, [(name, config, fut.result()) for name, config, fut in jobs])
                  for head, problem, jobs in cases]
+    checked = []
     for head, problem, jobs in cases:
-        m, n, k = problem["m"], problem["n"], problem["k"]
         ops = spec.inputs(problem, seed=1)
         check_ops = spec.inputs(problem, seed=2)          # fresh inputs for the check, and their
         expected = spec.reference(problem, check_ops)     # reference, once for every config
@@ -91,14 +83,45 @@ def main(argv: list[str]) -> None:
             if not check.ok:
                 print(f"{head} {name}: WRONG ({check.detail})", flush=True)
                 continue
-            runs[name] = (lambda kernel=kernel, config=config: spec.run(kernel, problem, config, ops))
+            runs[name] = (lambda kernel=kernel, config=config, problem=problem, ops=ops:
+                          spec.run(kernel, problem, config, ops))
         cublas = torch_baseline(problem, ops)
         if cublas is not None:
             runs["cublas"] = cublas
-        times: dict[str, list[float]] = {name: [] for name in runs}
-        for _ in range(ROUNDS):
-            for name, run in runs.items():
-                times[name].append(statistics.median(time_runs(run, timing, flush)))
+        checked.append((head, problem, runs))
+    return checked
+
+
+def in_turns(runs: dict, flush, rounds: int = ROUNDS, hold: bool | None = None) -> dict[str, list[float]]:
+    """Each run's median time (ms) in each of ``rounds`` rounds, the runs taking turns
+    (``hold``: see kgen.measure.bench.time_runs)."""
+    from kgen.measure.bench import time_runs
+    from kgen.measurement import Timing
+
+    timing = Timing(runs=25)
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, run in runs.items():
+            times[name].append(statistics.median(time_runs(run, timing, flush, hold=hold)))
+    return times
+
+
+def main(argv: list[str]) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("items", nargs="+", help="dtype:layout:MxNxK, then config names; repeat")
+    ap.add_argument("--family", default="gemm_wgmma", help="gemm_wgmma or gemm_mma")
+    ap.add_argument("--out", type=Path, help="append the rows here (JSON lines)")
+    args = ap.parse_args(argv)
+
+    import cupy
+
+    from kgen.measure.bench import l2_flusher
+    from kgen.problem import Target
+
+    flush = l2_flusher(Target.detect(0).l2_bytes)
+    for head, problem, runs in checked_runs(args.family, args.items):
+        m, n, k = problem["m"], problem["n"], problem["k"]
+        times = in_turns(runs, flush)
         base = statistics.median(times["cublas"]) if "cublas" in times else None
         for name, ts in times.items():
             ms = statistics.median(ts)

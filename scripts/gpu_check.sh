@@ -12,6 +12,8 @@
 #                                        #   SET (simt, mma, wgmma; N=0: all) -> $OUT/h200_gemm_SET.jsonl.gz
 #   scripts/gpu_check.sh ncu CASES       # Nsight Compute counters of gemm_wgmma configs and cuBLAS on the
 #                                        #   same problems (CASES: see scripts/profile_gemm.py) -> $OUT/ncu.csv
+#   scripts/gpu_check.sh flush           # the best kernels, cuBLAS and a plain read, after a dirty and
+#                                        #   a clean L2 sweep (scripts/bench_flush.py) -> $OUT/bench_flush.json
 #   scripts/gpu_check.sh compare ARGS    # named configs timed side by side with cuBLAS (ARGS: see
 #                                        #   scripts/compare_configs.py) -> $OUT/compare.jsonl
 set -uo pipefail
@@ -54,6 +56,10 @@ fi
 if [ "$what" = record ]; then
   python3 scripts/record_space.py --set "$1" --configs "${2:-0}" --timeout "${3:-120}" \
     --out "$OUT/h200_gemm_$1.jsonl.gz" 2>&1 | tee "$OUT/record_$1.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+fi
+if [ "$what" = flush ]; then
+  python3 scripts/bench_flush.py --out "$OUT/bench_flush.json" "$@" 2>&1 | tee "$OUT/bench_flush.log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi
 if [ "$what" = ncu ]; then

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from kgen.db.base import Database, best_order, canonical, usable_time
 from kgen.errors import KgenError
+from kgen.measure.bench import l2_label
 from kgen.measurement import Measurement, Record, Timing
 
 TOLERANCE = 0.15
@@ -121,7 +122,7 @@ def _task(record: Record, runner, target):
     from kgen.knobs import knobs
 
     timing = Timing(warmup=knobs.bench_warmup, runs=max(20, knobs.bench_runs),
-                    l2="flushed" if knobs.l2_flush else "warm")
+                    l2=l2_label())
     return MeasureTask(spec=spec, problem=problem, config=config, cubin=cubin, entry=config.name,
                        resources=resources, timing=timing), None
 

@@ -231,8 +231,9 @@ class GemmWgmma(TensorCoreGemm):
         m, n, k = problem["m"], problem["n"], max(1, problem["k"])
         bk, size = block_k(dtype), ELEMENT_BYTES[dtype]
         # (inner, outer) dims, leading dimension, and box of each operand's storage
-        if layout[0] == "N":      # row-major M x K: K contiguous, one box of BK k x BM rows
-            a_map = ((k, m), _ld(a.strides[0], m, k), (bk, config["BM"]))
+        if layout[0] == "N":      # row-major M x K: K contiguous, one box of BK k x BM rows (M rows
+            # where M is fewer, as the kernel expects: rows past M would be zero-filled for nothing)
+            a_map = ((k, m), _ld(a.strides[0], m, k), (bk, min(m, config["BM"])))
         else:                     # stored K x M: M contiguous, boxes of 64 m x 64 k
             a_map = ((m, k), _ld(a.strides[1], k, m), (64, bk))
         if layout[1] == "N":      # row-major K x N: N contiguous, boxes of 64 n x 64 k
