@@ -81,6 +81,10 @@ SUITES = {
     ] + [
         ("bfloat16", "NN", 4096, 4096, 4096, 200, {"epilogue": "bias_gelu"}),
     ],
+    # the mid shape the Hopper suites leave out, both tensor-core families side by side
+    "tc-mid-rest": [
+        (d, "NN", 3000, 5000, 700, 200, {"families": ["gemm_wgmma", "gemm_mma"]}) for d in ("bfloat16", "float16")
+    ],
     # tf32 on the Hopper family: NN (B copied in transposed by cp.async) and NT (TMA only)
     "tc-tf32": [
         ("float32", l, s, s, s, 200, {"precision": "tf32", "families": ["gemm_wgmma"]})
