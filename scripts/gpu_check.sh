@@ -4,7 +4,8 @@
 #   scripts/gpu_check.sh                 # tests + the full GEMM benchmark
 #   scripts/gpu_check.sh tests [FILES]   # tests only (all gpu tests, or these files)
 #   scripts/gpu_check.sh bench [ARGS]    # GEMM benchmark only (ARGS go to bench_gemm.py, e.g.
-#                                        #   --suite tc-large --timeout 13 --merge; then tc-small)
+#                                        #   --suite tc-large --timeout 13 --merge --commit SHA; give
+#                                        #   the commit: the GPU machine's copy of .git may be stale)
 #   scripts/gpu_check.sh dispatch [ARGS] # call overhead and cold start (ARGS go to bench_dispatch.py)
 #   scripts/gpu_check.sh launch          # host cost of each piece of a kernel call (launch_costs.py)
 #   scripts/gpu_check.sh db [ARGS]       # the CPU database benchmark on this host's CPUs (bench_db.py)
