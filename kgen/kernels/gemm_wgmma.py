@@ -21,6 +21,9 @@ Measured on the H200 (scripts/compare_configs.py, bf16 NN, same tile with and wi
 blocks of a cluster take two block rows with the same columns and share B, each loading
 half of it by TMA multicast; ``_x2``; not where cp.async copies B): 1000^3 in 64x128 tiles
 0.0150 -> 0.0132 ms; the large tiles of 2048^3 - 4096^3 1-3 % slower.
+A problem of fewer rows than BM reads an A box of only its M rows (K-major A): TMA's zero
+fill of the rest cost as much as loading it, 1x8192x8192 in 64x64 tiles 0.0453 -> 0.0372 ms
+(scripts/results/nvidia-h200/compare_a_box.jsonl).
 
 >>> from kgen.problem import Target
 >>> spec = GemmWgmma()
