@@ -46,13 +46,9 @@ def read_run(nbytes: int):
     """A launcher that reads ``nbytes`` of a buffer of its own once (the memory floor)."""
     import cupy
 
-    from kgen.measure.bench import _READ_SWEEP, SWEEP_BLOCKS, SWEEP_THREADS
+    from kgen.measure.bench import read_sweep
 
-    buf = cupy.zeros(nbytes // 16 * 16, dtype=cupy.uint8)
-    sweep = cupy.RawKernel(_READ_SWEEP, "kgen_l2_read_sweep")
-    sink = cupy.zeros(SWEEP_BLOCKS, dtype=cupy.uint32)
-    args = (buf, cupy.uint64(buf.size // 16), sink)
-    return lambda: sweep((SWEEP_BLOCKS,), (SWEEP_THREADS,), args)
+    return read_sweep(cupy.zeros(nbytes // 16 * 16, dtype=cupy.uint8))
 
 
 def main(argv: list[str]) -> None:

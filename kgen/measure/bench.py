@@ -52,14 +52,18 @@ def l2_flusher(l2_bytes: int, style: str | None = None) -> Callable[[], None]:
         return flush
     if style != "read":
         raise ValueError(f"l2 flush style {style!r}: expected read or write")
+    return read_sweep(buf)
+
+
+def read_sweep(buf) -> Callable[[], None]:
+    """A launcher that reads all of ``buf`` (a CuPy uint8 array, a multiple of 16 bytes) once,
+    16 bytes per load, writing nothing: the clean flush, and the floor of a memory-bound run."""
+    import cupy
+
     sweep = cupy.RawKernel(_READ_SWEEP, "kgen_l2_read_sweep")
     sink = cupy.zeros(SWEEP_BLOCKS, dtype=cupy.uint32)
     args = (buf, cupy.uint64(buf.size // 16), sink)
-
-    def flush() -> None:
-        sweep((SWEEP_BLOCKS,), (SWEEP_THREADS,), args)
-
-    return flush
+    return lambda: sweep((SWEEP_BLOCKS,), (SWEEP_THREADS,), args)
 
 
 _HOLD = r"""
@@ -151,12 +155,14 @@ def time_runs(run: Callable[[], None], timing: Timing, flush: Callable[[], None]
                 flush()
             if held is not None:
                 held.hold()
-            start, end = cupy.cuda.Event(), cupy.cuda.Event()
-            start.record(stream)
-            run()
-            end.record(stream)
-            if held is not None:
-                held.release()
+            try:
+                start, end = cupy.cuda.Event(), cupy.cuda.Event()
+                start.record(stream)
+                run()
+                end.record(stream)
+            finally:            # a run that raised must not leave the GPU waiting out the hold
+                if held is not None:
+                    held.release()
             pairs.append((start, end))
         end.synchronize()
         if held is not None and held.timed_out:     # the host stalled (or ``run`` waited on the GPU):
