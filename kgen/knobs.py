@@ -22,18 +22,17 @@ def _parse_bool(text: str) -> bool:
     return text.strip().lower() in {"1", "true", "yes", "on"}
 
 
-def _parse_flush_style(text: str) -> str:
-    style = text.strip().lower()
-    if style not in ("read", "write"):
-        raise ValueError("expected read or write")
-    return style
+def _one_of(*options: str) -> Callable[[str], str]:
+    """A parser accepting one of ``options`` (any case, spaces around ignored)."""
+    expected = "expected " + ", ".join(options[:-1]) + " or " + options[-1]
 
+    def parse(text: str) -> str:
+        choice = text.strip().lower()
+        if choice not in options:
+            raise ValueError(expected)
+        return choice
 
-def _parse_policy(text: str) -> str:
-    policy = text.strip().lower()
-    if policy not in ("device", "arch", "any"):
-        raise ValueError("expected device, arch or any")
-    return policy
+    return parse
 
 
 @dataclass(frozen=True)
@@ -78,7 +77,7 @@ class Knobs:
                             "(0: off)")
     verified_only = _EnvKnob("KGEN_VERIFIED_ONLY", _parse_bool, lambda: False,
                              "dispatch ignores imported records until `kgen db verify` confirmed them")
-    dispatch_policy = _EnvKnob("KGEN_DISPATCH_POLICY", _parse_policy, lambda: "device",
+    dispatch_policy = _EnvKnob("KGEN_DISPATCH_POLICY", _one_of("device", "arch", "any"), lambda: "device",
                                "records dispatch may borrow for an untuned problem's nearest tuned one: "
                                "device (same device name), arch (same compute capability), any")
     cache_dir = _EnvKnob("KGEN_CACHE_DIR", lambda s: Path(s).expanduser(),
@@ -102,7 +101,7 @@ class Knobs:
                           "so the host's cost of a launch never shows in its time")
     l2_flush = _EnvKnob("KGEN_L2_FLUSH", _parse_bool, lambda: True,
                         "evict the L2 before each timed run (a sweep of a buffer twice its size)")
-    l2_flush_style = _EnvKnob("KGEN_L2_FLUSH_STYLE", _parse_flush_style, lambda: "read",
+    l2_flush_style = _EnvKnob("KGEN_L2_FLUSH_STYLE", _one_of("read", "write"), lambda: "read",
                               "how the sweep evicts: read (the L2 is left holding clean lines) or write "
                               "(fill the buffer: the L2 is left full of dirty lines, which the timed "
                               "kernel pays to write back as it evicts them: 8 us more for a plain "

@@ -208,8 +208,8 @@ class Tuner:
     def _nearest_problems(self, policy: str) -> list[str]:
         """Keys of the tuned problems of this family (under ``policy``), nearest first; this
         problem's own key among them (tuned on another device, it is the nearest)."""
-        shape, cc = tuple(self.spec.shape_params), f"{self.target.cc[0]}.{self.target.cc[1]}"
-        keys = self.db.problems(self.spec.family, self.target.name, self.digest, policy=policy, cc=cc)
+        shape = tuple(self.spec.shape_params)
+        keys = self.db.problems(self.spec.family, self.target.name, self.digest, policy=policy, cc=self.provenance.cc)
         ranked = []
         for key in keys:
             try:
@@ -232,20 +232,21 @@ class Tuner:
         points away), though 1 took mma 128x4096x4096 to 8."""
         if self._prior is False:
             self._prior = None
+            key = None
             if self.warm_start and knobs.search_prior_weight > 0:     # (only the kgen sampler asks)
-                for key in [k for k in self._nearest_problems("device") if k != self.problem.key][:1]:
-                    ok = [(self.space.complete(dict(r.measurement.config)), r.measurement.time_ms)
-                          for r in self.db.records(self.spec.family, key, self.target.name, self.digest)
-                          if r.measurement.ok]
-                    if len(ok) >= knobs.search_model_after:
-                        self._prior = AdditiveModel(self.space, knobs.search_ridge).fit(ok)
+                key = next((k for k in self._nearest_problems("device") if k != self.problem.key), None)
+            if key is not None:
+                ok = [(self.space.complete(dict(r.measurement.config)), r.measurement.time_ms)
+                      for r in self.db.records(self.spec.family, key, self.target.name, self.digest)
+                      if r.measurement.ok]
+                if len(ok) >= knobs.search_model_after:
+                    self._prior = AdditiveModel(self.space, knobs.search_ridge).fit(ok)
         return self._prior
 
     def _nearest_bests(self, policy: str, neighbours: int) -> list[dict]:
-        cc = f"{self.target.cc[0]}.{self.target.cc[1]}"
         out = []
         for key in self._nearest_problems(policy):
-            best = self.db.best(self.spec.family, key, self.target.name, self.digest, policy=policy, cc=cc)
+            best = self.db.best(self.spec.family, key, self.target.name, self.digest, policy=policy, cc=self.provenance.cc)
             if best is not None and best.measurement.config_name not in self.known:
                 out.append(dict(best.measurement.config))
             if len(out) >= neighbours:
@@ -298,13 +299,14 @@ class Tuner:
         prior = self._neighbour_prior() if model is None else None
         locality = knobs.search_locality
 
+        # this tune's model, else the neighbour's (weighted), else the distance alone
+        guide, weight = (model, 1.0) if model is not None else (prior, knobs.search_prior_weight)
+
         def score(c: Config) -> tuple:
             distance = config_distance(self.space, best.config, c.as_dict())
-            if model is not None:
-                return model.predict(c.as_dict()) + locality * distance, self.rng.random()
-            if prior is not None:
-                return knobs.search_prior_weight * prior.predict(c.as_dict()) + locality * distance, self.rng.random()
-            return distance, self.rng.random()
+            if guide is None:
+                return distance, self.rng.random()
+            return weight * guide.predict(c.as_dict()) + locality * distance, self.rng.random()
 
         return min(fresh, key=score).as_dict()
 

@@ -234,6 +234,12 @@ class Space:
         """Every valid config, in a stable order."""
         return [self.make(v) for v in self.iter_values()]
 
+    def find(self, names) -> dict[str, Config]:
+        """The valid configs of ``names`` (procedural names), by name; a name no valid config
+        has is left out. One pass over the space, however many names."""
+        wanted = set(names)
+        return {c.name: c for c in self.configs() if c.name in wanted}
+
     def sample(self, n: int, seed: int = 0) -> list[Config]:
         """Up to n distinct valid configs drawn uniformly from the valid ones.
 

@@ -57,7 +57,7 @@ def checked_runs(family: str, items: list[str]) -> list[tuple[str, object, dict]
             m, n, k = (int(x) for x in shape.split("x"))
             problem = spec.problem(m, n, k, dtype, layout)
             space = spec.space(problem, target)
-            by_name = {c.name: c for c in space.configs()}
+            by_name = space.find(names)
             jobs = []
             for name in names:
                 if name not in by_name:

@@ -31,37 +31,36 @@ export PYTHONUNBUFFERED=1 KGEN_HOME=${KGEN_HOME:-/tmp/kgen-home}
 what=${1:-all}; shift || true
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
 status=0
+logged() {   # logged LOG CMD...: run CMD, its output shown and kept in $OUT/LOG; a failure fails the check
+  local log=$1; shift
+  "$@" 2>&1 | tee "$OUT/$log"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+}
 if [ "$what" = all ] || [ "$what" = tests ]; then
   [ "$what" = tests ] && [ $# -gt 0 ] && files=("$@") || files=(tests)
   python3 -m pytest -q -rs -m "gpu or multi_gpu" "${files[@]}" 2>&1 | tee "$OUT/gpu_tests.log"
   status=${PIPESTATUS[0]}
 fi
 if [ "$what" = all ] || [ "$what" = bench ]; then
-  python3 scripts/bench_gemm.py --out "$OUT/bench_gemm.json" --export "$OUT/tuning_db.jsonl" \
-    --recording "$OUT/recording.jsonl" "$@" 2>&1 | tee "$OUT/bench_gemm.log"
-  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  logged bench_gemm.log python3 scripts/bench_gemm.py --out "$OUT/bench_gemm.json" --export "$OUT/tuning_db.jsonl" \
+    --recording "$OUT/recording.jsonl" "$@"
 fi
 if [ "$what" = all ] || [ "$what" = dispatch ]; then
   [ "$what" = dispatch ] && dargs=("$@") || dargs=()
-  python3 scripts/bench_dispatch.py --out "$OUT/bench_dispatch.json" "${dargs[@]}" 2>&1 | tee "$OUT/bench_dispatch.log"
-  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  logged bench_dispatch.log python3 scripts/bench_dispatch.py --out "$OUT/bench_dispatch.json" "${dargs[@]}"
 fi
 if [ "$what" = launch ]; then
-  python3 scripts/launch_costs.py --out "$OUT/launch_costs.json" 2>&1 | tee "$OUT/launch_costs.log"
-  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  logged launch_costs.log python3 scripts/launch_costs.py --out "$OUT/launch_costs.json"
 fi
 if [ "$what" = db ]; then
-  python3 scripts/bench_db.py --out "$OUT/bench_db.json" "$@" 2>&1 | tee "$OUT/bench_db.log"
-  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  logged bench_db.log python3 scripts/bench_db.py --out "$OUT/bench_db.json" "$@"
 fi
 if [ "$what" = record ]; then
-  python3 scripts/record_space.py --set "$1" --configs "${2:-0}" --timeout "${3:-120}" \
-    --out "$OUT/h200_gemm_$1.jsonl.gz" 2>&1 | tee "$OUT/record_$1.log"
-  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  logged "record_$1.log" python3 scripts/record_space.py --set "$1" --configs "${2:-0}" --timeout "${3:-120}" \
+    --out "$OUT/h200_gemm_$1.jsonl.gz"
 fi
 if [ "$what" = flush ]; then
-  python3 scripts/bench_flush.py --out "$OUT/bench_flush.json" "$@" 2>&1 | tee "$OUT/bench_flush.log"
-  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  logged bench_flush.log python3 scripts/bench_flush.py --out "$OUT/bench_flush.json" "$@"
 fi
 if [ "$what" = ncu ]; then
   metrics=gpu__time_duration.sum,lts__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sector_hit_rate.pct,sm__throughput.avg.pct_of_peak_sustained_elapsed,launch__grid_size,launch__block_size,sm__warps_active.avg.pct_of_peak_sustained_active
@@ -71,7 +70,6 @@ if [ "$what" = ncu ]; then
   grep -v '^==PROF==' "$OUT/ncu.csv" | cut -c1-400 | tail -n 40
 fi
 if [ "$what" = compare ]; then
-  python3 scripts/compare_configs.py --out "$OUT/compare.jsonl" "$@" 2>&1 | tee "$OUT/compare.log"
-  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  logged compare.log python3 scripts/compare_configs.py --out "$OUT/compare.jsonl" "$@"
 fi
 exit $status

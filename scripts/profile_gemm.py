@@ -33,7 +33,10 @@ def main(argv: list[str]) -> None:
         m, n, k = (int(x) for x in shape.split("x"))
         problem = spec.problem(m, n, k, dtype, layout)
         space = spec.space(problem, target)
-        config = next(c for c in space.configs() if c.name == name)
+        found = space.find([name])
+        if name not in found:
+            raise SystemExit(f"{arg}: {name} is not a valid config of this problem's space")
+        config = found[name]
         binary = compile_source(render(spec, problem, config, target, space)).binary
         kernel = CupyKernel(binary.cubin, binary.entry, binary.path)
         ops = spec.inputs(problem, seed=1)

@@ -64,6 +64,15 @@ def test_names_are_unique_c_identifiers():
     assert len(set(names)) == len(names)
 
 
+def test_find_returns_the_valid_configs_of_the_names_given():
+    space = small_space()
+    configs = space.configs()
+    picked = [configs[0].name, configs[-1].name]
+    found = space.find(picked + ["no_such_config"])
+    assert list(found) == picked and all(found[n] == c for n, c in zip(picked, (configs[0], configs[-1])))
+    assert space.find([]) == {}
+
+
 def test_config_access_equality_and_hash():
     space = small_space()
     c = space.config(a=2, b=16, c="y", d=0.5)
