@@ -11,6 +11,9 @@
 #   scripts/gpu_check.sh db [ARGS]       # the CPU database benchmark on this host's CPUs (bench_db.py)
 #   scripts/gpu_check.sh record SET N    # ground truth for search studies: N configs per problem of
 #                                        #   SET (simt, mma, wgmma; N=0: all) -> $OUT/h200_gemm_SET.jsonl.gz
+#   scripts/gpu_check.sh extend SET OLD  # OLD (a sampled recording) and what a search meets first: the
+#                                        #   model picks' neighbourhoods, live kgen tunes (record_space.py
+#                                        #   --extend) -> $OUT/$(basename OLD)
 #   scripts/gpu_check.sh ncu CASES       # Nsight Compute counters of gemm_wgmma configs and cuBLAS on the
 #                                        #   same problems (CASES: see scripts/profile_gemm.py) -> $OUT/ncu.csv
 #   scripts/gpu_check.sh flush           # the best kernels, cuBLAS and a plain read, after a dirty and
@@ -58,6 +61,9 @@ fi
 if [ "$what" = record ]; then
   logged "record_$1.log" python3 scripts/record_space.py --set "$1" --configs "${2:-0}" --timeout "${3:-120}" \
     --out "$OUT/h200_gemm_$1.jsonl.gz"
+fi
+if [ "$what" = extend ]; then
+  logged "extend_$1.log" python3 scripts/record_space.py --set "$1" --extend "$2" --out "$OUT/$(basename "$2")"
 fi
 if [ "$what" = flush ]; then
   logged bench_flush.log python3 scripts/bench_flush.py --out "$OUT/bench_flush.json" "$@"

@@ -10,6 +10,18 @@ valid configs (``--configs N``), and a replay searches exactly that sample.
     python scripts/record_space.py --set simt --configs 400 --out tests/data/h200_gemm_f32_simt_space.jsonl.gz
 
 Each problem gets ``--timeout`` seconds at most; what was measured by then is kept.
+
+``--extend OLD`` adds to a sampled recording what a search meets first, which a uniform
+sample of 35,000+ configs almost never holds: the family's model picks and every valid
+config one parameter away from them, and the configs ``--live-seeds`` kgen tunes of
+``--live-trials`` trials each measure in the real space (not a replay). The recording's ten
+fastest configs per problem are measured again, and the ratio of new to recorded times is
+printed, so a drift between the two sessions shows. Configs already recorded keep their
+recorded times. Give the timing the old recording was made with (its ``timing.l2``;
+``KGEN_L2_FLUSH_STYLE``, ``KGEN_BENCH_HOLD``), so old and new times compare.
+
+    python scripts/record_space.py --set simt --extend tests/data/h200_gemm_f32_simt_space.jsonl.gz \
+        --out /tmp/h200_gemm_f32_simt_space.jsonl.gz
 """
 
 from __future__ import annotations
@@ -20,6 +32,7 @@ import shutil
 import sys
 import tempfile
 import time
+import statistics
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,6 +47,80 @@ SETS = {   # name: (family, dtype, shapes)
 }
 
 
+class OnlyListed:
+    """A runner measuring on ``inner`` that offers a tune only the listed configs (as a replay
+    offers the recorded ones), so an exhaustive tune measures exactly them."""
+
+    def __init__(self, inner, listed: dict[str, dict]):
+        self.inner, self.listed = inner, listed
+        self.slots, self.needs_binaries = inner.slots, inner.needs_binaries
+
+    def submit(self, task):
+        return self.inner.submit(task)
+
+    def measurable(self, problem_key: str) -> dict[str, dict]:
+        return self.listed
+
+
+def around_picks(spec, problem, target, count: int = 3) -> dict[str, dict]:
+    """The model picks and every valid config one parameter away from one, name -> values."""
+    space = spec.space(problem, target)
+    out: dict[str, dict] = {}
+    for pick in spec.model_picks(problem, target, count):
+        out[pick.name] = pick.as_dict()
+        for param in space.params:
+            for value in param.choices:
+                values = {**pick.as_dict(), param.name: value}
+                if space.is_valid(values):
+                    out.setdefault(space.make(values).name, values)
+    return out
+
+
+def extend(args, family, target, runner) -> list:
+    """The records of ``args.extend`` and those the extension measured (see the module's text)."""
+    from kgen.db import MemoryStore
+    from kgen.db.exchange import read_records
+    from kgen.problem import Problem
+    from kgen.runners import Recording
+    from kgen.search import tune
+    from kgen.spec import get_spec
+
+    records = read_records(args.extend)
+    old = Recording.from_records(records)
+    for key in sorted(old.problems()):
+        problem = Problem.from_key(key)
+        if problem.family != family:
+            continue
+        spec = get_spec(family)
+        recorded = {name: m for (k, name), m in old.entries.items() if k == key and m.ok}
+        fastest = sorted(recorded, key=lambda name: statistics.median(recorded[name].times_ms))[:10]
+        listed = around_picks(spec, problem, target)
+        listed.update({name: dict(recorded[name].config) for name in fastest})
+        db = MemoryStore()
+        t0 = time.perf_counter()
+        tune(spec, problem, target, OnlyListed(runner, listed), db, trials=len(listed), timeout_s=args.timeout,
+             sampler="exhaustive", seed=args.seed, warm_start=False)
+        for seed in range(args.live_seeds):
+            live = MemoryStore()
+            tune(spec, problem, target, runner, live, trials=args.live_trials, timeout_s=args.timeout,
+                 sampler="kgen", seed=seed, warm_start=False)
+            have = {r.measurement.config_name for r in db.records(family, key, target.name)}
+            db.commit([r for r in live.records(family, key, target.name) if r.measurement.config_name not in have])
+        fresh = {r.measurement.config_name: r for r in db.records(family, key, target.name)}
+        ratios = [statistics.median(fresh[name].measurement.times_ms) / statistics.median(recorded[name].times_ms)
+                  for name in fastest if name in fresh and fresh[name].measurement.ok]
+        added = [r for name, r in fresh.items() if (key, name) not in old.entries]
+        records.extend(added)
+        best_old = min(statistics.median(m.times_ms) for m in recorded.values())
+        best_new = min((statistics.median(r.measurement.times_ms) for r in added if r.measurement.ok),
+                       default=float("inf"))
+        drift = f"{statistics.median(ratios):.3f} (of {len(ratios)})" if ratios else "n/a"
+        print(f"{key}: {len(added)} configs added ({sum(1 for r in added if r.measurement.ok)} ok); "
+              f"new/recorded time of the recorded fastest, median {drift}; best recorded {best_old:.4f} ms, "
+              f"best added {best_new:.4f} ms; {time.perf_counter() - t0:.0f} s", flush=True)
+    return records
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--set", choices=sorted(SETS), required=True)
@@ -41,6 +128,9 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per problem")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True, help="the recording (.jsonl.gz)")
+    parser.add_argument("--extend", default="", help="a recording to extend (see above) instead of sampling")
+    parser.add_argument("--live-seeds", type=int, default=2, help="--extend: kgen tunes per problem")
+    parser.add_argument("--live-trials", type=int, default=50, help="--extend: trials of each")
     args = parser.parse_args()
 
     from kgen.db import MemoryStore, write_jsonl
@@ -54,7 +144,9 @@ def main() -> int:
     db = MemoryStore()
     records = []
     with LocalGPURunner((0,), target.l2_bytes) as runner:
-        for m, n, k in shapes:
+        if args.extend:
+            records = extend(args, family, target, runner)
+        for m, n, k in ([] if args.extend else shapes):
             [(spec, problem)] = [c for c in gemm_request(family, m, n, k, dtype, "NN", target)
                                  if c[0].family == family]
             valid = sum(1 for _ in spec.space(problem, target).iter_values())

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from typing import Mapping
 
-from kgen.kernels.gemm_tc import ITEMSIZE, TensorCoreGemm, type_context
+from kgen.kernels.gemm_tc import ITEMSIZE, TensorCoreGemm, modelled_time, type_context
 from kgen.problem import Problem, Target
 from kgen.space import Config, Constraint, Param, Space
 from kgen.spec import Launch, register
@@ -27,6 +27,9 @@ ATOMS = {
     "float32": (16, 8, 4, (8, 16, 32)),
     "float64": (16, 8, 4, (8, 16, 32)),      # the m16n8k8 fp64 shape of sm_90
 }
+# the default's block and warp tiles (BM, BN, WM, WN), largest first
+DEFAULT_TILES = ((128, 128, 64, 64), (128, 64, 64, 32), (64, 64, 32, 32), (32, 64, 16, 32), (16, 64, 16, 16),
+                 (64, 16, 16, 16), (16, 16, 16, 16))
 
 
 def _pad(dtype: str, kmajor: bool) -> int:
@@ -148,16 +151,32 @@ class GemmMma(TensorCoreGemm):
 
     def default_config(self, problem: Problem, target: Target) -> Config:
         """A large tile for large problems, smaller ones as the problem shrinks."""
+        return self.first_valid(self.space(problem, target), self._candidates(problem, DEFAULT_TILES), problem)
+
+    def _candidates(self, problem: Problem, tiles):
+        """Each of ``tiles`` (BM, BN, WM, WN) with the widest vectors, the deepest pipeline and
+        grouping first, then the fallbacks."""
         dtype = problem["dtype"]
         bk = ATOMS[dtype][3][1]
         widest = 16 // ITEMSIZE[dtype]
-        candidates = (dict(BM=bm, BN=bn, BK=bk, WM=wm, WN=wn, STAGES=stages, VA=va, VB=vb, GM=gm, WK=1, MINB=1)
-                      for bm, bn, wm, wn in ((128, 128, 64, 64), (128, 64, 64, 32), (64, 64, 32, 32),
-                                             (32, 64, 16, 32), (16, 64, 16, 16), (64, 16, 16, 16), (16, 16, 16, 16))
-                      for va in (min(widest, problem["align_a"]), 1)
-                      for vb in (min(widest, problem["align_b"]), 1)
-                      for stages in (4, 3, 2) for gm in (8, 1))
-        return self.first_valid(self.space(problem, target), candidates, problem)
+        return (dict(BM=bm, BN=bn, BK=bk, WM=wm, WN=wn, STAGES=stages, VA=va, VB=vb, GM=gm, WK=1, MINB=1)
+                for bm, bn, wm, wn in tiles
+                for va in (min(widest, problem["align_a"]), 1)
+                for vb in (min(widest, problem["align_b"]), 1)
+                for stages in (4, 3, 2) for gm in (8, 1))
+
+    def model_picks(self, problem: Problem, target: Target, count: int) -> list[Config]:
+        """The default's tiles ranked by the wave model of ``gemm_tc.modelled_time`` (the
+        large tile's reuse against the SMs a few tiles leave idle), one config each."""
+        space = self.space(problem, target)
+        ranked = sorted(DEFAULT_TILES, key=lambda t: modelled_time(problem["m"], problem["n"], t[0], t[1],
+                                                                   target.sm_count))
+        picks: list[Config] = []
+        for tile in ranked:
+            values = next((v for v in self._candidates(problem, (tile,)) if space.is_valid(v)), None)
+            if values is not None and len(picks) < count:
+                picks.append(space.make(values))
+        return picks
 
     # ---- launch -----------------------------------------------------------------------
     def launch(self, problem: Problem, config: Config) -> Launch:
