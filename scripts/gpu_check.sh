@@ -11,7 +11,7 @@
 #   scripts/gpu_check.sh db [ARGS]       # the CPU database benchmark on this host's CPUs (bench_db.py)
 #   scripts/gpu_check.sh record SET N    # ground truth for search studies: N configs per problem of
 #                                        #   SET (simt, mma, wgmma; N=0: all) -> $OUT/h200_gemm_SET.jsonl.gz
-#   scripts/gpu_check.sh extend SET OLD  # OLD (a sampled recording) and what a search meets first: the
+#   scripts/gpu_check.sh extend SET OLD [ARGS] # OLD (a sampled recording) and what a search meets first: the
 #                                        #   model picks' neighbourhoods, live kgen tunes (record_space.py
 #                                        #   --extend) -> $OUT/$(basename OLD)
 #   scripts/gpu_check.sh ncu CASES       # Nsight Compute counters of gemm_wgmma configs and cuBLAS on the
@@ -63,7 +63,7 @@ if [ "$what" = record ]; then
     --out "$OUT/h200_gemm_$1.jsonl.gz"
 fi
 if [ "$what" = extend ]; then
-  logged "extend_$1.log" python3 scripts/record_space.py --set "$1" --extend "$2" --out "$OUT/$(basename "$2")"
+  logged "extend_$1.log" python3 scripts/record_space.py --set "$1" --extend "$2" --out "$OUT/$(basename "$2")" "${@:3}"
 fi
 if [ "$what" = flush ]; then
   logged bench_flush.log python3 scripts/bench_flush.py --out "$OUT/bench_flush.json" "$@"

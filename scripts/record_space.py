@@ -13,7 +13,8 @@ Each problem gets ``--timeout`` seconds at most; what was measured by then is ke
 
 ``--extend OLD`` adds to a sampled recording what a search meets first, which a uniform
 sample of 35,000+ configs almost never holds: the family's model picks and every valid
-config one parameter away from them, and the configs ``--live-seeds`` kgen tunes of
+config one parameter away from them (``--around-best N``: from the N fastest recorded
+configs too), and the configs ``--live-seeds`` kgen tunes of
 ``--live-trials`` trials each measure in the real space (not a replay). The recording's ten
 fastest configs per problem are measured again, and the ratio of new to recorded times is
 printed, so a drift between the two sessions shows. Configs already recorded keep their
@@ -62,15 +63,14 @@ class OnlyListed:
         return self.listed
 
 
-def around_picks(spec, problem, target, count: int = 3) -> dict[str, dict]:
-    """The model picks and every valid config one parameter away from one, name -> values."""
-    space = spec.space(problem, target)
+def neighbourhood(space, anchors) -> dict[str, dict]:
+    """``anchors`` (configs' values) and every valid config one parameter away from one, name -> values."""
     out: dict[str, dict] = {}
-    for pick in spec.model_picks(problem, target, count):
-        out[pick.name] = pick.as_dict()
+    for anchor in anchors:
+        out[space.make(anchor).name] = dict(anchor)
         for param in space.params:
             for value in param.choices:
-                values = {**pick.as_dict(), param.name: value}
+                values = {**anchor, param.name: value}
                 if space.is_valid(values):
                     out.setdefault(space.make(values).name, values)
     return out
@@ -94,7 +94,10 @@ def extend(args, family, target, runner) -> list:
         spec = get_spec(family)
         recorded = {name: m for (k, name), m in old.entries.items() if k == key and m.ok}
         fastest = sorted(recorded, key=lambda name: statistics.median(recorded[name].times_ms))[:10]
-        listed = around_picks(spec, problem, target)
+        space = spec.space(problem, target)
+        anchors = [pick.as_dict() for pick in spec.model_picks(problem, target, 3)] if args.around_picks else []
+        anchors += [space.complete(dict(recorded[name].config)) for name in fastest[:args.around_best]]
+        listed = neighbourhood(space, [a for a in anchors if space.is_valid(a)])
         listed.update({name: dict(recorded[name].config) for name in fastest})
         db = MemoryStore()
         t0 = time.perf_counter()
@@ -129,6 +132,9 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True, help="the recording (.jsonl.gz)")
     parser.add_argument("--extend", default="", help="a recording to extend (see above) instead of sampling")
+    parser.add_argument("--around-picks", type=int, default=1, help="--extend: the model picks' neighbourhoods (0: not)")
+    parser.add_argument("--around-best", type=int, default=0,
+                        help="--extend: the neighbourhoods of the recording's N fastest configs too")
     parser.add_argument("--live-seeds", type=int, default=2, help="--extend: kgen tunes per problem")
     parser.add_argument("--live-trials", type=int, default=50, help="--extend: trials of each")
     args = parser.parse_args()
