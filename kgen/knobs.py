@@ -126,7 +126,7 @@ class Knobs:
     search_model_picks = _EnvKnob("KGEN_SEARCH_MODEL_PICKS", int, lambda: 3,
                                   "configs a family's device model ranks first (one per tile for "
                                   "gemm_wgmma) that the kgen sampler tries before it walks")
-    search_model_after = _EnvKnob("KGEN_SEARCH_MODEL_AFTER", int, lambda: 6,
+    search_model_after = _EnvKnob("KGEN_SEARCH_MODEL_AFTER", int, lambda: 10,
                                   "successful trials before the kgen sampler's additive model steers it")
     search_ridge = _EnvKnob("KGEN_SEARCH_RIDGE", float, lambda: 1.0,
                             "ridge penalty of that model (larger: estimates stay nearer the mean)")
@@ -136,6 +136,9 @@ class Knobs:
                                    "in a warm start, the weight of the nearest tuned problem's model of "
                                    "the log time against the distance, until this tune's own model "
                                    "takes over (0: distance alone)")
+    search_warm_distance = _EnvKnob("KGEN_SEARCH_WARM_DISTANCE", float, lambda: 3.0,
+                                    "farthest tuned problem a tune warm-starts from: the distance of "
+                                    "the shapes' log2 (1000^3 to 2048^3: 1.8; to 128x4096x4096: 4.1)")
 
     @classmethod
     def describe(cls) -> list[tuple[str, str, str]]:

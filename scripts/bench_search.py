@@ -7,6 +7,7 @@ best time found so far (1.0 = the optimum). Rows, medians over seeds:
 {space, strategy, seeds, trials_to_95, trials_to_99, frac_at: {"10", "25", "50", "100", "200"}}
 in scripts/results/<machine>/bench_search.json.
 
+    python3 -m pip install '.[search]'      # Kernel Tuner (its strategies) and cmaes (CMA-ES)
     python scripts/bench_search.py --recording tests/data/h200_gemm_f32_simt.jsonl.gz --seeds 20
 
 kgen+warm: the nearest other problem of the recording is tuned first (kgen, WARM_TRIALS
@@ -84,12 +85,13 @@ def run_strategy(spec, problem, target, recording, strategy: str, seed: int, bud
 
 
 def nearest_problem(recording, problem, spec) -> str | None:
-    """The key of the nearest other problem of the recording (None: there is none)."""
+    """The key of the nearest other problem of the recording (None: none near enough)."""
+    from kgen.knobs import knobs
     from kgen.problem import Problem
 
     others = sorted((problem.distance(Problem.from_key(k), tuple(spec.shape_params)), k)
                     for k in recording.problems() if k != problem.key)
-    others = [k for d, k in others if d != float("inf")]
+    others = [k for d, k in others if d <= knobs.search_warm_distance]    # as far as a tune warm-starts
     return others[0] if others else None
 
 

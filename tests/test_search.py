@@ -19,7 +19,7 @@ from kgen.measurement import Failure, Measurement, Provenance, Record
 from kgen.problem import Target
 from kgen.runners.base import Runner
 from kgen.runners.replay import Recording, ReplayRunner
-from kgen.search import tune
+from kgen.search import Tuner, tune
 
 SPEC = GemmSimt()
 TARGET = Target.h200()
@@ -163,6 +163,19 @@ def test_warm_start_tries_the_neighbours_best_first(recording):
     assert cold.trials[0].config_name == default     # the family's heuristic pick comes next
     pure = run(recording, MemoryStore(), problem=P, trials=40, sampler="random", warm_start=False)
     assert default not in [m.config_name for m in pure.trials[:3]]    # other samplers run as themselves
+
+
+def test_no_warm_start_from_a_problem_farther_than_the_warm_distance(recording, monkeypatch):
+    db = MemoryStore()
+    near = run(recording, db, problem=NEAR, trials=40, sampler="random")
+    assert P.distance(NEAR, SPEC.shape_params) == 1.0
+    monkeypatch.setenv("KGEN_SEARCH_WARM_DISTANCE", "0.9")
+    tuner = Tuner(SPEC, P, TARGET, ReplayRunner(recording), db, sampler="kgen", seed=0)
+    assert tuner._warm_start_configs() == [] and tuner._neighbour_prior() is None
+    result = tuner.run(3)
+    assert result.trials[0].config_name == SPEC.default_config(P, TARGET).name != near.best.config_name
+    monkeypatch.setenv("KGEN_SEARCH_WARM_DISTANCE", "1.0")
+    assert Tuner(SPEC, P, TARGET, ReplayRunner(recording), db, sampler="kgen")._warm_start_configs()
 
 
 def test_kgen_sampler_tries_the_device_models_picks_first_in_their_order(recording, monkeypatch):

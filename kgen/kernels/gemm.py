@@ -209,21 +209,6 @@ class GemmSimt(KernelSpec):
             raise NoConfigError(f"no valid gemm config for {problem.key}")
         return configs[0]
 
-    def model_picks(self, problem: Problem, target: Target, count: int) -> list[Config]:
-        """The default, then its tile with the next finer and the next coarser split-K: the
-        filling split aims at one block per SM, and a tile with room for two blocks per SM
-        may want twice as many (or, where the k loop is short, half)."""
-        space = self.space(problem, target)
-        default = self.default_config(problem, target)
-        picks = [default]
-        splits = next(p.choices for p in space.params if p.name == "SK")
-        at = splits.index(default["SK"])
-        for other in (at + 1, at - 1):
-            values = dict(default.as_dict(), SK=splits[other]) if 0 <= other < len(splits) else None
-            if values is not None and space.is_valid(values):
-                picks.append(space.make(values))
-        return picks[:count]
-
     # ---- launch -----------------------------------------------------------------------
     def launch(self, problem: Problem, config: Config) -> Launch:
         return Launch(*rules.launch_geometry(problem["m"], problem["n"], problem["dtype"], config.as_dict()))

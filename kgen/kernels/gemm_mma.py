@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from typing import Mapping
 
-from kgen.kernels.gemm_tc import ITEMSIZE, TensorCoreGemm, modelled_time, type_context
+from kgen.kernels.gemm_tc import ITEMSIZE, TensorCoreGemm, type_context
 from kgen.problem import Problem, Target
 from kgen.space import Config, Constraint, Param, Space
 from kgen.spec import Launch, register
@@ -27,26 +27,26 @@ ATOMS = {
     "float32": (16, 8, 4, (8, 16, 32)),
     "float64": (16, 8, 4, (8, 16, 32)),      # the m16n8k8 fp64 shape of sm_90
 }
-# the default's block and warp tiles (BM, BN, WM, WN), largest first
-DEFAULT_TILES = ((128, 128, 64, 64), (128, 64, 64, 32), (64, 64, 32, 32), (32, 64, 16, 32), (16, 64, 16, 16),
-                 (64, 16, 16, 16), (16, 16, 16, 16))
 
 
-def _pad(dtype: str, kmajor: bool) -> int:
-    """Elements added to each shared-memory row so fragment reads hit distinct banks."""
+def _pad(dtype: str, kmajor: bool, bk: int) -> int:
+    """Elements added to each shared-memory row so fragment reads hit distinct banks. The 4- and
+    8-byte types read two elements at once (see the template's load_a / load_b2): a K-major row
+    of 8 mod 16 elements puts a quarter-warp's 16-byte reads of two rows in distinct banks, an
+    N-major row of 16 bytes past the tile, the reads of rows 2t."""
     if ITEMSIZE[dtype] == 2:
         return 8
-    if dtype == "float32":
-        return 4 if kmajor else 8
-    return 4
+    if kmajor:
+        return 0 if bk == 8 else 8
+    return 16 // ITEMSIZE[dtype]
 
 
 def tile_shape(dtype: str, layout: str, v: Mapping[str, int]) -> dict[str, int]:
     """Padded shared-memory rows and tile sizes (elements) of A and B, and the bytes in all
     (the pipeline's, or the k slices' partial sums where those need more)."""
     a_kmajor, b_kmajor = layout[0] == "N", layout[1] == "T"
-    sa_row = (v["BK"] if a_kmajor else v["BM"]) + _pad(dtype, a_kmajor)
-    sb_row = (v["BK"] if b_kmajor else v["BN"]) + _pad(dtype, b_kmajor)
+    sa_row = (v["BK"] if a_kmajor else v["BM"]) + _pad(dtype, a_kmajor, v["BK"])
+    sb_row = (v["BK"] if b_kmajor else v["BN"]) + _pad(dtype, b_kmajor, v["BK"])
     sa_tile = (v["BM"] if a_kmajor else v["BK"]) * sa_row
     sb_tile = (v["BN"] if b_kmajor else v["BK"]) * sb_row
     acc_size = 8 if dtype == "float64" else 4
@@ -151,32 +151,16 @@ class GemmMma(TensorCoreGemm):
 
     def default_config(self, problem: Problem, target: Target) -> Config:
         """A large tile for large problems, smaller ones as the problem shrinks."""
-        return self.first_valid(self.space(problem, target), self._candidates(problem, DEFAULT_TILES), problem)
-
-    def _candidates(self, problem: Problem, tiles):
-        """Each of ``tiles`` (BM, BN, WM, WN) with the widest vectors, the deepest pipeline and
-        grouping first, then the fallbacks."""
         dtype = problem["dtype"]
         bk = ATOMS[dtype][3][1]
         widest = 16 // ITEMSIZE[dtype]
-        return (dict(BM=bm, BN=bn, BK=bk, WM=wm, WN=wn, STAGES=stages, VA=va, VB=vb, GM=gm, WK=1, MINB=1)
-                for bm, bn, wm, wn in tiles
-                for va in (min(widest, problem["align_a"]), 1)
-                for vb in (min(widest, problem["align_b"]), 1)
-                for stages in (4, 3, 2) for gm in (8, 1))
-
-    def model_picks(self, problem: Problem, target: Target, count: int) -> list[Config]:
-        """The default's tiles ranked by the wave model of ``gemm_tc.modelled_time`` (the
-        large tile's reuse against the SMs a few tiles leave idle), one config each."""
-        space = self.space(problem, target)
-        ranked = sorted(DEFAULT_TILES, key=lambda t: modelled_time(problem["m"], problem["n"], t[0], t[1],
-                                                                   target.sm_count))
-        picks: list[Config] = []
-        for tile in ranked:
-            values = next((v for v in self._candidates(problem, (tile,)) if space.is_valid(v)), None)
-            if values is not None and len(picks) < count:
-                picks.append(space.make(values))
-        return picks
+        candidates = (dict(BM=bm, BN=bn, BK=bk, WM=wm, WN=wn, STAGES=stages, VA=va, VB=vb, GM=gm, WK=1, MINB=1)
+                      for bm, bn, wm, wn in ((128, 128, 64, 64), (128, 64, 64, 32), (64, 64, 32, 32),
+                                             (32, 64, 16, 32), (16, 64, 16, 16), (64, 16, 16, 16), (16, 16, 16, 16))
+                      for va in (min(widest, problem["align_a"]), 1)
+                      for vb in (min(widest, problem["align_b"]), 1)
+                      for stages in (4, 3, 2) for gm in (8, 1))
+        return self.first_valid(self.space(problem, target), candidates, problem)
 
     # ---- launch -----------------------------------------------------------------------
     def launch(self, problem: Problem, config: Config) -> Launch:
