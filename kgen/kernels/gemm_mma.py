@@ -29,24 +29,21 @@ ATOMS = {
 }
 
 
-def _pad(dtype: str, kmajor: bool, bk: int) -> int:
-    """Elements added to each shared-memory row so fragment reads hit distinct banks. The 4- and
-    8-byte types read two elements at once (see the template's load_a / load_b2): a K-major row
-    of 8 mod 16 elements puts a quarter-warp's 16-byte reads of two rows in distinct banks, an
-    N-major row of 16 bytes past the tile, the reads of rows 2t."""
+def _pad(dtype: str, kmajor: bool) -> int:
+    """Elements added to each shared-memory row so fragment reads hit distinct banks."""
     if ITEMSIZE[dtype] == 2:
         return 8
-    if kmajor:
-        return 0 if bk == 8 else 8
-    return 16 // ITEMSIZE[dtype]
+    if dtype == "float32":
+        return 4 if kmajor else 8
+    return 4
 
 
 def tile_shape(dtype: str, layout: str, v: Mapping[str, int]) -> dict[str, int]:
     """Padded shared-memory rows and tile sizes (elements) of A and B, and the bytes in all
     (the pipeline's, or the k slices' partial sums where those need more)."""
     a_kmajor, b_kmajor = layout[0] == "N", layout[1] == "T"
-    sa_row = (v["BK"] if a_kmajor else v["BM"]) + _pad(dtype, a_kmajor, v["BK"])
-    sb_row = (v["BK"] if b_kmajor else v["BN"]) + _pad(dtype, b_kmajor, v["BK"])
+    sa_row = (v["BK"] if a_kmajor else v["BM"]) + _pad(dtype, a_kmajor)
+    sb_row = (v["BK"] if b_kmajor else v["BN"]) + _pad(dtype, b_kmajor)
     sa_tile = (v["BM"] if a_kmajor else v["BK"]) * sa_row
     sb_tile = (v["BN"] if b_kmajor else v["BK"]) * sb_row
     acc_size = 8 if dtype == "float64" else 4
