@@ -14,9 +14,15 @@ kgen+warm: the nearest other problem of the recording is tuned first (kgen, WARM
 trials, the same seed) into the same database; the tune then warm-starts from it (its best
 configs first, and its measurements estimate this problem's times until its own can).
 
-Note: a recording made by tunes holds the configs those tunes visited, not the whole space;
-the numbers say how strategies do within it. Whole-space recordings come from
-`kgen tune ... --sampler exhaustive` on the GPU, exported with `kgen db export`.
+Note: a replay offers only the recorded configs, and the numbers say how strategies do
+within them. The wgmma recording is its space whole (as the template stood when recorded);
+the CUDA-core and mma.sync spaces (35,000-151,000 configs a problem) are a uniform sample of
+400 configs, extended (scripts/record_space.py --extend; its log in
+scripts/results/nvidia-h200/extend_recordings.log) with what a search meets first: every
+config one parameter away from a pick (the default with its next split-K values for the
+SIMT family, three wave-model tiles for mma), two live kgen tunes of 50 trials, and every
+config one parameter away from the ten fastest. Every strategy searches the same union; its optimum is the fastest config measured, so
+the uniform sample's own optimum, 1-15 % slower, no longer counts as 100 %.
 """
 
 from __future__ import annotations

@@ -31,9 +31,9 @@ import argparse
 import gzip
 import shutil
 import sys
+import statistics
 import tempfile
 import time
-import statistics
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -74,6 +74,31 @@ def neighbourhood(space, anchors) -> dict[str, dict]:
                 if space.is_valid(values):
                     out.setdefault(space.make(values).name, values)
     return out
+
+
+def sample(args, family, dtype, shapes, target, runner) -> list:
+    """The records of ``args.configs`` configs (0: every valid one) of each shape."""
+    from kgen.db import MemoryStore
+    from kgen.kernels.gemm_route import gemm_request
+    from kgen.search import tune
+
+    db = MemoryStore()
+    records = []
+    for m, n, k in shapes:
+        [(spec, problem)] = [c for c in gemm_request(family, m, n, k, dtype, "NN", target)
+                             if c[0].family == family]
+        valid = sum(1 for _ in spec.space(problem, target).iter_values())
+        budget = args.configs or valid
+        sampler = "exhaustive" if budget >= valid else "random"
+        t0 = time.perf_counter()
+        result = tune(spec, problem, target, runner, db, trials=budget, timeout_s=args.timeout,
+                      sampler=sampler, seed=args.seed, warm_start=False)
+        ok = sum(1 for t in result.trials if t.ok)
+        best = f"{result.best.time_ms:.4f} ms" if result.best else "none"
+        print(f"{problem.key}: {len(result.trials)}/{valid} valid configs measured ({ok} ok, "
+              f"{dict(result.failures)} failed), best {best}, {time.perf_counter() - t0:.0f} s", flush=True)
+        records.extend(db.records(family, problem.key, target.name))
+    return records
 
 
 def extend(args, family, target, runner) -> list:
@@ -139,33 +164,17 @@ def main() -> int:
     parser.add_argument("--live-trials", type=int, default=50, help="--extend: trials of each")
     args = parser.parse_args()
 
-    from kgen.db import MemoryStore, write_jsonl
-    from kgen.kernels.gemm_route import gemm_request
+    from kgen.db import write_jsonl
     from kgen.problem import Target
     from kgen.runners import LocalGPURunner
-    from kgen.search import tune
 
     family, dtype, shapes = SETS[args.set]
     target = Target.detect(0)
-    db = MemoryStore()
-    records = []
     with LocalGPURunner((0,), target.l2_bytes) as runner:
         if args.extend:
             records = extend(args, family, target, runner)
-        for m, n, k in ([] if args.extend else shapes):
-            [(spec, problem)] = [c for c in gemm_request(family, m, n, k, dtype, "NN", target)
-                                 if c[0].family == family]
-            valid = sum(1 for _ in spec.space(problem, target).iter_values())
-            budget = args.configs or valid
-            sampler = "exhaustive" if budget >= valid else "random"
-            t0 = time.perf_counter()
-            result = tune(spec, problem, target, runner, db, trials=budget, timeout_s=args.timeout,
-                          sampler=sampler, seed=args.seed, warm_start=False)
-            ok = sum(1 for t in result.trials if t.ok)
-            best = f"{result.best.time_ms:.4f} ms" if result.best else "none"
-            print(f"{problem.key}: {len(result.trials)}/{valid} valid configs measured ({ok} ok, "
-                  f"{dict(result.failures)} failed), best {best}, {time.perf_counter() - t0:.0f} s", flush=True)
-            records.extend(db.records(family, problem.key, target.name))
+        else:
+            records = sample(args, family, dtype, shapes, target, runner)
     out = Path(args.out)
     with tempfile.TemporaryDirectory() as tmp:
         plain = Path(tmp) / "recording.jsonl"
