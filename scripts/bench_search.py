@@ -12,7 +12,9 @@ in scripts/results/<machine>/bench_search.json.
 
 kgen+warm: the nearest other problem of the recording is tuned first (kgen, WARM_TRIALS
 trials, the same seed) into the same database; the tune then warm-starts from it (its best
-configs first, and its measurements estimate this problem's times until its own can).
+configs first, and its measurements estimate this problem's times until its own can). A
+problem with none within KGEN_SEARCH_WARM_DISTANCE (as far as a tune warm-starts) has no
+kgen+warm row.
 
 Note: a replay offers only the recorded configs, and the numbers say how strategies do
 within them. The wgmma recording is its space whole (as the template stood when recorded);
