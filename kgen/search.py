@@ -209,9 +209,9 @@ class Tuner:
         """Keys of the tuned problems of this family (under ``policy``) within
         ``search_warm_distance``, nearest first; this problem's own key among them (tuned on
         another device, it is the nearest). A farther problem's best and model mislead more
-        than they help: on the recorded SIMT space (scripts/bench_search.py, 20 seeds),
-        128x4096x4096 warm-started from 1000^3 (4.1 away) reached 95 % of the optimum in 41
-        trials against 13 cold."""
+        than they help: on the extended SIMT recording (scripts/bench_search.py, 20 seeds, the
+        model from the 6th trial), 128x4096x4096 warm-started from 1000^3 (4.1 away) reached
+        95 % of the optimum in 37 trials against 12 cold."""
         shape = tuple(self.spec.shape_params)
         keys = self.db.problems(self.spec.family, self.target.name, self.digest, policy=policy, cc=self.provenance.cc)
         ranked = []
@@ -250,7 +250,8 @@ class Tuner:
     def _nearest_bests(self, policy: str, neighbours: int) -> list[dict]:
         out = []
         for key in self._nearest_problems(policy):
-            best = self.db.best(self.spec.family, key, self.target.name, self.digest, policy=policy, cc=self.provenance.cc)
+            best = self.db.best(self.spec.family, key, self.target.name, self.digest, policy=policy,
+                                cc=self.provenance.cc)
             if best is not None and best.measurement.config_name not in self.known:
                 out.append(dict(best.measurement.config))
             if len(out) >= neighbours:
@@ -269,12 +270,8 @@ class Tuner:
         best = self.best()
         out: dict[str, Config] = {c.name: c for c in self.space.sample(64, seed=self.rng.randrange(1 << 30))}
         if best is not None:
-            for p in self.space.params:
-                for v in p.choices:
-                    values = {**best.config, p.name: v}
-                    if v != best.config.get(p.name) and self.space.is_valid(values):
-                        config = self.space.make(values)
-                        out.setdefault(config.name, config)
+            for config in self.space.neighbours(best.config):
+                out.setdefault(config.name, config)
         return list(out.values())
 
     def _local_step(self, in_flight: set[str]) -> dict | None:
@@ -291,12 +288,13 @@ class Tuner:
         changed parameter as one step, screening one parameter at a time before the model,
         optimism for values never measured, the model from 4 trials, Thompson sampling of its
         effects, and (on the extended recordings, 10 seeds) a locality of 0.03 or 0.3 and a
-        ridge of 0.3 or 3. The model from the 10th trial, not the 6th, took the extended SIMT 2048^3 from
-        34 trials to 18.5 (99 %: 50.5 to 18.5) and cost 1-2 trials on four spaces (simt
-        128x4096x4096 12 to 14, 3000x5000x700 12 to 13, mma 1000^3 13 to 15, wgmma
+        ridge of 0.3 or 3. The model from the 10th trial, not the 6th, took the extended SIMT
+        2048^3 from 34 trials to 18.5 (99 %: 50.5 to 18.5) and cost 1-2 trials on four spaces
+        (simt 128x4096x4096 12 to 14, 3000x5000x700 12 to 13, mma 1000^3 13 to 15, wgmma
         3000x5000x720 9 to 11; on the uniform samples alone it had lost); it keeps the walk on
-        the default's neighbours longer. The walk alone had beaten interleaving TPE's proposals, random jumps after steps without a new
-        best, and a nearest-neighbours estimate with an exploration bonus."""
+        the default's neighbours longer. The walk alone had beaten interleaving TPE's
+        proposals, random jumps after steps without a new best, and a nearest-neighbours
+        estimate with an exploration bonus."""
         best = self.best()
         if best is None:
             return None

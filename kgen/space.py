@@ -234,6 +234,18 @@ class Space:
         """Every valid config, in a stable order."""
         return [self.make(v) for v in self.iter_values()]
 
+    def neighbours(self, values: Values) -> list[Config]:
+        """The valid configs one parameter away from ``values``, parameter by parameter in the
+        order of their choices."""
+        values = self.complete(values)
+        out = []
+        for p in self.params:
+            for choice in p.choices:
+                other = {**values, p.name: choice}
+                if choice != values.get(p.name) and self.is_valid(other):
+                    out.append(self.make(other))
+        return out
+
     def find(self, names) -> dict[str, Config]:
         """The valid configs of ``names`` (procedural names), by name; a name no valid config
         has is left out. One pass over the space, however many names."""

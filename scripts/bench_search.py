@@ -23,8 +23,9 @@ the CUDA-core and mma.sync spaces (35,000-151,000 configs a problem) are a unifo
 scripts/results/nvidia-h200/extend_recordings.log) with what a search meets first: every
 config one parameter away from a pick (the default with its next split-K values for the
 SIMT family, three wave-model tiles for mma), two live kgen tunes of 50 trials, and every
-config one parameter away from the ten fastest. Every strategy searches the same union; its optimum is the fastest config measured, so
-the uniform sample's own optimum, 1-15 % slower, no longer counts as 100 %.
+config one parameter away from the ten fastest. Every strategy searches the same union;
+its optimum is the fastest config measured, so the uniform sample's own optimum, 1-15 %
+slower, no longer counts as 100 %.
 """
 
 from __future__ import annotations

@@ -39,6 +39,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from kgen.runners.base import Runner  # noqa: E402
+
 SHAPES = [(2048, 2048, 2048), (1000, 1000, 1000), (128, 4096, 4096), (3000, 5000, 700)]
 SETS = {   # name: (family, dtype, shapes)
     "simt": ("gemm", "float32", SHAPES),
@@ -48,11 +50,11 @@ SETS = {   # name: (family, dtype, shapes)
 }
 
 
-class OnlyListed:
+class OnlyListed(Runner):
     """A runner measuring on ``inner`` that offers a tune only the listed configs (as a replay
     offers the recorded ones), so an exhaustive tune measures exactly them."""
 
-    def __init__(self, inner, listed: dict[str, dict]):
+    def __init__(self, inner: Runner, listed: dict[str, dict]):
         self.inner, self.listed = inner, listed
         self.slots, self.needs_binaries = inner.slots, inner.needs_binaries
 
@@ -68,11 +70,8 @@ def neighbourhood(space, anchors) -> dict[str, dict]:
     out: dict[str, dict] = {}
     for anchor in anchors:
         out[space.make(anchor).name] = dict(anchor)
-        for param in space.params:
-            for value in param.choices:
-                values = {**anchor, param.name: value}
-                if space.is_valid(values):
-                    out.setdefault(space.make(values).name, values)
+        for config in space.neighbours(anchor):
+            out.setdefault(config.name, config.as_dict())
     return out
 
 
@@ -157,7 +156,8 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True, help="the recording (.jsonl.gz)")
     parser.add_argument("--extend", default="", help="a recording to extend (see above) instead of sampling")
-    parser.add_argument("--around-picks", type=int, default=1, help="--extend: the model picks' neighbourhoods (0: not)")
+    parser.add_argument("--around-picks", type=int, default=1,
+                        help="--extend: the model picks' neighbourhoods (0: not)")
     parser.add_argument("--around-best", type=int, default=0,
                         help="--extend: the neighbourhoods of the recording's N fastest configs too")
     parser.add_argument("--live-seeds", type=int, default=2, help="--extend: kgen tunes per problem")

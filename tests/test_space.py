@@ -224,3 +224,16 @@ def test_gemm_shared_memory_limit_follows_the_target():
     assert big.full_values(v)["SMEM"] > 16 * 1024
     assert "shared memory fits the device" in small.violations(v)
     assert "shared memory fits the device" not in big.violations(v)
+
+
+def test_neighbours_are_the_valid_configs_one_parameter_away():
+    problem = gemm_problem(1000, 1000, 1000)
+    space = SPEC.space(problem, H200)
+    base = SPEC.default_config(problem, H200).as_dict()
+    near = space.neighbours(base)
+    assert near and len({c.name for c in near}) == len(near)
+    for config in near:
+        changed = [p.name for p in space.params if config[p.name] != base[p.name]]
+        assert len(changed) == 1 and space.is_valid(config.as_dict())
+    expected = sum(space.is_valid({**base, p.name: v}) for p in space.params for v in p.choices if v != base[p.name])
+    assert len(near) == expected
