@@ -15,7 +15,8 @@
 #                                        #   model picks' neighbourhoods, live kgen tunes (record_space.py
 #                                        #   --extend) -> $OUT/$(basename OLD)
 #   scripts/gpu_check.sh ncu CASES       # Nsight Compute counters of gemm_wgmma configs and cuBLAS on the
-#                                        #   same problems (CASES: see scripts/profile_gemm.py) -> $OUT/ncu.csv
+#                                        #   same problems (CASES: see scripts/profile_gemm.py) -> $OUT/ncu.csv;
+#                                        #   NCU_FLAGS replaces the metrics (e.g. "--set full --page details")
 #   scripts/gpu_check.sh flush           # the best kernels, cuBLAS and a plain read, after a dirty and
 #                                        #   a clean L2 sweep (scripts/bench_flush.py) -> $OUT/bench_flush.json
 #   scripts/gpu_check.sh compare ARGS    # named configs timed side by side with cuBLAS (ARGS: see
@@ -70,7 +71,8 @@ if [ "$what" = flush ]; then
 fi
 if [ "$what" = ncu ]; then
   metrics=gpu__time_duration.sum,lts__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sector_hit_rate.pct,sm__throughput.avg.pct_of_peak_sustained_elapsed,launch__grid_size,launch__block_size,sm__warps_active.avg.pct_of_peak_sustained_active
-  ncu --clock-control none --csv --page raw --metrics "$metrics" python3 scripts/profile_gemm.py "$@" \
+  read -r -a flags <<< "${NCU_FLAGS:---csv --page raw --metrics $metrics}"
+  ncu --clock-control none "${flags[@]}" python3 scripts/profile_gemm.py "$@" \
     > "$OUT/ncu.csv" 2> "$OUT/ncu.log"
   [ $? = 0 ] || status=1
   grep -v '^==PROF==' "$OUT/ncu.csv" | cut -c1-400 | tail -n 40

@@ -3,7 +3,8 @@
     ncu --clock-control none --csv --page raw --metrics ... python3 scripts/profile_gemm.py \\
         bfloat16:NN:1x4096x4096:gemm_wgmma_bf16_nn_64x128x64_s4_c2_g1_pp_k4 ...
 
-Each argument names a problem and a gemm_wgmma config; the script launches that kernel,
+Each argument names a problem and a config of gemm_wgmma or gemm_mma (the family is the
+config name's prefix); the script launches that kernel,
 then torch.matmul on the same operands, each twice (ncu profiles every launch; the second of
 each is the one to read). `scripts/gpu_check.sh ncu ARGS` runs it with the metrics that say
 where the time goes (duration, DRAM bytes and throughput, L2 hit rate, SM throughput).
@@ -22,14 +23,16 @@ def main(argv: list[str]) -> None:
 
     from kgen.compile import compile_source
     from kgen.kernels.gemm_tc import torch_baseline
+    from kgen.kernels.gemm_mma import GemmMma
     from kgen.kernels.gemm_wgmma import GemmWgmma
     from kgen.measure.launch import CupyKernel
     from kgen.problem import Target
     from kgen.render import render
 
-    spec, target = GemmWgmma(), Target.detect(0)
+    target = Target.detect(0)
     for arg in argv:
         dtype, layout, shape, name = arg.split(":")
+        spec = GemmMma() if name.startswith("gemm_mma_") else GemmWgmma()
         m, n, k = (int(x) for x in shape.split("x"))
         problem = spec.problem(m, n, k, dtype, layout)
         space = spec.space(problem, target)
