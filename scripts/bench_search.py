@@ -208,7 +208,10 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes")
     parser.add_argument("--out", default="")
     parser.add_argument("--merge", default="", help="also keep this results file's rows of other strategies "
-                                                    "(e.g. kgen's samplers run on a larger machine)")
+                                                    "(e.g. kgen's samplers run on a larger machine), and its "
+                                                    "other fields (provenance) unless given anew")
+    parser.add_argument("--provenance", default="", help="what produced the rows (commits, dates); kept from "
+                                                         "the --merge file when not given")
     args = parser.parse_args()
 
     from kgen.runners import Recording
@@ -226,9 +229,10 @@ def main() -> None:
                 continue
             rows.append(result)
             print(json.dumps(result), flush=True)
-    machines = []
+    machines, kept = [], {}
     if args.merge:
         earlier = json.loads(Path(args.merge).read_text())
+        kept = {k: v for k, v in earlier.items() if k not in ("rows", "verdicts")}
         done = {(r["space"], r["strategy"]) for r in rows}
         rows = [r for r in earlier["rows"] if (r["space"], r["strategy"]) not in done] + rows
         machines += [m for m in [earlier.get("machine"), *earlier.get("merged_from", [])] if m not in machines]
@@ -240,10 +244,12 @@ def main() -> None:
     folder = f"{slug(model)}-{cpus}cpu"      # named like bench_db's results
     out = Path(args.out) if args.out else ROOT / "scripts" / "results" / folder / "bench_search.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    doc = {"machine": model, "merged_from": machines, "recordings": args.recording, "budget": args.budget,
+    doc = {**kept, "machine": model, "merged_from": machines, "recordings": args.recording, "budget": args.budget,
            "seeds": args.seeds,
-           "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-           "verdicts": verdicts(rows, args.budget), "rows": rows}
+           "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    if args.provenance:
+        doc["provenance"] = args.provenance
+    doc.update(verdicts=verdicts(rows, args.budget), rows=rows)
     out.write_text(json.dumps(doc, indent=1) + "\n")
     for v in doc["verdicts"]:
         print(json.dumps(v))

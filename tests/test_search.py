@@ -206,10 +206,32 @@ def test_an_unrecorded_default_stands_for_the_nearest_recorded_config(recording)
     assert config_distance(space, default.as_dict(), first.config) == nearest
 
 
-def test_kgen_sampler_steps_to_the_nearest_unmeasured_config_at_first(recording):
-    from kgen.knobs import knobs
-    from kgen.search import Tuner, config_distance
+def test_move_distance_puts_every_one_move_neighbour_before_any_two_moves():
+    from kgen.search import config_distance, move_distance
+    from kgen.space import Param, Space
 
+    space = Space([Param("TILE", (16, 32, 64, 128, 256)), Param("BK", (8, 16, 32)), Param("GROUP", (1, 8))])
+    start = dict(TILE=64, BK=8, GROUP=8)
+    tile_step, bk_step, flip = dict(start, TILE=128), dict(start, BK=16), dict(start, GROUP=1)
+    two_tile_steps, tile_and_bk = dict(start, TILE=256), dict(start, TILE=32, BK=16)
+    assert move_distance(space, start, start) == 0
+    assert move_distance(space, start, tile_step) == pytest.approx(1.25)
+    assert move_distance(space, start, tile_step) < move_distance(space, start, bk_step) \
+        < move_distance(space, start, flip)
+    one_move = max(move_distance(space, start, v) for v in (tile_step, bk_step, flip))
+    assert one_move < min(move_distance(space, start, v) for v in (two_tile_steps, tile_and_bk))
+    # the span puts a switch of the group behind two tile steps and a tile step with a k step
+    assert config_distance(space, start, flip) > config_distance(space, start, two_tile_steps)
+    assert config_distance(space, start, flip) > config_distance(space, start, tile_and_bk)
+
+
+@pytest.mark.parametrize("walk", ["moves", "span"])
+def test_kgen_sampler_steps_to_the_nearest_unmeasured_config_at_first(recording, monkeypatch, walk):
+    from kgen.knobs import knobs
+    from kgen.search import Tuner, config_distance, move_distance
+
+    monkeypatch.setenv("KGEN_SEARCH_WALK_DISTANCE", walk)
+    distance = move_distance if walk == "moves" else config_distance
     tuner = Tuner(SPEC, P, TARGET, ReplayRunner(recording), MemoryStore(), sampler="kgen", seed=0,
                   warm_start=False)
     result = tuner.run(4)
@@ -217,9 +239,13 @@ def test_kgen_sampler_steps_to_the_nearest_unmeasured_config_at_first(recording)
     best = tuner.best()
     step = tuner._local_step(set())
     assert step is not None and SPEC.space(P, TARGET).make(step).name not in tuner.known
-    nearest = min(config_distance(tuner.space, best.config, c.as_dict())
-                  for c in tuner._candidates() if c.name not in tuner.known)
-    assert config_distance(tuner.space, best.config, step) == nearest
+    fresh = [c.as_dict() for c in tuner._candidates() if c.name not in tuner.known]
+    assert distance(tuner.space, best.config, step) == min(distance(tuner.space, best.config, v) for v in fresh)
+    if walk == "moves":     # one place of one parameter away: the neighbourhood before anything farther
+        changed = [p for p in tuner.space.params if step[p.name] != best.config[p.name]]
+        assert len(changed) == 1
+        p = changed[0]
+        assert abs(p.choices.index(step[p.name]) - p.choices.index(best.config[p.name])) == 1
     assert result.measured == 4
 
 
