@@ -169,6 +169,36 @@ def test_sass_of_tf32_configs_has_tf32_hgmma_and_cp_async_for_mn_major_operands(
     assert sass.count("FENCE.VIEW.ASYNC.S") == 1 + bool(copied)
 
 
+@pytest.mark.parametrize("staged", (2, 3))
+def test_sass_of_a_staged_tf32_b_transposes_with_16_byte_shared_accesses(target, staged):
+    """An N-major tf32 B staged by TMA (XS > 0): no cp.async, TMA for both operands, and the
+    transpose as 16-byte shared loads and stores (four each per 4 x 4 block), then the
+    producers' async-proxy fence; no local memory (the producer takes 56 registers here)."""
+    problem = SPEC.problem(4096, 4096, 4096, "float32", "NN")
+    config, sass = _two_consumer_sass(target, problem, BM=256, BN=128, BK=32, STAGES=3, CONSUMERS=2, GM=8,
+                                      PINGPONG=0, TMA_STORE=1, XS=staged)
+    assert config.name == f"gemm_wgmma_tf32_nn_256x128x32_s3_c2_g8_ts_t{staged}"
+    assert "LDGSTS" not in sass and "ARRIVES.LDGSTSBAR" not in sass
+    assert len(re.findall(r"UTMALDG\.2D", sass)) == 2    # A, and B into the staging ring
+    assert len(re.findall(r"\bLDS\.128\b", sass)) == 4 and len(re.findall(r"\bSTS\.128\b", sass)) == 4
+    assert sass.count("FENCE.VIEW.ASYNC.S") == 2
+    assert "LDL" not in sass and "STL" not in sass
+
+
+def test_staging_needs_tf32_n_major_b_with_16_byte_rows(target):
+    def xs(dtype, layout, **kw):
+        problem = SPEC.problem(1000, 1000, 1000, dtype, layout, **kw)
+        return next(p.choices for p in SPEC.space(problem, target).params if p.name == "XS")
+
+    assert xs("float32", "NN") == xs("float32", "TN") == (0, 2, 3)
+    assert xs("float32", "NT") == xs("bfloat16", "NN") == (0,)
+    assert xs("float32", "NN", align_b=2) == (0,)       # rows TMA cannot read: cp.async
+    staged = SPEC.space(SPEC.problem(4096, 4096, 4096, "float32", "NN"), target).config(
+        BM=256, BN=128, BK=32, STAGES=3, CONSUMERS=2, GM=8, PINGPONG=0, TMA_STORE=1, XS=2)
+    assert SPEC.launch(SPEC.problem(4096, 4096, 4096, "float32", "NN"), staged).shared_mem == \
+        smem_bytes(256, 128, 3, 2, 1) + 2 * 128 * 128 + 2 * 16
+
+
 @pytest.mark.parametrize("layout", ("NN", "NT"))
 def test_sass_of_a_cluster_config_multicasts_b_and_arrives_remotely(target, layout):
     problem = SPEC.problem(4096, 4096, 4096, "bfloat16", layout)
@@ -243,11 +273,11 @@ def test_space_respects_shared_memory_registers_and_names(target):
         assert len(configs) >= 50
         for c in configs:
             v = space.full_values(c.as_dict())
-            assert v["SMEM"] == smem_bytes(v["BM"], v["BN"], v["STAGES"], v["CONSUMERS"], v["TMA_STORE"]) \
+            assert v["SMEM"] == smem_bytes(v["BM"], v["BN"], v["STAGES"], v["CONSUMERS"], v["TMA_STORE"], v["XS"]) \
                 <= target.smem_per_block_optin
             assert v["RPC"] in (64, 128) and v["BN"] // 2 * v["SLABS"] <= 168
             assert re.fullmatch(rf"gemm_wgmma_{SHORT[dtype]}_(nn|nt|tn|tt)_\d+x\d+x{block_k(dtype)}"
-                                r"_s\d+_c[12]_g[18](_pp)?(_k[248])?(_ts)?(_x2)?", c.name)
+                                r"_s\d+_c[12]_g[18](_pp)?(_k[248])?(_ts)?(_x2)?(_t[23])?", c.name)
             assert ("_pp" in c.name) == bool(v["PINGPONG"]) and ("_ts" in c.name) == bool(v["TMA_STORE"])
             assert c.name.endswith("_x2") == (v["CLUSTER"] == 2)
             if v["PINGPONG"]:
@@ -599,6 +629,25 @@ def _cluster_jobs(target):
     return jobs
 
 
+STAGED_SHAPES = [(33, 20, 1000), (1000, 520, 776), (130, 1000, 4104), (1, 4100, 129)]
+
+
+def _staged_jobs(target):
+    """tf32 with an N-major B staged by TMA and transposed by the producers (XS > 0): per shape
+    x layout, a ping-pong, a split-K (where offered) and a cooperative config."""
+    jobs = {}
+    for i, (shape, layout) in enumerate((s, l) for s in STAGED_SHAPES for l in ("NN", "TN")):
+        rng = random.Random(5000 + i)
+        problem = SPEC.problem(*shape, "float32", layout, epilogue=rng.choice(EPILOGUES))
+        staged = [c for c in SPEC.space(problem, target).configs() if c["XS"]]
+        picks = [rng.choice(group) for group in ([c for c in staged if c["PINGPONG"]],
+                                                 [c for c in staged if c["SPLITK"] > 1],
+                                                 [c for c in staged if not c["PINGPONG"] and c["SPLITK"] == 1])
+                 if group]
+        jobs[("staged", shape, layout)] = (problem, picks)
+    return jobs
+
+
 @pytest.fixture(scope="module")
 def gpu():
     """(target, jobs, kernels): every GPU job compiled in a pool, kernels loaded on demand."""
@@ -606,7 +655,7 @@ def gpu():
 
     target = Target.detect(0)
     jobs = {**_odd_jobs(target), **_edge_jobs(target), **_alpha_beta_jobs(target), **_splitk_jobs(target),
-            **_store_jobs(target), **_cluster_jobs(target)}
+            **_store_jobs(target), **_cluster_jobs(target), **_staged_jobs(target)}
     for dtype, layout in (("bfloat16", "NT"), ("float32", "NN")):
         big = SPEC.problem(4096, 4096, 4096, dtype, layout)
         jobs[("big", dtype)] = (big, [SPEC.default_config(big, target)])
@@ -723,10 +772,22 @@ def test_gpu_split_k_adds_every_part_launch_after_launch(gpu, shape, layout):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("shape", STAGED_SHAPES)
+@pytest.mark.parametrize("layout", ("NN", "TN"))
+def test_gpu_staged_b_is_transposed_right_launch_after_launch(gpu, shape, layout):
+    """Twice each, on fresh inputs: a staging buffer refilled before every producer warp had
+    read it would show on the second pass."""
+    problem, configs = gpu[1][("staged", shape, layout)]
+    assert configs and all(c["XS"] for c in configs)
+    for launch in range(2):
+        _verify_all(gpu, ("staged", shape, layout), first_seed=30 * launch)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ("bfloat16", "float32"))
 def test_gpu_large_square_default_config(gpu, dtype):
     """4096^3 with the cuBLAS-class default (persistent: several tiles per block): bf16 NT
-    (TMA only) and tf32 NN (B copied in transposed)."""
+    (TMA only) and tf32 NN (B staged by TMA and transposed by the producers)."""
     _verify_all(gpu, ("big", dtype))
 
 

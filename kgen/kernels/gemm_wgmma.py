@@ -66,11 +66,13 @@ STORE_BUFFER = STORE_ROWS * SWIZZLE   # 2 KiB: 16 rows x 128 bytes of output col
 STORE_BUFFERS_PER_WARP = 2    # one filled while the other drains
 
 
-def smem_bytes(bm: int, bn: int, stages: int, consumers: int = 2, tma_store: int = 0) -> int:
-    """Dynamic shared memory of a config: the A and B rings (rows of 128 bytes), the TMA
-    store buffers (two per consumer warp), barriers, alignment slack."""
+def smem_bytes(bm: int, bn: int, stages: int, consumers: int = 2, tma_store: int = 0, staged: int = 0) -> int:
+    """Dynamic shared memory of a config: the A and B rings (rows of 128 bytes), the staging
+    buffers of a transposed B (``staged`` k-blocks of BN rows of 128 bytes), the TMA store
+    buffers (two per consumer warp), barriers, alignment slack."""
     store = consumers * 4 * STORE_BUFFERS_PER_WARP * STORE_BUFFER if tma_store else 0
-    return stages * (bm + bn) * SWIZZLE + store + stages * BARRIER_BYTES + 16 + ALIGN_SLACK
+    return ((stages * (bm + bn) + staged * bn) * SWIZZLE + store + (stages + staged) * BARRIER_BYTES + 16
+            + ALIGN_SLACK)
 
 
 def block_k(dtype: str) -> int:
@@ -79,9 +81,17 @@ def block_k(dtype: str) -> int:
 
 
 def copied_transposed(dtype: str, layout: str) -> tuple[bool, bool]:
-    """Whether A and B are copied in by cp.async (MN-major tf32 operands) rather than TMA."""
+    """Whether A and B are MN-major tf32 operands, which the producer transposes: copied in by
+    cp.async (A; B where XS is 0) or staged by TMA and transposed in shared memory (B, XS > 0)."""
     tf32 = dtype == "float32"
     return tf32 and layout[0] == "T", tf32 and layout[1] == "N"
+
+
+def staging_choices(problem: Problem) -> tuple[int, ...]:
+    """XS, the staging buffers of a transposed B: 2 or 3 where TMA can read B (16-byte rows),
+    else 0 (cp.async)."""
+    transposed_b = copied_transposed(problem["dtype"], problem["layout"])[1]
+    return (0, 2, 3) if transposed_b and problem["align_b"] >= 16 // ELEMENT_BYTES["float32"] else (0,)
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -140,15 +150,16 @@ class GemmWgmma(TensorCoreGemm):
             Param("SPLITK", SPLITS, default=1),
             Param("TMA_STORE", (0, 1), default=0),
             Param("CLUSTER", (1, 2), default=1),
+            Param("XS", staging_choices(problem), default=0),
         ]
         constraints = [
             Constraint("block tile fits the problem",
                        lambda v: v["BM"] <= max(64, _pow2_at_least(m)) and v["BN"] <= max(64, 64 * _ceil_div(n, 64)),
                        ("BM", "BN")),
             Constraint("shared memory fits the device",
-                       lambda v: smem_bytes(v["BM"], v["BN"], v["STAGES"], v["CONSUMERS"], v["TMA_STORE"])
+                       lambda v: smem_bytes(v["BM"], v["BN"], v["STAGES"], v["CONSUMERS"], v["TMA_STORE"], v["XS"])
                        <= target.smem_per_block_optin,
-                       ("BM", "BN", "STAGES", "CONSUMERS", "TMA_STORE")),
+                       ("BM", "BN", "STAGES", "CONSUMERS", "TMA_STORE", "XS")),
             Constraint("ping-pong needs two consumers", lambda v: not v["PINGPONG"] or v["CONSUMERS"] == 2,
                        ("CONSUMERS", "PINGPONG")),
             Constraint("a consumer warpgroup owns 64 or 128 rows", lambda v: rpc(v) in (64, 128),
@@ -168,14 +179,14 @@ class GemmWgmma(TensorCoreGemm):
             "RPC": rpc,
             "SLABS": lambda v: rpc(v) // 64,
             "THREADS": lambda v: 128 * (v["CONSUMERS"] + 1),
-            "SMEM": lambda v: smem_bytes(v["BM"], v["BN"], v["STAGES"], v["CONSUMERS"], v["TMA_STORE"]),
+            "SMEM": lambda v: smem_bytes(v["BM"], v["BN"], v["STAGES"], v["CONSUMERS"], v["TMA_STORE"], v["XS"]),
         }
 
         def namer(v):
             return (f"gemm_wgmma_{short}_{layout.lower()}_{v['BM']}x{v['BN']}x{v['BK']}"
                     f"_s{v['STAGES']}_c{v['CONSUMERS']}_g{v['GM']}" + ("_pp" if v["PINGPONG"] else "")
                     + (f"_k{v['SPLITK']}" if v["SPLITK"] > 1 else "") + ("_ts" if v["TMA_STORE"] else "")
-                    + (f"_x{v['CLUSTER']}" if v["CLUSTER"] > 1 else ""))
+                    + (f"_x{v['CLUSTER']}" if v["CLUSTER"] > 1 else "") + (f"_t{v['XS']}" if v["XS"] else ""))
 
         return Space(params, constraints, derived, namer)
 
@@ -202,6 +213,7 @@ class GemmWgmma(TensorCoreGemm):
                        key=lambda t: (modelled_time(problem["m"], problem["n"], t[0], t[1], target.sm_count), -t[0], t))
         m, n, k = problem["m"], problem["n"], problem["k"]
         bk = block_k(problem["dtype"])
+        staging = staging_choices(problem)[::-1]     # staged B first where it can be
         picks = []
         for bm, bn in tiles:
             if len(picks) >= count:
@@ -210,9 +222,9 @@ class GemmWgmma(TensorCoreGemm):
                 continue      # the model ranks a tile and its transpose alike: one of them will do
             split = default_splitk(m, n, k, bm, bn, target.sm_count, bk)
             for values in (dict(BM=bm, BN=bn, BK=bk, STAGES=stages, CONSUMERS=consumers, GM=gm, PINGPONG=0,
-                                SPLITK=split, TMA_STORE=store)
-                           for consumers in (2, 1) for store in (1, 0) for stages in STAGE_CHOICES[::-1]
-                           for gm in (8, 1)):
+                                SPLITK=split, TMA_STORE=store, XS=xs)
+                           for consumers in (2, 1) for xs in staging for store in (1, 0)
+                           for stages in STAGE_CHOICES[::-1] for gm in (8, 1)):
                 if space.is_valid(values):
                     picks.append(space.make(values))
                     break
@@ -225,7 +237,8 @@ class GemmWgmma(TensorCoreGemm):
                  * config.get("SPLITK", 1))
         grid = cluster * max(1, min(units, self.sm_count // cluster))   # whole clusters
         return Launch((grid, 1, 1), (128 * (config["CONSUMERS"] + 1), 1, 1),
-                      smem_bytes(bm, bn, config["STAGES"], config["CONSUMERS"], config.get("TMA_STORE", 0)))
+                      smem_bytes(bm, bn, config["STAGES"], config["CONSUMERS"], config.get("TMA_STORE", 0),
+                                 config.get("XS", 0)))
 
     def tensor_maps(self, problem: Problem, config: Config, a, b) -> tuple:
         """The two TmaDesc records for A and B (``a`` / ``b``: kgen.arrays.ArrayInfo); an
@@ -239,14 +252,18 @@ class GemmWgmma(TensorCoreGemm):
             a_map = ((k, m), _ld(a.strides[0], m, k), (bk, min(m, config["BM"])))
         else:                     # stored K x M: M contiguous, boxes of 64 m x 64 k
             a_map = ((m, k), _ld(a.strides[1], k, m), (64, bk))
-        if layout[1] == "N":      # row-major K x N: N contiguous, boxes of 64 n x 64 k
-            b_map = ((n, k), _ld(b.strides[0], k, n), (64, bk))
+        staged = config.get("XS", 0) > 0
+        if layout[1] == "N":      # row-major K x N: N contiguous, boxes of 64 n x 64 k (staged: one
+            # box of BN n x BK k rows, unswizzled, which the producers transpose)
+            b_map = ((n, k), _ld(b.strides[0], k, n), (config["BN"], bk) if staged else (64, bk))
         else:                     # stored N x K: K contiguous, one box of BK k x BN rows (each block
             # of a cluster loads BN / CLUSTER of them and multicasts them)
             b_map = ((k, n), _ld(b.strides[1], n, k), (bk, config["BN"] // config.get("CLUSTER", 1)))
         copied = copied_transposed(dtype, layout)
-        return tuple(_EMPTY_MAP if cp else tma.encode_tiled(x.ptr, dtype, dims, ld * size, box, SWIZZLE)
-                     for cp, x, (dims, ld, box) in zip(copied, (a, b), (a_map, b_map)))
+        copied = (copied[0], copied[1] and not staged)
+        swizzle = (SWIZZLE, 0 if staged else SWIZZLE)
+        return tuple(_EMPTY_MAP if cp else tma.encode_tiled(x.ptr, dtype, dims, ld * size, box, sw)
+                     for cp, x, (dims, ld, box), sw in zip(copied, (a, b), (a_map, b_map), swizzle))
 
     def output_map(self, problem: Problem, config: Config, c_ptr: int, ldc: int) -> tuple:
         """(TmaDesc, c_by_tma) for C: a map of 16-row boxes of 128 bytes of columns when the
