@@ -85,10 +85,14 @@ SUITES = {
     "tc-mid-rest": [
         (d, "NN", 3000, 5000, 700, 200, {"families": ["gemm_wgmma", "gemm_mma"]}) for d in ("bfloat16", "float16")
     ],
-    # tf32 on the Hopper family: NN (B copied in transposed by cp.async) and NT (TMA only)
+    # tf32 on the Hopper family: NN (B transposed by the producers) and NT (TMA only)
     "tc-tf32": [
         ("float32", l, s, s, s, 200, {"precision": "tf32", "families": ["gemm_wgmma"]})
         for s in (4096, 8192) for l in ("NN", "NT")
+    ],
+    # tf32 NN alone: B staged by TMA and transposed in shared memory (XS), or copied by cp.async
+    "tc-tf32-nn": [
+        ("float32", "NN", s, s, s, 200, {"precision": "tf32", "families": ["gemm_wgmma"]}) for s in (4096, 8192)
     ],
     "tc-wgmma": [
         ("bfloat16", "NN", 4096, 4096, 4096, 30),
