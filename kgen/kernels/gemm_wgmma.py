@@ -2,7 +2,8 @@
 
 float16 / bfloat16 inputs (MN-major operands use the wgmma transpose bits) and float32 read
 as tf32 (wgmma tf32 reads K-major tiles only: an MN-major operand is copied in transposed by
-the producer warpgroup with 4-byte cp.async), float32 accumulation, every layout, the fused
+the producer warpgroup with 4-byte cp.async, or, for B with 16-byte rows, staged by TMA into
+XS buffers and transposed in shared memory, ``_tXS``), float32 accumulation, every layout, the fused
 epilogues of ``gemm_tc``. TMA needs 16-byte row strides, so an operand TMA reads must have
 a leading dimension that is a multiple of 16 bytes (``align_a``/``align_b`` of 8 16-bit or
 4 32-bit elements); other problems belong to the portable mma.sync family.
@@ -35,7 +36,7 @@ True
 >>> spec.launch(p, spec.default_config(p, Target.h200()))
 Launch(grid=(132, 1, 1), block=(384, 1, 1), shared_mem=230480)
 >>> spec.default_config(spec.problem(4096, 4096, 4096, "float32", "NN"), Target.h200()).name
-'gemm_wgmma_tf32_nn_256x128x32_s4_c2_g8_ts'
+'gemm_wgmma_tf32_nn_256x128x32_s3_c2_g8_ts_t2'
 """
 
 from __future__ import annotations
@@ -213,7 +214,10 @@ class GemmWgmma(TensorCoreGemm):
                        key=lambda t: (modelled_time(problem["m"], problem["n"], t[0], t[1], target.sm_count), -t[0], t))
         m, n, k = problem["m"], problem["n"], problem["k"]
         bk = block_k(problem["dtype"])
-        staging = staging_choices(problem)[::-1]     # staged B first where it can be
+        # a staged B first where it can be, two buffers before three (tf32 NN, 256x128 tiles:
+        # 4096^3 0.480 ms against 0.511, scripts/results/nvidia-h200/compare_tf32_staged.jsonl;
+        # the 8192^3 tune's best took two)
+        staging = sorted(staging_choices(problem), key=lambda xs: (xs == 0, xs))
         picks = []
         for bm, bn in tiles:
             if len(picks) >= count:
