@@ -1,0 +1,65 @@
+"""SASS digests of the configs of shipped records, to carry records across a template change.
+
+    python scripts/sass_digests.py tuning_db/nvidia-h200_gemm_wgmma.jsonl c572c58b54f39840 new.json
+    (in a checkout of the older template:) python scripts/sass_digests.py ... c572c58b54f39840 old.json
+
+For every record of the family's file measured with template digest DIGEST, the config is
+rendered and compiled (no disk cache) with the checkout's template, disassembled with
+cuobjdump, and the sha256 of its SASS written to OUT (JSON: "problem_key config" -> digest).
+Where two checkouts give the same digest for a record, its kernel is the same binary under
+both templates, and its measurement holds for the newer one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def _cuobjdump() -> str:
+    """cuobjdump, wherever pip or CUDA put it."""
+    from cuda import pathfinder
+
+    return pathfinder.find_nvidia_binary_utility("cuobjdump")
+
+
+def main(records: str, digest: str, out: str) -> None:
+    from kgen.compile import compile_source
+    from kgen.problem import Target
+    from kgen.render import render
+    from kgen.spec import get_spec
+
+    tool = _cuobjdump()
+    if not tool:
+        raise SystemExit("no cuobjdump: pip install nvidia-cuda-cuobjdump")
+    target, digests = Target.h200(), {}
+    for line in Path(records).read_text().splitlines():
+        r = json.loads(line)
+        if r["provenance"]["template_digest"] != digest:
+            continue
+        spec = get_spec(r["family"])
+        fields = dict(kv.split("=") for kv in r["problem_key"].split("|")[1:])
+        problem = spec.problem(int(fields["m"]), int(fields["n"]), int(fields["k"]), fields["dtype"],
+                               fields["layout"], out_dtype=fields["out_dtype"], epilogue=fields["epilogue"],
+                               align_a=int(fields["align_a"]), align_b=int(fields["align_b"]))
+        assert problem.key == r["problem_key"], (problem.key, r["problem_key"])
+        space = spec.space(problem, target)
+        config = space.find([r["config_name"]])[r["config_name"]]
+        binary = compile_source(render(spec, problem, config, target, space), use_cache=False).binary
+        with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+            f.write(binary.cubin)
+            f.flush()
+            sass = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True, check=True).stdout
+        digests[f"{r['problem_key']} {r['config_name']}"] = hashlib.sha256(sass.encode()).hexdigest()
+        print(r["config_name"], digests[f"{r['problem_key']} {r['config_name']}"][:16], flush=True)
+    Path(out).write_text(json.dumps(digests, indent=0) + "\n")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:4])
