@@ -610,6 +610,13 @@ def _store_jobs(target):
 CLUSTER_SHAPES = [(1100, 520, 776), (136, 1000, 2056)]   # odd block-row counts: a pair's tile past M
 
 
+def _one_of_each_schedule(rng, configs):
+    """A ping-pong, a split-K and a plain cooperative config of ``configs``, where there is one."""
+    groups = ([c for c in configs if c["PINGPONG"]], [c for c in configs if c["SPLITK"] > 1],
+              [c for c in configs if not c["PINGPONG"] and c["SPLITK"] == 1])
+    return [rng.choice(group) for group in groups if group]
+
+
 def _cluster_jobs(target):
     """Cluster configs (cooperative, ping-pong, split-K where offered) per shape x layout."""
     jobs = {}
@@ -621,11 +628,7 @@ def _cluster_jobs(target):
         if not SPEC.supports(problem, target):
             continue
         paired = [c for c in SPEC.space(problem, target).configs() if c["CLUSTER"] == 2]
-        picks = [rng.choice(group) for group in ([c for c in paired if c["PINGPONG"]],
-                                                 [c for c in paired if c["SPLITK"] > 1],
-                                                 [c for c in paired if not c["PINGPONG"] and c["SPLITK"] == 1])
-                 if group]
-        jobs[("cluster", shape, layout)] = (problem, picks)
+        jobs[("cluster", shape, layout)] = (problem, _one_of_each_schedule(rng, paired))
     return jobs
 
 
@@ -640,11 +643,7 @@ def _staged_jobs(target):
         rng = random.Random(5000 + i)
         problem = SPEC.problem(*shape, "float32", layout, epilogue=rng.choice(EPILOGUES))
         staged = [c for c in SPEC.space(problem, target).configs() if c["XS"]]
-        picks = [rng.choice(group) for group in ([c for c in staged if c["PINGPONG"]],
-                                                 [c for c in staged if c["SPLITK"] > 1],
-                                                 [c for c in staged if not c["PINGPONG"] and c["SPLITK"] == 1])
-                 if group]
-        jobs[("staged", shape, layout)] = (problem, picks)
+        jobs[("staged", shape, layout)] = (problem, _one_of_each_schedule(rng, staged))
     return jobs
 
 
