@@ -229,13 +229,14 @@ def main() -> None:
                 continue
             rows.append(result)
             print(json.dumps(result), flush=True)
-    machines, kept = [], {}
+    machines, kept, recordings = [], {}, list(args.recording)
     if args.merge:
         earlier = json.loads(Path(args.merge).read_text())
         kept = {k: v for k, v in earlier.items() if k not in ("rows", "verdicts")}
         done = {(r["space"], r["strategy"]) for r in rows}
         rows = [r for r in earlier["rows"] if (r["space"], r["strategy"]) not in done] + rows
-        machines += [m for m in [earlier.get("machine"), *earlier.get("merged_from", [])] if m not in machines]
+        machines = list(dict.fromkeys(m for m in [earlier.get("machine"), *earlier.get("merged_from", [])] if m))
+        recordings = list(dict.fromkeys([*earlier.get("recordings", []), *recordings]))
     sys.path.insert(0, str(ROOT / "scripts"))
     from bench_db import cpu_model, slug
 
@@ -244,7 +245,7 @@ def main() -> None:
     folder = f"{slug(model)}-{cpus}cpu"      # named like bench_db's results
     out = Path(args.out) if args.out else ROOT / "scripts" / "results" / folder / "bench_search.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    doc = {**kept, "machine": model, "merged_from": machines, "recordings": args.recording, "budget": args.budget,
+    doc = {**kept, "machine": model, "merged_from": machines, "recordings": recordings, "budget": args.budget,
            "seeds": args.seeds,
            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     if args.provenance:
