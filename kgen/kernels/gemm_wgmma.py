@@ -3,8 +3,8 @@
 float16 / bfloat16 inputs (MN-major operands use the wgmma transpose bits) and float32 read
 as tf32 (wgmma tf32 reads K-major tiles only: an MN-major operand is copied in transposed by
 the producer warpgroup with 4-byte cp.async, or, for B with 16-byte rows, staged by TMA into
-XS buffers and transposed in shared memory, ``_tXS``), float32 accumulation, every layout, the fused
-epilogues of ``gemm_tc``. TMA needs 16-byte row strides, so an operand TMA reads must have
+XS buffers and transposed in shared memory, ``_tXS``), float32 accumulation, every layout,
+the fused epilogues of ``gemm_tc``. TMA needs 16-byte row strides, so an operand TMA reads must have
 a leading dimension that is a multiple of 16 bytes (``align_a``/``align_b`` of 8 16-bit or
 4 32-bit elements); other problems belong to the portable mma.sync family.
 
