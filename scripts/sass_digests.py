@@ -7,7 +7,11 @@ For every record of the family's file measured with template digest DIGEST, the 
 rendered and compiled (no disk cache) with the checkout's template, disassembled with
 cuobjdump, and the sha256 of its SASS written to OUT (JSON: "problem_key config" -> digest).
 Where two checkouts give the same digest for a record, its kernel is the same binary under
-both templates, and its measurement holds for the newer one.
+both templates, and its measurement holds for the newer one:
+
+    python scripts/sass_digests.py carry tuning_db/nvidia-h200_gemm_wgmma.jsonl OLD NEW old.json new.json
+
+restamps exactly those records with template digest NEW, their origin saying from which.
 """
 
 from __future__ import annotations
@@ -61,5 +65,25 @@ def main(records: str, digest: str, out: str) -> None:
     Path(out).write_text(json.dumps(digests, indent=0) + "\n")
 
 
+def carry(records: str, old: str, new: str, old_sass: str, new_sass: str) -> None:
+    before, after = json.loads(Path(old_sass).read_text()), json.loads(Path(new_sass).read_text())
+    lines, carried = [], 0
+    for line in Path(records).read_text().splitlines():
+        r = json.loads(line)
+        key = f"{r['problem_key']} {r['config_name']}"
+        if r["provenance"]["template_digest"] == old and key in before and before[key] == after.get(key):
+            was = r["provenance"].get("origin", "")
+            r["provenance"]["template_digest"] = new
+            r["provenance"]["origin"] = (was + ", " if was.startswith("carried:") else "carried:") + \
+                f"{old} (same SASS, scripts/sass_digests.py)"
+            carried += 1
+        lines.append(json.dumps(r, sort_keys=True))
+    Path(records).write_text("\n".join(lines) + "\n")
+    print(f"carried {carried} records from {old} to {new}")
+
+
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    if sys.argv[1] == "carry":
+        carry(*sys.argv[2:7])
+    else:
+        main(*sys.argv[1:4])
