@@ -95,14 +95,20 @@ def make_sampler(name: str, seed: int, n_startup: int) -> optuna.samplers.BaseSa
     raise KgenError(f"unknown sampler {name!r}", remedy=f"use one of {', '.join(SAMPLERS)}")
 
 
-def config_distance(space: Space, a: dict, b: dict) -> float:
-    """How far apart two configs are: per parameter, the distance of their positions in its
-    ordered choices over the span (0 same .. 1 ends), summed."""
+def _summed_over_params(space: Space, a: dict, b: dict, cost) -> float:
+    """``cost(places, choices)`` summed over the parameters where ``a`` and ``b`` differ:
+    ``places`` apart in the parameter's ordered ``choices``."""
     total = 0.0
     for p in space.params:
         if len(p.choices) > 1 and a[p.name] != b[p.name]:
-            total += abs(p.choices.index(a[p.name]) - p.choices.index(b[p.name])) / (len(p.choices) - 1)
+            total += cost(abs(p.choices.index(a[p.name]) - p.choices.index(b[p.name])), len(p.choices))
     return total
+
+
+def config_distance(space: Space, a: dict, b: dict) -> float:
+    """How far apart two configs are: per parameter, the distance of their positions in its
+    ordered choices over the span (0 same .. 1 ends), summed."""
+    return _summed_over_params(space, a, b, lambda places, n: places / (n - 1))
 
 
 def move_distance(space: Space, a: dict, b: dict) -> float:
@@ -111,12 +117,7 @@ def move_distance(space: Space, a: dict, b: dict) -> float:
     summed. Every config one move away is nearer than any two moves away; among one-move
     neighbours, a step of a many-valued parameter (a tile size) comes before a switch of a
     two-valued one."""
-    total = 0.0
-    for p in space.params:
-        if len(p.choices) > 1 and a[p.name] != b[p.name]:
-            places = abs(p.choices.index(a[p.name]) - p.choices.index(b[p.name]))
-            total += places * (1 + 1 / (len(p.choices) - 1))
-    return total
+    return _summed_over_params(space, a, b, lambda places, n: places * (1 + 1 / (n - 1)))
 
 
 def _distributions(space: Space) -> dict[str, optuna.distributions.BaseDistribution]:

@@ -35,7 +35,7 @@ def _cuobjdump() -> str:
 
 def main(records: str, digest: str, out: str) -> None:
     from kgen.compile import compile_source
-    from kgen.problem import Target
+    from kgen.problem import Problem, Target
     from kgen.render import render
     from kgen.spec import get_spec
 
@@ -47,12 +47,7 @@ def main(records: str, digest: str, out: str) -> None:
         r = json.loads(line)
         if r["provenance"]["template_digest"] != digest:
             continue
-        spec = get_spec(r["family"])
-        fields = dict(kv.split("=") for kv in r["problem_key"].split("|")[1:])
-        problem = spec.problem(int(fields["m"]), int(fields["n"]), int(fields["k"]), fields["dtype"],
-                               fields["layout"], out_dtype=fields["out_dtype"], epilogue=fields["epilogue"],
-                               align_a=int(fields["align_a"]), align_b=int(fields["align_b"]))
-        assert problem.key == r["problem_key"], (problem.key, r["problem_key"])
+        spec, problem = get_spec(r["family"]), Problem.from_key(r["problem_key"])
         space = spec.space(problem, target)
         config = space.find([r["config_name"]])[r["config_name"]]
         binary = compile_source(render(spec, problem, config, target, space), use_cache=False).binary
