@@ -94,6 +94,10 @@ SUITES = {
     "tc-tf32-nn": [
         ("float32", "NN", s, s, s, 200, {"precision": "tf32", "families": ["gemm_wgmma"]}) for s in (4096, 8192)
     ],
+    # fp64 alone, on the portable family (the only one with fp64)
+    "tc-f64": [
+        ("float64", "NN", s, s, s, 200, {"families": ["gemm_mma"]}) for s in (4096, 8192)
+    ],
     "tc-wgmma": [
         ("bfloat16", "NN", 4096, 4096, 4096, 30),
         ("bfloat16", "TN", 4096, 4096, 4096, 20),

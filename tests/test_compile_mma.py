@@ -93,3 +93,19 @@ def test_sass_has_tensor_core_instructions_and_async_copies(target, dtype, unit,
     assert re.search(rf"\b{frag_load}\b|\b{frag_load}\.", sass)
     assert "LDGSTS" in sass                           # cp.async
     assert result.binary.resources["spill_stores"] == 0
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_fp64_whole_tile_copies_need_no_zero_fill(target, layout):
+    """UC=1 adds, for tiles wholly inside the matrices, copies with no zero fill (and none of
+    the bounds arithmetic before them); UC=0 has only the zero-filling ones."""
+    problem = SPEC.problem(4096, 4096, 4096, "float64", layout)
+    space = SPEC.space(problem, target)
+    tile = dict(BM=128, BN=64, BK=8, WM=64, WN=32, STAGES=4, VA=2, VB=2, GM=8, WK=1, MINB=1)
+    whole = compile_source(render(SPEC, problem, space.config(**tile, UC=1), target, space))
+    plain = compile_source(render(SPEC, problem, space.config(**tile, UC=0), target, space))
+    assert whole.failure is None and plain.failure is None
+    sass, plain_sass = _sass(whole.binary.cubin), _sass(plain.binary.cubin)
+    assert re.search(r"LDGSTS\.E\.BYPASS\.128 ", sass) and "LDGSTS.E.BYPASS.128.ZFILL" in sass
+    assert not re.search(r"LDGSTS\.E\.BYPASS\.128 ", plain_sass) and "LDGSTS.E.BYPASS.128.ZFILL" in plain_sass
+    assert whole.binary.resources["spill_stores"] == 0

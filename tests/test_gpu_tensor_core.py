@@ -61,6 +61,43 @@ def test_mma_random_configs_are_correct(dtype):
     assert _verify_all(GemmMma(), dtype) >= 40
 
 
+def test_mma_fp64_whole_tile_copies_and_double_buffered_fragments_are_correct():
+    """UC=1 copies tiles that lie wholly inside the matrices with no bounds; FB=2 reads each
+    step's fragments during the step before (one mma step a stage and two: the template
+    unrolls those differently). Every layout, at sizes of whole tiles only, of partial ones
+    and of both, with k slices and a bias."""
+    from kgen.kernels.gemm_mma import GemmMma
+    from kgen.measure.launch import CupyKernel
+
+    spec, target = GemmMma(), _target()
+    tiles = [dict(BM=128, BN=64, BK=8, WM=32, WN=32, STAGES=4, WK=1),
+             dict(BM=64, BN=64, BK=16, WM=32, WN=32, STAGES=3, WK=1),
+             dict(BM=64, BN=64, BK=16, WM=32, WN=32, STAGES=3, WK=2)]
+    cases = []
+    for layout in LAYOUTS:
+        for m, n, k in ((256, 192, 96), (1000, 520, 776), (70, 40, 40)):
+            problem = spec.problem(m, n, k, "float64", layout, epilogue="bias" if m == 1000 else "none")
+            space = spec.space(problem, target)
+            for tile in tiles:
+                for uc, fb in ((1, 1), (0, 2), (1, 2)):
+                    values = dict(tile, VA=problem["align_a"], VB=problem["align_b"], GM=1, MINB=1, UC=uc, FB=fb)
+                    if space.is_valid(values):
+                        config = space.make(values)
+                        cases.append((problem, config, render(spec, problem, config, target, space)))
+    assert len(cases) >= 80
+    with CompilePool(16) as pool:
+        results = list(pool.map([src for _, _, src in cases]))
+    failures = []
+    for seed, ((problem, config, _), result) in enumerate(zip(cases, results)):
+        assert result.failure is None, f"{config.name}: {result.failure}"
+        kernel = CupyKernel(result.binary.cubin, result.binary.entry, result.binary.path)
+        operands = spec.inputs(problem, seed=seed)
+        check = verify(spec, problem, config, kernel, operands, spec.reference(problem, operands))
+        if not check.ok:
+            failures.append(f"{config.name} {problem.key}: {check.detail}")
+    assert not failures, "\n".join(failures[:10])
+
+
 def test_mma_alpha_beta():
     import cupy
 

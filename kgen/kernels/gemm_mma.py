@@ -113,6 +113,9 @@ class GemmMma(TensorCoreGemm):
             Param("GM", (1, 8)),
             Param("WK", (1, 2, 4)),
             Param("MINB", (1, 2)),
+            # fp64 only for now: unmasked copies of whole tiles, fragments double-buffered
+            Param("UC", (0, 1) if dtype == "float64" else (0,), default=0),
+            Param("FB", (1, 2) if dtype == "float64" else (1,), default=1),
         ]
         constraints = [
             Constraint("block tile fits the problem", lambda v: v["BM"] <= max(16, _pow2_at_least(m))
@@ -121,6 +124,8 @@ class GemmMma(TensorCoreGemm):
                        and v["BN"] % v["WN"] == 0, ("BM", "BN", "WM", "WN")),
             Constraint("1 to 16 warps", lambda v: 1 <= warps(v) <= 16, ("BM", "BN", "WM", "WN", "WK")),
             Constraint("k slices of whole mma steps", lambda v: v["BK"] % (v["WK"] * mma_k) == 0, ("BK", "WK")),
+            Constraint("double-buffered fragments with one k slice", lambda v: v["FB"] == 1 or v["WK"] == 1,
+                       ("FB", "WK")),
             Constraint("accumulators fit in registers", lambda v: accumulators(v) <= 128, ("WM", "WN")),
             Constraint("A vector fits alignment and tile", lambda v: v["VA"] <= align_a and
                        (v["BK"] if a_kmajor else v["BM"]) % v["VA"] == 0, ("BM", "BK", "VA")),
@@ -147,7 +152,8 @@ class GemmMma(TensorCoreGemm):
 
         def namer(v):
             return (f"gemm_mma_{short}_{layout.lower()}_{v['BM']}x{v['BN']}x{v['BK']}_w{v['WM']}x{v['WN']}"
-                    f"_s{v['STAGES']}_va{v['VA']}_vb{v['VB']}_g{v['GM']}_k{v['WK']}_mb{v['MINB']}")
+                    f"_s{v['STAGES']}_va{v['VA']}_vb{v['VB']}_g{v['GM']}_k{v['WK']}_mb{v['MINB']}"
+                    + ("_uc" if v["UC"] else "") + ("_fb2" if v["FB"] == 2 else ""))
 
         return Space(params, constraints, derived, namer)
 
