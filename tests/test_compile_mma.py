@@ -109,3 +109,27 @@ def test_fp64_whole_tile_copies_need_no_zero_fill(target, layout):
     assert re.search(r"LDGSTS\.E\.BYPASS\.128 ", sass) and "LDGSTS.E.BYPASS.128.ZFILL" in sass
     assert not re.search(r"LDGSTS\.E\.BYPASS\.128 ", plain_sass) and "LDGSTS.E.BYPASS.128.ZFILL" in plain_sass
     assert whole.binary.resources["spill_stores"] == 0
+
+
+def _between_dmma(sass: str) -> list[str]:
+    """Opcodes issued between two DMMAs of one run (fewer than 40 instructions apart)."""
+    ops = re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", sass)
+    at = [i for i, op in enumerate(ops) if op.startswith("DMMA")]
+    return [op for a, b in zip(at, at[1:]) if b - a < 40 for op in ops[a + 1:b]]
+
+
+def test_fp64_double_buffered_fragments_interleave_copies_with_dmma(target):
+    """FB=2 issues the next stage's cp.async and fragment loads between the DMMAs of the step
+    before; FB=1 issues every copy before a stage's DMMAs."""
+    problem = SPEC.problem(4096, 4096, 4096, "float64", "NN")
+    space = SPEC.space(problem, target)
+    tile = dict(BM=64, BN=128, BK=16, WM=32, WN=32, STAGES=4, VA=2, VB=2, GM=8, WK=1, MINB=1, UC=0)
+    ahead = compile_source(render(SPEC, problem, space.config(**tile, FB=2), target, space))
+    plain = compile_source(render(SPEC, problem, space.config(**tile, FB=1), target, space))
+    assert ahead.failure is None and plain.failure is None
+    assert ahead.binary.resources["spill_stores"] == 0
+    interleaved = _between_dmma(_sass(ahead.binary.cubin))
+    plain_interleaved = _between_dmma(_sass(plain.binary.cubin))
+    assert any(op.startswith("LDGSTS") for op in interleaved)
+    assert not any(op.startswith("LDGSTS") for op in plain_interleaved)
+    assert sum(op.startswith("LDS") for op in interleaved) >= 16
