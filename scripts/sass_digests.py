@@ -18,19 +18,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-
-def _cuobjdump() -> str:
-    """cuobjdump, wherever pip or CUDA put it."""
-    from cuda import pathfinder
-
-    return pathfinder.find_nvidia_binary_utility("cuobjdump")
 
 
 def main(records: str, digest: str, out: str) -> None:
@@ -39,8 +30,9 @@ def main(records: str, digest: str, out: str) -> None:
     from kgen.render import render
     from kgen.spec import get_spec
 
-    tool = _cuobjdump()
-    if not tool:
+    from kgen.sass import disassembler, sass_of
+
+    if disassembler() is None:
         raise SystemExit("no cuobjdump: pip install nvidia-cuda-cuobjdump")
     target, digests = Target.h200(), {}
     for line in Path(records).read_text().splitlines():
@@ -51,10 +43,7 @@ def main(records: str, digest: str, out: str) -> None:
         space = spec.space(problem, target)
         config = space.find([r["config_name"]])[r["config_name"]]
         binary = compile_source(render(spec, problem, config, target, space), use_cache=False).binary
-        with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-            f.write(binary.cubin)
-            f.flush()
-            sass = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True, check=True).stdout
+        sass = sass_of(binary.cubin)
         digests[f"{r['problem_key']} {r['config_name']}"] = hashlib.sha256(sass.encode()).hexdigest()
         print(r["config_name"], digests[f"{r['problem_key']} {r['config_name']}"][:16], flush=True)
     Path(out).write_text(json.dumps(digests, indent=0) + "\n")

@@ -8,6 +8,7 @@ from typing import Iterable
 import pytest
 
 from kgen.compile import CompilePool
+from kgen.sass import disassembler, sass_of
 
 
 def compile_cases(tmp_path_factory, jobs: Iterable[tuple], label: str) -> dict:
@@ -32,3 +33,10 @@ def compile_cases(tmp_path_factory, jobs: Iterable[tuple], label: str) -> dict:
                 results.setdefault(case, []).append((problem, config, source, fut.result()))
         print(f"\ncompiled {len(futures)} {label} configs in {time.perf_counter() - start:.1f} s")
     return results
+
+
+def sass_or_skip(cubin: bytes) -> str:
+    """The cubin's SASS; the test is skipped, with the remedy, where no disassembler is installed."""
+    if disassembler() is None:
+        pytest.skip("neither cuobjdump nor nvdisasm found (pip install nvidia-cuda-cuobjdump)")
+    return sass_of(cubin)

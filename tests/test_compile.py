@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -15,7 +13,7 @@ from kgen.kernels.gemm import DTYPES, LAYOUTS, GemmSimt, gemm_problem
 from kgen.problem import Target
 from kgen.render import Source, render
 
-from compiling import compile_cases
+from compiling import compile_cases, sass_or_skip
 
 # CI compiles 50 sampled configs of every dtype x layout (600 compiles, ~5 min on 2 cores);
 # KGEN_FULL_COMPILE=1 compiles 200 of each.
@@ -143,32 +141,16 @@ def test_too_much_shared_memory_is_a_resources_failure():
 
 # ---------------------------------------------------------------- SASS
 
-def _cuobjdump() -> str | None:
-    try:
-        from cuda import pathfinder
-
-        return pathfinder.find_nvidia_binary_utility("cuobjdump")
-    except Exception:
-        return None
-
-
 def test_fp32_sass_uses_ffma_and_vector_shared_loads(target):
-    tool = _cuobjdump()
-    if not tool:
-        pytest.skip("cuobjdump not found (pip install nvidia-cuda-cuobjdump)")
     problem = gemm_problem(1024, 1024, 1024, "float32", "NN")
     space = SPEC.space(problem, target)
     config = space.config(BM=128, BN=128, TM=8, TN=8, BK=8, VA=4, VB=4, DB=1, UNROLL=0, GM=1, SK=1, MINB=1)
     result = compile_source(render(SPEC, problem, config, target, space))
     assert result.failure is None
-    with tempfile.TemporaryDirectory() as d:
-        path = Path(d) / "k.cubin"
-        path.write_bytes(result.binary.cubin)
-        sass = subprocess.run([tool, "-sass", str(path)], capture_output=True, text=True, timeout=120)
-    assert sass.returncode == 0, sass.stderr
-    assert config.name in sass.stdout
-    assert re.search(r"\bFFMA\b", sass.stdout)
-    assert "LDS.128" in sass.stdout
+    sass = sass_or_skip(result.binary.cubin)
+    assert config.name in sass
+    assert re.search(r"\bFFMA\b", sass)
+    assert "LDS.128" in sass
 
 
 def test_nvrtc_output_never_lands_in_a_shared_bytes_object():
@@ -185,3 +167,13 @@ def test_nvrtc_output_never_lands_in_a_shared_bytes_object():
         assert b" " == space_byte and b" " * 1 == space_byte
     assert ".entry quiet" in compile_ptx(quiet, "compute_90")
     assert b" " == space_byte and " ".join(["a", "b"]) == "a b"
+
+
+def test_sass_without_a_disassembler_says_what_to_install(monkeypatch):
+    from kgen import sass
+    from kgen.errors import KgenError
+
+    monkeypatch.setattr(sass, "disassembler", lambda: None)
+    with pytest.raises(KgenError, match="no SASS disassembler") as err:
+        sass.sass_of(b"\x7fELF")
+    assert "nvidia-cuda-cuobjdump" in err.value.remedy

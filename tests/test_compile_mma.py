@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import random
 import re
-import subprocess
-import tempfile
-from pathlib import Path
 
 import pytest
 
@@ -18,7 +15,7 @@ from kgen.kernels.gemm_tc import EPILOGUES, allowed_outputs
 from kgen.problem import Target
 from kgen.render import render
 
-from compiling import compile_cases
+from compiling import compile_cases, sass_or_skip
 
 PER_CASE = int(__import__("os").environ.get("KGEN_MMA_PER_CASE", "50"))
 DTYPES = ("float16", "bfloat16", "float32", "float64")
@@ -65,20 +62,7 @@ SPEC_SHORT = {"float16": "f16", "bfloat16": "bf16", "float64": "f64"}
 
 
 def _sass(cubin: bytes) -> str:
-    try:
-        from cuda import pathfinder
-
-        tool = pathfinder.find_nvidia_binary_utility("cuobjdump")
-    except Exception:
-        tool = None
-    if not tool:
-        pytest.skip("cuobjdump not found (pip install nvidia-cuda-cuobjdump)")
-    with tempfile.TemporaryDirectory() as d:
-        path = Path(d) / "k.cubin"
-        path.write_bytes(cubin)
-        out = subprocess.run([tool, "-sass", str(path)], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    return out.stdout
+    return sass_or_skip(cubin)
 
 
 @pytest.mark.parametrize("dtype,unit,frag_load", [("bfloat16", "HMMA", "LDSM"), ("float32", "HMMA", "LDS"),

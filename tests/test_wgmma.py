@@ -12,10 +12,7 @@ import os
 import pickle
 import random
 import re
-import subprocess
-import tempfile
 import time
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -28,7 +25,7 @@ from kgen.kernels.gemm_wgmma import BK, GemmWgmma, block_k, smem_bytes
 from kgen.problem import Target
 from kgen.render import render
 
-from compiling import compile_cases
+from compiling import compile_cases, sass_or_skip
 
 PER_CASE = 50   # the issue asks for 50 sampled configs per precision x layout (~7 min on 2 cores)
 DTYPES = ("float16", "bfloat16", "float32")      # float32: tf32
@@ -89,32 +86,8 @@ def test_sampled_wgmma_configs_compile_for_sm90a_without_spills(compiled, dtype,
 
 # ---------------------------------------------------------------- SASS
 
-def _sass_tool() -> tuple[str, list[str]] | None:
-    try:
-        from cuda import pathfinder
-    except ImportError:
-        return None
-    for name, args in (("cuobjdump", ["-sass"]), ("nvdisasm", [])):
-        try:
-            path = pathfinder.find_nvidia_binary_utility(name)
-        except Exception:
-            path = None
-        if path:
-            return path, args
-    return None
-
-
 def _sass(cubin: bytes) -> str:
-    tool = _sass_tool()
-    if tool is None:
-        pytest.skip("neither cuobjdump nor nvdisasm found (pip install nvidia-cuda-cuobjdump)")
-    path, args = tool
-    with tempfile.TemporaryDirectory() as d:
-        f = Path(d) / "k.cubin"
-        f.write_bytes(cubin)
-        out = subprocess.run([path, *args, str(f)], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    return out.stdout
+    return sass_or_skip(cubin)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
