@@ -92,8 +92,9 @@ class GemmMma(TensorCoreGemm):
         def chunks(v):
             return copies(v, v["BM"], v["VA"]) + copies(v, v["BN"], v["VB"])
 
-        def regs(v):     # accumulators, fragments, ~4 per unrolled async copy (8 per plain 2-byte load), the rest
-            frags = ((v["WM"] // mma_m) * 4 + (v["WN"] // 8) * 2) * (2 if dtype == "float64" else 1)
+        def regs(v):     # accumulators, fragments (twice, double-buffered), ~4 per unrolled async copy (8 per
+            # plain 2-byte load), the rest
+            frags = ((v["WM"] // mma_m) * 4 + (v["WN"] // 8) * 2) * (2 if dtype == "float64" else 1) * v["FB"]
             per_copy = [8 if vec * size < 4 else 4 for vec in (v["VA"], v["VB"])]
             return (accumulators(v) + frags + per_copy[0] * copies(v, v["BM"], v["VA"])
                     + per_copy[1] * copies(v, v["BN"], v["VB"]) + 48)
@@ -142,7 +143,7 @@ class GemmMma(TensorCoreGemm):
             Constraint("registers and shared memory fit MINB blocks", lambda v: regs(v) <= 255 and
                        regs(v) * 32 * warps(v) * v["MINB"] <= target.regs_per_sm and
                        smem(v) * v["MINB"] <= target.smem_per_sm,
-                       ("BM", "BN", "BK", "WM", "WN", "STAGES", "VA", "VB", "WK", "MINB")),
+                       ("BM", "BN", "BK", "WM", "WN", "STAGES", "VA", "VB", "WK", "MINB", "FB")),
         ]
         derived = {"THREADS": lambda v: 32 * warps(v), "MMA_M": lambda v: mma_m, "MMA_K": lambda v: mma_k,
                    "ACC_PER_MMA": lambda v: acc_per, "REGS_EST": regs}
