@@ -28,12 +28,11 @@ def main(records: str, digest: str, out: str) -> None:
     from kgen.compile import compile_source
     from kgen.problem import Problem, Target
     from kgen.render import render
+    from kgen.sass import disassembler, sass_of
     from kgen.spec import get_spec
 
-    from kgen.sass import disassembler, sass_of
-
     if disassembler() is None:
-        raise SystemExit("no cuobjdump: pip install nvidia-cuda-cuobjdump")
+        raise SystemExit("no SASS disassembler: pip install nvidia-cuda-cuobjdump")
     target, digests = Target.h200(), {}
     for line in Path(records).read_text().splitlines():
         r = json.loads(line)

@@ -92,8 +92,9 @@ class GemmMma(TensorCoreGemm):
         def chunks(v):
             return copies(v, v["BM"], v["VA"]) + copies(v, v["BN"], v["VB"])
 
-        def regs(v):     # accumulators, fragments (twice, double-buffered), ~4 per unrolled async copy (8 per
-            # plain 2-byte load), the rest
+        # registers: accumulators, fragments (twice where double-buffered), ~4 per unrolled async
+        # copy (8 per plain 2-byte load), the rest
+        def regs(v):
             frags = ((v["WM"] // mma_m) * 4 + (v["WN"] // 8) * 2) * (2 if dtype == "float64" else 1) * v["FB"]
             per_copy = [8 if vec * size < 4 else 4 for vec in (v["VA"], v["VB"])]
             return (accumulators(v) + frags + per_copy[0] * copies(v, v["BM"], v["VA"])
