@@ -35,22 +35,27 @@ def _cases(spec, dtype, target, per_shape=2):
                 yield problem, config, render(spec, problem, config, target, space)
 
 
-def _verify_all(spec, dtype, beta=0.0):
+def _check_cases(spec, cases, seed_of) -> None:
+    """Compile (problem, config, source) cases and check each against the reference, on
+    inputs of seed ``seed_of(index, failures so far)``."""
     from kgen.measure.launch import CupyKernel
 
-    target = _target()
-    cases = list(_cases(spec, dtype, target))
     with CompilePool(16) as pool:
         results = list(pool.map([src for _, _, src in cases]))
     failures = []
-    for (problem, config, _), result in zip(cases, results):
+    for index, ((problem, config, _), result) in enumerate(zip(cases, results)):
         assert result.failure is None, f"{config.name}: {result.failure}"
         kernel = CupyKernel(result.binary.cubin, result.binary.entry, result.binary.path)
-        operands = spec.inputs(problem, seed=len(failures))
+        operands = spec.inputs(problem, seed=seed_of(index, failures))
         check = verify(spec, problem, config, kernel, operands, spec.reference(problem, operands))
         if not check.ok:
             failures.append(f"{config.name} {problem.key}: {check.detail}")
     assert not failures, "\n".join(failures[:10])
+
+
+def _verify_all(spec, dtype, beta=0.0):
+    cases = list(_cases(spec, dtype, _target()))
+    _check_cases(spec, cases, lambda index, failures: len(failures))
     return len(cases)
 
 
@@ -67,7 +72,6 @@ def test_mma_fp64_whole_tile_copies_and_double_buffered_fragments_are_correct():
     unrolls those differently). Every layout, at sizes of whole tiles only, of partial ones
     and of both, with k slices and a bias."""
     from kgen.kernels.gemm_mma import GemmMma
-    from kgen.measure.launch import CupyKernel
 
     spec, target = GemmMma(), _target()
     tiles = [dict(BM=128, BN=64, BK=8, WM=32, WN=32, STAGES=4, WK=1),
@@ -85,17 +89,7 @@ def test_mma_fp64_whole_tile_copies_and_double_buffered_fragments_are_correct():
                         config = space.make(values)
                         cases.append((problem, config, render(spec, problem, config, target, space)))
     assert len(cases) >= 80
-    with CompilePool(16) as pool:
-        results = list(pool.map([src for _, _, src in cases]))
-    failures = []
-    for seed, ((problem, config, _), result) in enumerate(zip(cases, results)):
-        assert result.failure is None, f"{config.name}: {result.failure}"
-        kernel = CupyKernel(result.binary.cubin, result.binary.entry, result.binary.path)
-        operands = spec.inputs(problem, seed=seed)
-        check = verify(spec, problem, config, kernel, operands, spec.reference(problem, operands))
-        if not check.ok:
-            failures.append(f"{config.name} {problem.key}: {check.detail}")
-    assert not failures, "\n".join(failures[:10])
+    _check_cases(spec, cases, lambda index, failures: index)
 
 
 def test_mma_alpha_beta():
