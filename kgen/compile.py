@@ -117,13 +117,20 @@ _RES = {
 }
 
 
+# ptxas's notice that it made wgmma instructions wait for each other (C7510-C7520)
+_WGMMA_SERIALIZED = re.compile(r"wgmma\.mma_async instructions are serialized")
+
+
 def parse_resources(log: str) -> dict:
-    """Registers, stack and spills from ptxas's verbose report."""
+    """Registers, stack and spills from ptxas's verbose report; ``wgmma_serialized`` 1 where
+    ptxas serialised wgmma instructions (a performance loss it reports, not an error)."""
     out = {}
     for key, pattern in _RES.items():
         m = pattern.search(log)
         if m:
             out[key] = int(m.group(1))
+    if _WGMMA_SERIALIZED.search(log):
+        out["wgmma_serialized"] = 1
     return out
 
 

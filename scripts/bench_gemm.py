@@ -90,7 +90,8 @@ SUITES = {
         ("float32", l, s, s, s, 200, {"precision": "tf32", "families": ["gemm_wgmma"]})
         for s in (4096, 8192) for l in ("NN", "NT")
     ],
-    # tf32 NN alone: B staged by TMA and transposed in shared memory (XS), or copied by cp.async
+    # tf32 NN alone: computed swapped (RS), B staged by TMA and transposed in shared memory (XS),
+    # or B copied by cp.async
     "tc-tf32-nn": [
         ("float32", "NN", s, s, s, 200, {"precision": "tf32", "families": ["gemm_wgmma"]}) for s in (4096, 8192)
     ],

@@ -114,13 +114,15 @@ def test_sass_has_hgmma_tma_and_transposes_per_layout(target, layout):
 
 
 def _two_consumer_sass(target, problem, **values):
-    """(config, SASS) of a two-consumer config, checked to compile on 168 registers, no spills."""
+    """(config, SASS) of a two-consumer config, checked to compile on 168 registers, no spills,
+    no wgmma serialised by ptxas."""
     space = SPEC.space(problem, target)
     config = space.config(**values)
     result = compile_source(render(SPEC, problem, config, target, space))
     assert result.failure is None, result.failure
     res = result.binary.resources
     assert res.get("spill_stores", 0) == 0 and res.get("stack", 0) == 0 and res["registers"] == 168
+    assert "wgmma_serialized" not in res
     return config, _sass(result.binary.cubin)
 
 
@@ -159,6 +161,58 @@ def test_sass_of_a_staged_tf32_b_transposes_with_16_byte_shared_accesses(target,
                                     STAGES=3, CONSUMERS=2, GM=8, PINGPONG=0, TMA_STORE=1)
     assert sass.count("FENCE.VIEW.ASYNC.S") == k_major.count("FENCE.VIEW.ASYNC.S") + 1
     assert "LDL" not in sass and "STL" not in sass
+
+
+@pytest.mark.parametrize("consumers,bm,bn", [(2, 128, 256), (2, 256, 128)])
+def test_sass_of_a_swapped_tf32_nn_config_takes_b_fragments_from_registers(target, consumers, bm, bn):
+    """RS: HGMMA with a register first operand (R, then the second operand's descriptor), two
+    8-byte shared loads per k8 step and m64 slab, TMA for both operands (no cp.async, no
+    transposes), 8-byte stores of C, no local memory, and no wgmma serialised."""
+    problem = SPEC.problem(4096, 4096, 4096, "float32", "NN", epilogue="bias_gelu")
+    config, sass = _two_consumer_sass(target, problem, BM=bm, BN=bn, BK=32, STAGES=4, CONSUMERS=consumers, GM=8,
+                                      PINGPONG=0, RS=1)
+    assert config.name == f"gemm_wgmma_tf32_nn_{bm}x{bn}x32_s4_c2_g8_rs"
+    slabs = bm // consumers // 64
+    hgmma = re.findall(rf"HGMMA\.64x{bn}x8\.F32\.TF32 R\d+, R\d+, gdesc[^;]*", sass)
+    assert len(hgmma) == 32 // 8 * slabs, hgmma
+    assert len(re.findall(r"\bLDS\.64\b", sass)) == 2 * 32 // 8 * slabs
+    assert "LDGSTS" not in sass and "LDS.128" not in sass and "STS.128" not in sass
+    # TMA: the first operand's 32-row boxes (a loop, partly unrolled), one box of the second
+    assert len(re.findall(r"UTMALDG\.2D", sass)) >= 2
+    assert re.search(r"\bSTG\.E\.64\b", sass)
+    assert "LDL" not in sass and "STL" not in sass
+
+
+def test_swapped_tf32_nn_is_offered_where_tma_reads_both_operands(target, recorded_maps):
+    def rs(dtype, layout, **kw):
+        problem = SPEC.problem(1000, 520, 776, dtype, layout, **kw)
+        return next(p.choices for p in SPEC.space(problem, target).params if p.name == "RS")
+
+    assert rs("float32", "NN") == (0, 1)
+    assert rs("float32", "NT") == rs("float32", "TN") == rs("float32", "TT") == rs("bfloat16", "NN") == (0,)
+    assert rs("float32", "NN", align_b=2) == rs("float32", "NN", align_a=2) == (0,)
+    m, n, k = 1000, 520, 776
+    p = SPEC.problem(m, n, k, "float32", "NN", epilogue="bias")
+    space = SPEC.space(p, target)
+    swapped = [c for c in space.configs() if c["RS"]]
+    assert swapped and all(c["TMA_STORE"] == 0 == c["XS"] and c["CLUSTER"] == 1 for c in swapped)
+    c = space.config(BM=128, BN=256, BK=32, STAGES=4, CONSUMERS=2, GM=1, PINGPONG=0, RS=1)
+    assert c.name == "gemm_wgmma_tf32_nn_128x256x32_s4_c2_g1_rs"
+    # the kernel's rows are C's columns: ceil(520 / 128) x ceil(1000 / 256) tiles
+    assert SPEC.launch(p, c).grid == (5 * 4, 1, 1)
+    # a tile is measured against the swapped problem: 64 kernel rows at most where N is 64
+    narrow = SPEC.space(SPEC.problem(1000, 64, 776, "float32", "NN"), target)
+    assert {x["BM"] for x in narrow.configs() if x["RS"]} == {64}
+    args = SPEC.args(p, c, {"a": _FakeArray(0x10000, (m, k), (k, 1), "<f4", 4),
+                            "b": _FakeArray(0x20000, (k, n), (n, 1), "<f4", 4),
+                            "c": _FakeArray(0x30000, (m, n), (n, 1), "<f4", 4),
+                            "bias": _FakeArray(0x40000, (n,), (1,), "<f4", 4), "alpha": 1.0, "beta": 0.0})
+    first, second = recorded_maps
+    assert (first["ptr"], first["dims"], first["stride"], first["box"]) == (0x20000, (n, k), 4 * n, (32, 32))
+    assert (second["ptr"], second["dims"], second["stride"], second["box"]) == (0x10000, (k, m), 4 * k, (32, 256))
+    assert first["swizzle"] == second["swizzle"] == 128
+    # B first, A second, their leading dimensions likewise; the kernel's M x N is N x M; ldc stays C's
+    assert args[3:13] == [0x20000, 0x10000, n, k, 0x30000, 0x40000, n, m, k, n]
 
 
 def test_staging_needs_tf32_n_major_b_with_16_byte_rows(target):
@@ -252,8 +306,10 @@ def test_space_respects_shared_memory_registers_and_names(target):
             assert v["SMEM"] == smem_bytes(v["BM"], v["BN"], v["STAGES"], v["CONSUMERS"], v["TMA_STORE"], v["XS"]) \
                 <= target.smem_per_block_optin
             assert v["RPC"] in (64, 128) and v["BN"] // 2 * v["SLABS"] <= 168
+            assert not v["RS"] or (v["BN"] // 2 + 16) * v["SLABS"] <= 168 + 16    # and the fragments
             assert re.fullmatch(rf"gemm_wgmma_{SHORT[dtype]}_(nn|nt|tn|tt)_\d+x\d+x{block_k(dtype)}"
-                                r"_s\d+_c[12]_g[18](_pp)?(_k[248])?(_ts)?(_x2)?(_t[23])?", c.name)
+                                r"_s\d+_c[12]_g[18](_pp)?(_k[248])?(_ts)?(_x2)?(_t[23])?(_rs)?", c.name)
+            assert c.name.endswith("_rs") == bool(v["RS"])
             assert ("_pp" in c.name) == bool(v["PINGPONG"]) and ("_ts" in c.name) == bool(v["TMA_STORE"])
             assert c.name.endswith("_x2") == (v["CLUSTER"] == 2)
             if v["PINGPONG"]:
@@ -611,6 +667,25 @@ def _cluster_jobs(target):
 STAGED_SHAPES = [(33, 20, 1000), (1000, 520, 776), (130, 1000, 4104), (1, 4100, 129)]
 
 
+SWAPPED_SHAPES = [(33, 20, 1000), (1000, 520, 776), (130, 1000, 4104), (1, 4100, 132)]   # A's rows TMA-read
+
+
+def _swapped_jobs(target):
+    """tf32 NN computed swapped (RS): per shape, a ping-pong, a split-K (where offered), a
+    cooperative config and one of two cooperating consumers."""
+    jobs = {}
+    for i, shape in enumerate(SWAPPED_SHAPES):
+        rng = random.Random(6000 + i)
+        problem = SPEC.problem(*shape, "float32", "NN", epilogue=rng.choice(EPILOGUES))
+        swapped = [c for c in SPEC.space(problem, target).configs() if c["RS"]]
+        two = [c for c in swapped if c["CONSUMERS"] == 2 and not c["PINGPONG"]]   # two consumers' rows
+        jobs[("swapped", shape)] = (problem, _one_of_each_schedule(rng, swapped) + ([rng.choice(two)] if two else []))
+    problem = SPEC.problem(*ODD, "float32", "NN", epilogue="bias_relu")
+    jobs[("ab", "swapped")] = (problem, [SPEC.space(problem, target).config(
+        BM=128, BN=256, BK=32, STAGES=4, CONSUMERS=2, GM=1, PINGPONG=0, RS=1)])
+    return jobs
+
+
 def _staged_jobs(target):
     """tf32 with an N-major B staged by TMA and transposed by the producers (XS > 0): per shape
     x layout, a ping-pong, a split-K (where offered) and a cooperative config."""
@@ -630,7 +705,7 @@ def gpu():
 
     target = Target.detect(0)
     jobs = {**_odd_jobs(target), **_edge_jobs(target), **_alpha_beta_jobs(target), **_splitk_jobs(target),
-            **_store_jobs(target), **_cluster_jobs(target), **_staged_jobs(target)}
+            **_store_jobs(target), **_cluster_jobs(target), **_staged_jobs(target), **_swapped_jobs(target)}
     for dtype, layout in (("bfloat16", "NT"), ("float32", "NN")):
         big = SPEC.problem(4096, 4096, 4096, dtype, layout)
         jobs[("big", dtype)] = (big, [SPEC.default_config(big, target)])
@@ -694,23 +769,34 @@ def _job_or_skip(gpu, key):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_gpu_alpha_beta_reads_c(gpu, dtype):
+    for out in allowed_outputs(dtype):
+        _check_alpha_beta(gpu, ("ab", dtype, out))
+
+
+@pytest.mark.gpu
+def test_gpu_swapped_tf32_nn_reads_c_at_its_transposed_place(gpu):
+    _check_alpha_beta(gpu, ("ab", "swapped"))
+
+
+def _check_alpha_beta(gpu, key):
+    """alpha * A B + beta * C (+ the epilogue) against the reference, with a random C."""
     import cupy
 
     from kgen.kernels.gemm_tc import as_float64, to_bf16
 
     _, jobs, kernel = gpu
-    for out in allowed_outputs(dtype):
-        problem, (config,) = jobs[("ab", dtype, out)]
-        ops = SPEC.inputs(problem, 3)
-        c0 = cupy.random.default_rng(4).random(ops["c"].shape, dtype=cupy.float32) - 0.5
-        c0 = to_bf16(c0) if out == "bfloat16" else c0.astype(out)
-        ops.update(c=c0.copy(), alpha=1.5, beta=-0.5)
-        want = SPEC.reference(problem, {**ops, "c": c0})["c"]
-        SPEC.run(kernel(problem, config), problem, config, ops)
-        cupy.cuda.get_current_stream().synchronize()
-        got = as_float64(ops["c"], out)
-        err = float(cupy.abs(got - want).max() / cupy.abs(want).max())
-        assert err <= SPEC.tolerance(problem), f"{config.name} out={out}: {err}"
+    problem, (config,) = jobs[key]
+    out = problem["out_dtype"]
+    ops = SPEC.inputs(problem, 3)
+    c0 = cupy.random.default_rng(4).random(ops["c"].shape, dtype=cupy.float32) - 0.5
+    c0 = to_bf16(c0) if out == "bfloat16" else c0.astype(out)
+    ops.update(c=c0.copy(), alpha=1.5, beta=-0.5)
+    want = SPEC.reference(problem, {**ops, "c": c0})["c"]
+    SPEC.run(kernel(problem, config), problem, config, ops)
+    cupy.cuda.get_current_stream().synchronize()
+    got = as_float64(ops["c"], out)
+    err = float(cupy.abs(got - want).max() / cupy.abs(want).max())
+    assert err <= SPEC.tolerance(problem), f"{config.name} out={out}: {err}"
 
 
 @pytest.mark.gpu
@@ -747,6 +833,16 @@ def test_gpu_split_k_adds_every_part_launch_after_launch(gpu, shape, layout):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("shape", SWAPPED_SHAPES)
+def test_gpu_swapped_tf32_nn_is_right_launch_after_launch(gpu, shape):
+    """Twice each, on fresh inputs: C^T's tiles land transposed in C, its edges masked."""
+    problem, configs = gpu[1][("swapped", shape)]
+    assert configs and all(c["RS"] for c in configs)
+    for launch in range(2):
+        _verify_all(gpu, ("swapped", shape), first_seed=40 * launch)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("shape", STAGED_SHAPES)
 @pytest.mark.parametrize("layout", ("NN", "TN"))
 def test_gpu_staged_b_is_transposed_right_launch_after_launch(gpu, shape, layout):
@@ -762,7 +858,7 @@ def test_gpu_staged_b_is_transposed_right_launch_after_launch(gpu, shape, layout
 @pytest.mark.parametrize("dtype", ("bfloat16", "float32"))
 def test_gpu_large_square_default_config(gpu, dtype):
     """4096^3 with the cuBLAS-class default (persistent: several tiles per block): bf16 NT
-    (TMA only) and tf32 NN (B staged by TMA and transposed by the producers)."""
+    (TMA only) and tf32 NN (computed swapped, B^T from registers)."""
     _verify_all(gpu, ("big", dtype))
 
 

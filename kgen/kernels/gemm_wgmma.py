@@ -3,8 +3,10 @@
 float16 / bfloat16 inputs (MN-major operands use the wgmma transpose bits) and float32 read
 as tf32 (wgmma tf32 reads K-major tiles only: an MN-major operand is copied in transposed by
 the producer warpgroup with 4-byte cp.async, or, for B with 16-byte rows, staged by TMA into
-XS buffers and transposed in shared memory, ``_tXS``), float32 accumulation, every layout,
-the fused epilogues of ``gemm_tc``. TMA needs 16-byte row strides, so an operand TMA reads must have
+XS buffers and transposed in shared memory, ``_tXS``; a tf32 NN problem may instead be
+computed swapped, C^T = B^T A^T, B^T then read into registers as wgmma's first operand and A
+as it lies as the second, ``_rs``), float32 accumulation, every layout, the fused epilogues of
+``gemm_tc``. TMA needs 16-byte row strides, so an operand TMA reads must have
 a leading dimension that is a multiple of 16 bytes (``align_a``/``align_b`` of 8 16-bit or
 4 32-bit elements); other problems belong to the portable mma.sync family.
 
@@ -25,6 +27,9 @@ half of it by TMA multicast; ``_x2``; not where cp.async copies B): 1000^3 in 64
 A problem of fewer rows than BM reads an A box of only its M rows (K-major A): TMA's zero
 fill of the rest cost as much as loading it, 1x8192x8192 in 64x64 tiles 0.0453 -> 0.0372 ms
 (scripts/results/nvidia-h200/compare_a_box.jsonl).
+RS (tf32 NN: swapped, ``_rs``; stored from registers, no staging, no clusters): 4096^3 in
+128x256 tiles 0.345 ms against 0.469 for the best staged B (256x128, XS 2), 8192^3 3.01
+against 3.92 (scripts/results/nvidia-h200/compare_tf32_rs.jsonl).
 
 >>> from kgen.problem import Target
 >>> spec = GemmWgmma()
@@ -36,7 +41,7 @@ True
 >>> spec.launch(p, spec.default_config(p, Target.h200()))
 Launch(grid=(132, 1, 1), block=(384, 1, 1), shared_mem=230480)
 >>> spec.default_config(spec.problem(4096, 4096, 4096, "float32", "NN"), Target.h200()).name
-'gemm_wgmma_tf32_nn_256x128x32_s3_c2_g8_ts_t2'
+'gemm_wgmma_tf32_nn_128x256x32_s4_c2_g8_rs'
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
 BK = SWIZZLE // 2             # k per stage for 16-bit inputs (64); tf32 takes 32 (``block_k``)
 DEFAULT_SM_COUNT = 132        # H200 / H100 SXM; space() takes the target's
 MAX_ACC_FLOATS = 168          # accumulator floats per consumer thread (setmaxnreg 232)
+RS_FRAGMENT_REGS = 16         # RS: four k8 steps of 4 fragment registers per m64 slab
 BARRIER_BYTES = 16            # a full and an empty mbarrier per stage (+ 2 ping-pong ones)
 ALIGN_SLACK = 1024            # the kernel rounds its shared base up to 1024 bytes
 STORE_ROWS = 16               # TMA stores: a consumer warp's band of an m64 slab
@@ -93,6 +99,20 @@ def staging_choices(problem: Problem) -> tuple[int, ...]:
     else 0 (cp.async)."""
     transposed_b = copied_transposed(problem["dtype"], problem["layout"])[1]
     return (0, 2, 3) if transposed_b and problem["align_b"] >= 16 // ELEMENT_BYTES["float32"] else (0,)
+
+
+def swap_choices(problem: Problem) -> tuple[int, ...]:
+    """RS, a tf32 NN problem computed swapped (C^T = B^T A^T, B^T from registers): offered where
+    TMA can read both operands as they lie (16-byte rows)."""
+    tma_align = 16 // ELEMENT_BYTES["float32"]
+    return (0, 1) if (problem["dtype"] == "float32" and problem["layout"] == "NN"
+                      and problem["align_a"] >= tma_align and problem["align_b"] >= tma_align) else (0,)
+
+
+def kernel_dims(problem: Problem, values) -> tuple[int, int]:
+    """(rows, columns) of the problem the kernel computes: (M, N), or (N, M) swapped (RS)."""
+    m, n = problem["m"], problem["n"]
+    return (n, m) if values.get("RS", 0) else (m, n)
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -133,7 +153,7 @@ class GemmWgmma(TensorCoreGemm):
         self.sm_count = target.sm_count
         dtype, layout = problem["dtype"], problem["layout"]
         short = {"bfloat16": "bf16", "float16": "f16", "float32": "tf32"}[dtype]
-        m, n, k = problem["m"], problem["n"], problem["k"]
+        k = problem["k"]
         bk = block_k(dtype)
         cp_b = copied_transposed(dtype, layout)[1]
 
@@ -152,11 +172,17 @@ class GemmWgmma(TensorCoreGemm):
             Param("TMA_STORE", (0, 1), default=0),
             Param("CLUSTER", (1, 2), default=1),
             Param("XS", staging_choices(problem), default=0),
+            Param("RS", swap_choices(problem), default=0),
         ]
+
+        def rows(v):      # the kernel's M and N (swapped with RS)
+            return kernel_dims(problem, v)
+
         constraints = [
             Constraint("block tile fits the problem",
-                       lambda v: v["BM"] <= max(64, _pow2_at_least(m)) and v["BN"] <= max(64, 64 * _ceil_div(n, 64)),
-                       ("BM", "BN")),
+                       lambda v: v["BM"] <= max(64, _pow2_at_least(rows(v)[0]))
+                       and v["BN"] <= max(64, 64 * _ceil_div(rows(v)[1], 64)),
+                       ("BM", "BN", "RS")),
             Constraint("shared memory fits the device",
                        lambda v: smem_bytes(v["BM"], v["BN"], v["STAGES"], v["CONSUMERS"], v["TMA_STORE"], v["XS"])
                        <= target.smem_per_block_optin,
@@ -165,16 +191,22 @@ class GemmWgmma(TensorCoreGemm):
                        ("CONSUMERS", "PINGPONG")),
             Constraint("a consumer warpgroup owns 64 or 128 rows", lambda v: rpc(v) in (64, 128),
                        ("BM", "CONSUMERS", "PINGPONG")),
-            Constraint("accumulators fit in registers", lambda v: v["BN"] // 2 * (rpc(v) // 64) <= MAX_ACC_FLOATS,
-                       ("BM", "BN", "CONSUMERS", "PINGPONG")),
+            Constraint("accumulators (and a swapped tile's fragments) fit in registers",
+                       lambda v: (v["BN"] // 2 + RS_FRAGMENT_REGS * v["RS"]) * (rpc(v) // 64)
+                       <= MAX_ACC_FLOATS + RS_FRAGMENT_REGS * v["RS"],
+                       ("BM", "BN", "CONSUMERS", "PINGPONG", "RS")),
             Constraint("grouping only with several block rows (of pairs, in clusters)",
-                       lambda v: v["GM"] == 1 or v["GM"] < _ceil_div(m, v["BM"] * v["CLUSTER"]), ("BM", "GM", "CLUSTER")),
+                       lambda v: v["GM"] == 1 or v["GM"] < _ceil_div(rows(v)[0], v["BM"] * v["CLUSTER"]),
+                       ("BM", "GM", "CLUSTER", "RS")),
             Constraint("a cluster pairs two block rows and multicasts B, which TMA must load",
-                       lambda v: v["CLUSTER"] == 1 or (_ceil_div(m, v["BM"]) >= 2 and not cp_b), ("BM", "CLUSTER")),
+                       lambda v: v["CLUSTER"] == 1 or (_ceil_div(rows(v)[0], v["BM"]) >= 2 and not cp_b and not v["RS"]),
+                       ("BM", "CLUSTER", "RS")),
             Constraint("split-K only while the tiles leave SMs idle, two k-blocks a part at least",
-                       lambda v: v["SPLITK"] == 1 or splitk_useful(m, n, k, v["BM"], v["BN"], v["SPLITK"],
+                       lambda v: v["SPLITK"] == 1 or splitk_useful(*rows(v), k, v["BM"], v["BN"], v["SPLITK"],
                                                                     target.sm_count, bk),
-                       ("BM", "BN", "SPLITK")),
+                       ("BM", "BN", "SPLITK", "RS")),
+            Constraint("a swapped tile is transposed on its way out: stored from registers, B not staged",
+                       lambda v: not v["RS"] or (v["TMA_STORE"] == 0 and v["XS"] == 0), ("RS", "TMA_STORE", "XS")),
         ]
         derived = {
             "RPC": rpc,
@@ -187,7 +219,7 @@ class GemmWgmma(TensorCoreGemm):
             return (f"gemm_wgmma_{short}_{layout.lower()}_{v['BM']}x{v['BN']}x{v['BK']}"
                     f"_s{v['STAGES']}_c{v['CONSUMERS']}_g{v['GM']}" + ("_pp" if v["PINGPONG"] else "")
                     + (f"_k{v['SPLITK']}" if v["SPLITK"] > 1 else "") + ("_ts" if v["TMA_STORE"] else "")
-                    + (f"_x{v['CLUSTER']}" if v["CLUSTER"] > 1 else "") + (f"_t{v['XS']}" if v["XS"] else ""))
+                    + (f"_x{v['CLUSTER']}" if v["CLUSTER"] > 1 else "") + (f"_t{v['XS']}" if v["XS"] else "") + ("_rs" if v["RS"] else ""))
 
         return Space(params, constraints, derived, namer)
 
@@ -210,9 +242,15 @@ class GemmWgmma(TensorCoreGemm):
         from 11 to 2, and cost 3000x5000x720 three trials (8 to 11)."""
         space = self.space(problem, target)
         choices = {p.name: p.choices for p in space.params}
-        tiles = sorted({(bm, bn) for bm in choices["BM"] for bn in choices["BN"]},
-                       key=lambda t: (modelled_time(problem["m"], problem["n"], t[0], t[1], target.sm_count), -t[0], t))
+        # tf32 NN computed swapped where it can be: its tiles lie over (N, M), and a wide one
+        # first, whose consumers each take one m64 slab across 256 columns (4096^3: 128x256 in
+        # 0.345 ms, 256x128 in 0.404; scripts/results/nvidia-h200/compare_tf32_rs.jsonl)
+        swapped = 1 in choices["RS"]
         m, n, k = problem["m"], problem["n"], problem["k"]
+        rows, cols = (n, m) if swapped else (m, n)
+        tiles = sorted({(bm, bn) for bm in choices["BM"] for bn in choices["BN"]},
+                       key=lambda t: (modelled_time(rows, cols, t[0], t[1], target.sm_count),
+                                      -t[1] if swapped else -t[0], t))
         bk = block_k(problem["dtype"])
         # a staged B first where it can be, two buffers before three (tf32 NN, 256x128 tiles:
         # 4096^3 0.480 ms against 0.511, scripts/results/nvidia-h200/compare_tf32_staged.jsonl;
@@ -224,9 +262,10 @@ class GemmWgmma(TensorCoreGemm):
                 break
             if any((c["BM"], c["BN"]) == (bn, bm) for c in picks):
                 continue      # the model ranks a tile and its transpose alike: one of them will do
-            split = default_splitk(m, n, k, bm, bn, target.sm_count, bk)
             for values in (dict(BM=bm, BN=bn, BK=bk, STAGES=stages, CONSUMERS=consumers, GM=gm, PINGPONG=0,
-                                SPLITK=split, TMA_STORE=store, XS=xs)
+                                SPLITK=default_splitk(*((n, m) if rs else (m, n)), k, bm, bn, target.sm_count, bk),
+                                TMA_STORE=store, XS=xs, RS=rs)
+                           for rs in ((1, 0) if swapped else (0,))
                            for consumers in (2, 1) for xs in staging for store in (1, 0)
                            for stages in STAGE_CHOICES[::-1] for gm in (8, 1)):
                 if space.is_valid(values):
@@ -237,8 +276,8 @@ class GemmWgmma(TensorCoreGemm):
     # ---- launch -----------------------------------------------------------------------
     def launch(self, problem: Problem, config: Config) -> Launch:
         bm, bn, cluster = config["BM"], config["BN"], config.get("CLUSTER", 1)
-        units = (_ceil_div(_ceil_div(problem["m"], bm), cluster) * _ceil_div(problem["n"], bn)
-                 * config.get("SPLITK", 1))
+        m, n = kernel_dims(problem, config)
+        units = _ceil_div(_ceil_div(m, bm), cluster) * _ceil_div(n, bn) * config.get("SPLITK", 1)
         grid = cluster * max(1, min(units, self.sm_count // cluster))   # whole clusters
         return Launch((grid, 1, 1), (128 * (config["CONSUMERS"] + 1), 1, 1),
                       smem_bytes(bm, bn, config["STAGES"], config["CONSUMERS"], config.get("TMA_STORE", 0),
@@ -250,6 +289,14 @@ class GemmWgmma(TensorCoreGemm):
         dtype, layout = problem["dtype"], problem["layout"]
         m, n, k = problem["m"], problem["n"], max(1, problem["k"])
         bk, size = block_k(dtype), ELEMENT_BYTES[dtype]
+        if config.get("RS", 0):
+            # swapped (``a`` and ``b`` are still the problem's A and B): the kernel's first operand
+            # is B as it lies (row-major K x N: boxes of 32 n x BK k), its second A (row-major M x
+            # K: one box of BK k x BN rows, the kernel's columns)
+            first = tma.encode_tiled(b.ptr, dtype, (n, k), _ld(b.strides[0], k, n) * size, (32, bk), SWIZZLE)
+            second = tma.encode_tiled(a.ptr, dtype, (k, m), _ld(a.strides[0], m, k) * size, (bk, config["BN"]),
+                                      SWIZZLE)
+            return first, second
         # (inner, outer) dims, leading dimension, and box of each operand's storage
         if layout[0] == "N":      # row-major M x K: K contiguous, one box of BK k x BM rows (M rows
             # where M is fewer, as the kernel expects: rows past M would be zero-filled for nothing)
@@ -288,7 +335,9 @@ class GemmWgmma(TensorCoreGemm):
         cache. ``TensorCoreGemm.args`` builds through it too."""
         layout = problem["layout"]
         lda, ldb = (np.int64(max(ld, 1)) for ld in lds[:2])
-        dims = (np.int32(problem["m"]), np.int32(problem["n"]), np.int32(problem["k"]),
+        swapped = bool(config.get("RS", 0))     # the kernel computes C^T = B^T A^T
+        rows, cols = kernel_dims(problem, config)
+        dims = (np.int32(rows), np.int32(cols), np.int32(problem["k"]),
                 np.int64(lds[2] if problem["m"] > 1 else max(problem["n"], 1)))
 
         # the last operands' maps and the last C's, each entry replaced whole (thread-safe)
@@ -303,8 +352,9 @@ class GemmWgmma(TensorCoreGemm):
             if output[0] != pc:
                 output = last[1] = (pc, self.output_map(problem, config, pc, lds[2]))
             (map_a, map_b), (map_c, c_by_tma) = inputs[1], output[1]
-            return (map_a, map_b, map_c, np.uint64(pa), np.uint64(pb), lda, ldb, np.uint64(pc), np.uint64(pbias),
-                    *dims, np.float32(alpha), np.float32(beta), c_by_tma, *scratch(stream, device))
+            first, second, ld_first, ld_second = (pb, pa, ldb, lda) if swapped else (pa, pb, lda, ldb)
+            return (map_a, map_b, map_c, np.uint64(first), np.uint64(second), ld_first, ld_second, np.uint64(pc),
+                    np.uint64(pbias), *dims, np.float32(alpha), np.float32(beta), c_by_tma, *scratch(stream, device))
 
         return build
 
@@ -331,7 +381,8 @@ def workspace_bytes(problem: Problem, config: Config) -> tuple[int, int]:
     if split == 1:
         return 0, 0
     bm, bn = config["BM"], config["BN"]
-    tiles = _ceil_div(problem["m"], bm) * _ceil_div(problem["n"], bn)
+    m, n = kernel_dims(problem, config)
+    tiles = _ceil_div(m, bm) * _ceil_div(n, bn)
     groups = 1 if config["PINGPONG"] else config["CONSUMERS"]
     return tiles * split * bm * bn * 4, tiles * groups * 4 * 4
 
