@@ -95,6 +95,10 @@ SUITES = {
     "tc-tf32-nn": [
         ("float32", "NN", s, s, s, 200, {"precision": "tf32", "families": ["gemm_wgmma"]}) for s in (4096, 8192)
     ],
+    # the decode shapes alone (bf16, the Hopper family), for a longer tune than tc-splitk's
+    "tc-decode": [
+        ("bfloat16", "NN", m, nk, nk, 200) for nk in (4096, 8192) for m in (1, 16, 64)
+    ],
     # fp64 alone, on the portable family (the only one with fp64)
     "tc-f64": [
         ("float64", "NN", s, s, s, 200, {"families": ["gemm_mma"]}) for s in (4096, 8192)
