@@ -163,16 +163,17 @@ def test_sass_of_a_staged_tf32_b_transposes_with_16_byte_shared_accesses(target,
     assert "LDL" not in sass and "STL" not in sass
 
 
-@pytest.mark.parametrize("consumers,bm,bn", [(2, 128, 256), (2, 256, 128)])
-def test_sass_of_a_swapped_tf32_nn_config_takes_b_fragments_from_registers(target, consumers, bm, bn):
-    """RS: HGMMA with a register first operand (R, then the second operand's descriptor), two
-    8-byte shared loads per k8 step and m64 slab, TMA for both operands (no cp.async, no
-    transposes), 8-byte stores of C, no local memory, and no wgmma serialised."""
-    problem = SPEC.problem(4096, 4096, 4096, "float32", "NN", epilogue="bias_gelu")
-    config, sass = _two_consumer_sass(target, problem, BM=bm, BN=bn, BK=32, STAGES=4, CONSUMERS=consumers, GM=8,
+@pytest.mark.parametrize("layout,bm,bn", [("NN", 128, 256), ("NN", 256, 128), ("TT", 128, 256)])
+def test_sass_of_a_tf32_rs_config_takes_the_m_major_operand_from_registers(target, layout, bm, bn):
+    """RS (TT: A; NN, swapped: B^T): HGMMA with a register first operand (R, then the second
+    operand's descriptor), two 8-byte shared loads per k8 step and m64 slab, TMA for both
+    operands (no cp.async, no transposes), 8-byte stores of C, no local memory, and no wgmma
+    serialised."""
+    problem = SPEC.problem(4096, 4096, 4096, "float32", layout, epilogue="bias_gelu")
+    config, sass = _two_consumer_sass(target, problem, BM=bm, BN=bn, BK=32, STAGES=4, CONSUMERS=2, GM=8,
                                       PINGPONG=0, RS=1)
-    assert config.name == f"gemm_wgmma_tf32_nn_{bm}x{bn}x32_s4_c2_g8_rs"
-    slabs = bm // consumers // 64
+    assert config.name == f"gemm_wgmma_tf32_{layout.lower()}_{bm}x{bn}x32_s4_c2_g8_rs"
+    slabs = bm // 2 // 64
     hgmma = re.findall(rf"HGMMA\.64x{bn}x8\.F32\.TF32 R\d+, R\d+, gdesc[^;]*", sass)
     assert len(hgmma) == 32 // 8 * slabs, hgmma
     assert len(re.findall(r"\bLDS\.64\b", sass)) == 2 * 32 // 8 * slabs
@@ -183,14 +184,14 @@ def test_sass_of_a_swapped_tf32_nn_config_takes_b_fragments_from_registers(targe
     assert "LDL" not in sass and "STL" not in sass
 
 
-def test_swapped_tf32_nn_is_offered_where_tma_reads_both_operands(target, recorded_maps):
+def test_rs_is_offered_for_tf32_nn_and_tt_where_tma_reads_both_operands(target, recorded_maps):
     def rs(dtype, layout, **kw):
         problem = SPEC.problem(1000, 520, 776, dtype, layout, **kw)
         return next(p.choices for p in SPEC.space(problem, target).params if p.name == "RS")
 
-    assert rs("float32", "NN") == (0, 1)
-    assert rs("float32", "NT") == rs("float32", "TN") == rs("float32", "TT") == rs("bfloat16", "NN") == (0,)
-    assert rs("float32", "NN", align_b=2) == rs("float32", "NN", align_a=2) == (0,)
+    assert rs("float32", "NN") == rs("float32", "TT") == (0, 1)
+    assert rs("float32", "NT") == rs("float32", "TN") == rs("bfloat16", "NN") == rs("bfloat16", "TT") == (0,)
+    assert rs("float32", "NN", align_b=2) == rs("float32", "NN", align_a=2) == rs("float32", "TT", align_a=2) == (0,)
     m, n, k = 1000, 520, 776
     p = SPEC.problem(m, n, k, "float32", "NN", epilogue="bias")
     space = SPEC.space(p, target)
@@ -213,6 +214,18 @@ def test_swapped_tf32_nn_is_offered_where_tma_reads_both_operands(target, record
     assert first["swizzle"] == second["swizzle"] == 128
     # B first, A second, their leading dimensions likewise; the kernel's M x N is N x M; ldc stays C's
     assert args[3:13] == [0x20000, 0x10000, n, k, 0x30000, 0x40000, n, m, k, n]
+    # TT: A (stored K x M) from registers, nothing swapped
+    recorded_maps.clear()
+    tt = SPEC.problem(m, n, k, "float32", "TT")
+    c = SPEC.space(tt, target).config(BM=128, BN=256, BK=32, STAGES=4, CONSUMERS=2, GM=1, PINGPONG=0, RS=1)
+    assert c.name == "gemm_wgmma_tf32_tt_128x256x32_s4_c2_g1_rs" and SPEC.launch(tt, c).grid == (8 * 3, 1, 1)
+    args = SPEC.args(tt, c, {"a": _FakeArray(0x10000, (m, k), (1, m), "<f4", 4),
+                             "b": _FakeArray(0x20000, (k, n), (1, k), "<f4", 4),
+                             "c": _FakeArray(0x30000, (m, n), (n, 1), "<f4", 4)})
+    first, second = recorded_maps
+    assert (first["ptr"], first["dims"], first["stride"], first["box"]) == (0x10000, (m, k), 4 * m, (32, 32))
+    assert (second["ptr"], second["dims"], second["stride"], second["box"]) == (0x20000, (k, n), 4 * k, (32, 256))
+    assert args[3:13] == [0x10000, 0x20000, m, k, 0x30000, 0, m, n, k, n]
 
 
 def test_staging_needs_tf32_n_major_b_with_16_byte_rows(target):
@@ -667,22 +680,25 @@ def _cluster_jobs(target):
 STAGED_SHAPES = [(33, 20, 1000), (1000, 520, 776), (130, 1000, 4104), (1, 4100, 129)]
 
 
-SWAPPED_SHAPES = [(33, 20, 1000), (1000, 520, 776), (130, 1000, 4104), (1, 4100, 132)]   # A's rows TMA-read
+RS_SHAPES = [(36, 20, 1000), (1000, 520, 776), (132, 1000, 4104), (4, 4100, 132)]   # both operands TMA-read
 
 
-def _swapped_jobs(target):
-    """tf32 NN computed swapped (RS): per shape, a ping-pong, a split-K (where offered), a
-    cooperative config and one of two cooperating consumers."""
+def _rs_jobs(target):
+    """tf32 with an M-major operand from registers (RS; NN computed swapped, TT as it is): per
+    shape and layout, a ping-pong, a split-K (where offered), a cooperative config and one of
+    two cooperating consumers."""
     jobs = {}
-    for i, shape in enumerate(SWAPPED_SHAPES):
+    for i, (shape, layout) in enumerate((s, l) for s in RS_SHAPES for l in ("NN", "TT")):
         rng = random.Random(6000 + i)
-        problem = SPEC.problem(*shape, "float32", "NN", epilogue=rng.choice(EPILOGUES))
-        swapped = [c for c in SPEC.space(problem, target).configs() if c["RS"]]
-        two = [c for c in swapped if c["CONSUMERS"] == 2 and not c["PINGPONG"]]   # two consumers' rows
-        jobs[("swapped", shape)] = (problem, _one_of_each_schedule(rng, swapped) + ([rng.choice(two)] if two else []))
-    problem = SPEC.problem(*ODD, "float32", "NN", epilogue="bias_relu")
-    jobs[("ab", "swapped")] = (problem, [SPEC.space(problem, target).config(
-        BM=128, BN=256, BK=32, STAGES=4, CONSUMERS=2, GM=1, PINGPONG=0, RS=1)])
+        problem = SPEC.problem(*shape, "float32", layout, epilogue=rng.choice(EPILOGUES))
+        registers = [c for c in SPEC.space(problem, target).configs() if c["RS"]]
+        two = [c for c in registers if c["CONSUMERS"] == 2 and not c["PINGPONG"]]   # two consumers' rows
+        jobs[("rs", shape, layout)] = (problem, _one_of_each_schedule(rng, registers)
+                                       + ([rng.choice(two)] if two else []))
+    for layout in ("NN", "TT"):
+        problem = SPEC.problem(*ODD, "float32", layout, epilogue="bias_relu")
+        jobs[("ab", "rs", layout)] = (problem, [SPEC.space(problem, target).config(
+            BM=128, BN=256, BK=32, STAGES=4, CONSUMERS=2, GM=1, PINGPONG=0, RS=1)])
     return jobs
 
 
@@ -705,7 +721,7 @@ def gpu():
 
     target = Target.detect(0)
     jobs = {**_odd_jobs(target), **_edge_jobs(target), **_alpha_beta_jobs(target), **_splitk_jobs(target),
-            **_store_jobs(target), **_cluster_jobs(target), **_staged_jobs(target), **_swapped_jobs(target)}
+            **_store_jobs(target), **_cluster_jobs(target), **_staged_jobs(target), **_rs_jobs(target)}
     for dtype, layout in (("bfloat16", "NT"), ("float32", "NN")):
         big = SPEC.problem(4096, 4096, 4096, dtype, layout)
         jobs[("big", dtype)] = (big, [SPEC.default_config(big, target)])
@@ -774,8 +790,10 @@ def test_gpu_alpha_beta_reads_c(gpu, dtype):
 
 
 @pytest.mark.gpu
-def test_gpu_swapped_tf32_nn_reads_c_at_its_transposed_place(gpu):
-    _check_alpha_beta(gpu, ("ab", "swapped"))
+@pytest.mark.parametrize("layout", ("NN", "TT"))
+def test_gpu_tf32_rs_reads_c_at_its_place(gpu, layout):
+    """NN computed swapped reads and writes C at the transposed place of its tile."""
+    _check_alpha_beta(gpu, ("ab", "rs", layout))
 
 
 def _check_alpha_beta(gpu, key):
@@ -833,13 +851,15 @@ def test_gpu_split_k_adds_every_part_launch_after_launch(gpu, shape, layout):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("shape", SWAPPED_SHAPES)
-def test_gpu_swapped_tf32_nn_is_right_launch_after_launch(gpu, shape):
-    """Twice each, on fresh inputs: C^T's tiles land transposed in C, its edges masked."""
-    problem, configs = gpu[1][("swapped", shape)]
+@pytest.mark.parametrize("shape", RS_SHAPES)
+@pytest.mark.parametrize("layout", ("NN", "TT"))
+def test_gpu_tf32_rs_is_right_launch_after_launch(gpu, shape, layout):
+    """Twice each, on fresh inputs: the permuted fragment rows land where they belong (NN:
+    C^T's tiles transposed in C), the edges masked."""
+    problem, configs = gpu[1][("rs", shape, layout)]
     assert configs and all(c["RS"] for c in configs)
     for launch in range(2):
-        _verify_all(gpu, ("swapped", shape), first_seed=40 * launch)
+        _verify_all(gpu, ("rs", shape, layout), first_seed=40 * launch)
 
 
 @pytest.mark.gpu

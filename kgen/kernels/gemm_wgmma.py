@@ -102,17 +102,23 @@ def staging_choices(problem: Problem) -> tuple[int, ...]:
 
 
 def swap_choices(problem: Problem) -> tuple[int, ...]:
-    """RS, a tf32 NN problem computed swapped (C^T = B^T A^T, B^T from registers): offered where
+    """RS, an M-major tf32 A read into registers as wgmma's first operand (TT), or a tf32 NN
+    problem computed swapped as such a TT one (C^T = B^T A^T, B^T from registers): offered where
     TMA can read both operands as they lie (16-byte rows)."""
     tma_align = 16 // ELEMENT_BYTES["float32"]
-    return (0, 1) if (problem["dtype"] == "float32" and problem["layout"] == "NN"
+    return (0, 1) if (problem["dtype"] == "float32" and problem["layout"] in ("NN", "TT")
                       and problem["align_a"] >= tma_align and problem["align_b"] >= tma_align) else (0,)
 
 
+def swapped(problem: Problem, values) -> bool:
+    """Whether the kernel computes C^T = B^T A^T: a tf32 NN problem with RS."""
+    return bool(values.get("RS", 0)) and problem["layout"] == "NN"
+
+
 def kernel_dims(problem: Problem, values) -> tuple[int, int]:
-    """(rows, columns) of the problem the kernel computes: (M, N), or (N, M) swapped (RS)."""
+    """(rows, columns) of the problem the kernel computes: (M, N), or (N, M) swapped."""
     m, n = problem["m"], problem["n"]
-    return (n, m) if values.get("RS", 0) else (m, n)
+    return (n, m) if swapped(problem, values) else (m, n)
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -205,7 +211,7 @@ class GemmWgmma(TensorCoreGemm):
                        lambda v: v["SPLITK"] == 1 or splitk_useful(*rows(v), k, v["BM"], v["BN"], v["SPLITK"],
                                                                     target.sm_count, bk),
                        ("BM", "BN", "SPLITK", "RS")),
-            Constraint("a swapped tile is transposed on its way out: stored from registers, B not staged",
+            Constraint("RS: stored from registers (a warp's rows are no 16-row band), B not staged",
                        lambda v: not v["RS"] or (v["TMA_STORE"] == 0 and v["XS"] == 0), ("RS", "TMA_STORE", "XS")),
         ]
         derived = {
@@ -242,15 +248,16 @@ class GemmWgmma(TensorCoreGemm):
         from 11 to 2, and cost 3000x5000x720 three trials (8 to 11)."""
         space = self.space(problem, target)
         choices = {p.name: p.choices for p in space.params}
-        # tf32 NN computed swapped where it can be: its tiles lie over (N, M), and a wide one
-        # first, whose consumers each take one m64 slab across 256 columns (4096^3: 128x256 in
-        # 0.345 ms, 256x128 in 0.404; scripts/results/nvidia-h200/compare_tf32_rs.jsonl)
-        swapped = 1 in choices["RS"]
+        # an M-major tf32 A from registers where it can be (tf32 NN computed swapped: its tiles
+        # lie over (N, M)), and a wide tile first, whose consumers each take one m64 slab across
+        # 256 columns (NN 4096^3: 128x256 in 0.345 ms, 256x128 in 0.404;
+        # scripts/results/nvidia-h200/compare_tf32_rs.jsonl)
+        registers = 1 in choices["RS"]
         m, n, k = problem["m"], problem["n"], problem["k"]
-        rows, cols = (n, m) if swapped else (m, n)
+        rows, cols = kernel_dims(problem, {"RS": int(registers)})
         tiles = sorted({(bm, bn) for bm in choices["BM"] for bn in choices["BN"]},
                        key=lambda t: (modelled_time(rows, cols, t[0], t[1], target.sm_count),
-                                      -t[1] if swapped else -t[0], t))
+                                      -t[1] if registers else -t[0], t))
         bk = block_k(problem["dtype"])
         # a staged B first where it can be, two buffers before three (tf32 NN, 256x128 tiles:
         # 4096^3 0.480 ms against 0.511, scripts/results/nvidia-h200/compare_tf32_staged.jsonl;
@@ -263,9 +270,9 @@ class GemmWgmma(TensorCoreGemm):
             if any((c["BM"], c["BN"]) == (bn, bm) for c in picks):
                 continue      # the model ranks a tile and its transpose alike: one of them will do
             for values in (dict(BM=bm, BN=bn, BK=bk, STAGES=stages, CONSUMERS=consumers, GM=gm, PINGPONG=0,
-                                SPLITK=default_splitk(*((n, m) if rs else (m, n)), k, bm, bn, target.sm_count, bk),
+                                SPLITK=default_splitk(*kernel_dims(problem, {"RS": rs}), k, bm, bn, target.sm_count, bk),
                                 TMA_STORE=store, XS=xs, RS=rs)
-                           for rs in ((1, 0) if swapped else (0,))
+                           for rs in ((1, 0) if registers else (0,))
                            for consumers in (2, 1) for xs in staging for store in (1, 0)
                            for stages in STAGE_CHOICES[::-1] for gm in (8, 1)):
                 if space.is_valid(values):
@@ -289,20 +296,21 @@ class GemmWgmma(TensorCoreGemm):
         dtype, layout = problem["dtype"], problem["layout"]
         m, n, k = problem["m"], problem["n"], max(1, problem["k"])
         bk, size = block_k(dtype), ELEMENT_BYTES[dtype]
-        if config.get("RS", 0):
-            # swapped (``a`` and ``b`` are still the problem's A and B): the kernel's first operand
-            # is B as it lies (row-major K x N: boxes of 32 n x BK k), its second A (row-major M x
-            # K: one box of BK k x BN rows, the kernel's columns)
+        if swapped(problem, config):
+            # (``a`` and ``b`` are still the problem's A and B): the kernel's first operand is B
+            # as it lies (row-major K x N: boxes of 32 n x BK k), its second A (row-major M x K:
+            # one box of BK k x BN rows, the kernel's columns)
             first = tma.encode_tiled(b.ptr, dtype, (n, k), _ld(b.strides[0], k, n) * size, (32, bk), SWIZZLE)
             second = tma.encode_tiled(a.ptr, dtype, (k, m), _ld(a.strides[0], m, k) * size, (bk, config["BN"]),
                                       SWIZZLE)
             return first, second
         # (inner, outer) dims, leading dimension, and box of each operand's storage
+        registers = config.get("RS", 0)
         if layout[0] == "N":      # row-major M x K: K contiguous, one box of BK k x BM rows (M rows
             # where M is fewer, as the kernel expects: rows past M would be zero-filled for nothing)
             a_map = ((k, m), _ld(a.strides[0], m, k), (bk, min(m, config["BM"])))
-        else:                     # stored K x M: M contiguous, boxes of 64 m x 64 k
-            a_map = ((m, k), _ld(a.strides[1], k, m), (64, bk))
+        else:                     # stored K x M: M contiguous, boxes of 64 m x 64 k (RS: 32 m x 32 k)
+            a_map = ((m, k), _ld(a.strides[1], k, m), (32 if registers else 64, bk))
         staged = config.get("XS", 0) > 0
         if layout[1] == "N":      # row-major K x N: N contiguous, boxes of 64 n x 64 k (staged: one
             # box of BN n x BK k rows, unswizzled, which the producers transpose)
@@ -311,7 +319,7 @@ class GemmWgmma(TensorCoreGemm):
             # of a cluster loads BN / CLUSTER of them and multicasts them)
             b_map = ((k, n), _ld(b.strides[1], n, k), (bk, config["BN"] // config.get("CLUSTER", 1)))
         copied = copied_transposed(dtype, layout)
-        copied = (copied[0], copied[1] and not staged)
+        copied = (copied[0] and not registers, copied[1] and not staged)
         swizzle = (SWIZZLE, 0 if staged else SWIZZLE)
         return tuple(_EMPTY_MAP if cp else tma.encode_tiled(x.ptr, dtype, dims, ld * size, box, sw)
                      for cp, x, (dims, ld, box), sw in zip(copied, (a, b), (a_map, b_map), swizzle))
@@ -335,7 +343,7 @@ class GemmWgmma(TensorCoreGemm):
         cache. ``TensorCoreGemm.args`` builds through it too."""
         layout = problem["layout"]
         lda, ldb = (np.int64(max(ld, 1)) for ld in lds[:2])
-        swapped = bool(config.get("RS", 0))     # the kernel computes C^T = B^T A^T
+        transposed = swapped(problem, config)     # the kernel computes C^T = B^T A^T
         rows, cols = kernel_dims(problem, config)
         dims = (np.int32(rows), np.int32(cols), np.int32(problem["k"]),
                 np.int64(lds[2] if problem["m"] > 1 else max(problem["n"], 1)))
@@ -352,7 +360,7 @@ class GemmWgmma(TensorCoreGemm):
             if output[0] != pc:
                 output = last[1] = (pc, self.output_map(problem, config, pc, lds[2]))
             (map_a, map_b), (map_c, c_by_tma) = inputs[1], output[1]
-            first, second, ld_first, ld_second = (pb, pa, ldb, lda) if swapped else (pa, pb, lda, ldb)
+            first, second, ld_first, ld_second = (pb, pa, ldb, lda) if transposed else (pa, pb, lda, ldb)
             return (map_a, map_b, map_c, np.uint64(first), np.uint64(second), ld_first, ld_second, np.uint64(pc),
                     np.uint64(pbias), *dims, np.float32(alpha), np.float32(beta), c_by_tma, *scratch(stream, device))
 
