@@ -27,9 +27,10 @@ half of it by TMA multicast; ``_x2``; not where cp.async copies B): 1000^3 in 64
 A problem of fewer rows than BM reads an A box of only its M rows (K-major A): TMA's zero
 fill of the rest cost as much as loading it, 1x8192x8192 in 64x64 tiles 0.0453 -> 0.0372 ms
 (scripts/results/nvidia-h200/compare_a_box.jsonl).
-RS (tf32 NN: swapped, ``_rs``; stored from registers, no staging, no clusters): 4096^3 in
-128x256 tiles 0.345 ms against 0.469 for the best staged B (256x128, XS 2), 8192^3 3.01
-against 3.92 (scripts/results/nvidia-h200/compare_tf32_rs.jsonl).
+RS (tf32 TT, and NN swapped; ``_rs``; stored from registers, no staging, no clusters): NN
+4096^3 in 128x256 tiles 0.345 ms against 0.469 for the best staged B (256x128, XS 2), 8192^3
+3.01 against 3.92; TT 4096^3 0.345 against 0.482 with A copied by cp.async
+(scripts/results/nvidia-h200/compare_tf32_rs.jsonl).
 
 >>> from kgen.problem import Target
 >>> spec = GemmWgmma()
