@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kgen.compile import CompilePool, compile_source
+from kgen.compile import CompilePool, compile_source, parse_resources
 from kgen.kernels.gemm import DTYPES, LAYOUTS, GemmSimt, gemm_problem
 from kgen.problem import Target
 from kgen.render import Source, render
@@ -126,6 +126,15 @@ def test_a_broken_template_source_is_a_template_failure_with_its_source_saved(ta
     saved = Path(m.group(1))
     assert saved.is_file() and "this is not C++" in saved.read_text()
     assert config.name in saved.name
+
+
+def test_the_resource_report_says_where_ptxas_serialised_wgmma():
+    log = ("ptxas info    : (C7513) Potential Performance Loss: wgmma.mma_async instructions are serialized due\n"
+           "ptxas info    : Used 168 registers, used 1 barriers\n"
+           "ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n")
+    assert parse_resources(log) == {"registers": 168, "stack": 0, "spill_stores": 0, "spill_loads": 0,
+                                    "wgmma_serialized": 1}
+    assert "wgmma_serialized" not in parse_resources(log.split("\n", 1)[1])
 
 
 def test_too_much_shared_memory_is_a_resources_failure():

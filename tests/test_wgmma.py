@@ -195,13 +195,13 @@ def test_rs_is_offered_for_tf32_nn_and_tt_where_tma_reads_both_operands(target, 
     m, n, k = 1000, 520, 776
     p = SPEC.problem(m, n, k, "float32", "NN", epilogue="bias")
     space = SPEC.space(p, target)
-    swapped = [c for c in space.configs() if c["RS"]]
-    assert swapped and all(c["TMA_STORE"] == 0 == c["XS"] and c["CLUSTER"] == 1 for c in swapped)
+    registers = [c for c in space.configs() if c["RS"]]
+    assert registers and all(c["TMA_STORE"] == 0 == c["XS"] and c["CLUSTER"] == 1 for c in registers)
     c = space.config(BM=128, BN=256, BK=32, STAGES=4, CONSUMERS=2, GM=1, PINGPONG=0, RS=1)
     assert c.name == "gemm_wgmma_tf32_nn_128x256x32_s4_c2_g1_rs"
     # the kernel's rows are C's columns: ceil(520 / 128) x ceil(1000 / 256) tiles
     assert SPEC.launch(p, c).grid == (5 * 4, 1, 1)
-    # a tile is measured against the swapped problem: 64 kernel rows at most where N is 64
+    # tiles lie over the swapped problem: 64 kernel rows at most where N is 64
     narrow = SPEC.space(SPEC.problem(1000, 64, 776, "float32", "NN"), target)
     assert {x["BM"] for x in narrow.configs() if x["RS"]} == {64}
     args = SPEC.args(p, c, {"a": _FakeArray(0x10000, (m, k), (k, 1), "<f4", 4),

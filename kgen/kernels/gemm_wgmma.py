@@ -3,9 +3,9 @@
 float16 / bfloat16 inputs (MN-major operands use the wgmma transpose bits) and float32 read
 as tf32 (wgmma tf32 reads K-major tiles only: an MN-major operand is copied in transposed by
 the producer warpgroup with 4-byte cp.async, or, for B with 16-byte rows, staged by TMA into
-XS buffers and transposed in shared memory, ``_tXS``; a tf32 NN problem may instead be
-computed swapped, C^T = B^T A^T, B^T then read into registers as wgmma's first operand and A
-as it lies as the second, ``_rs``), float32 accumulation, every layout, the fused epilogues of
+XS buffers and transposed in shared memory, ``_tXS``; with ``_rs``, an M-major A (TT) is
+read into registers as wgmma's first operand, and an NN problem is computed swapped as such a
+TT one, C^T = B^T A^T), float32 accumulation, every layout, the fused epilogues of
 ``gemm_tc``. TMA needs 16-byte row strides, so an operand TMA reads must have
 a leading dimension that is a multiple of 16 bytes (``align_a``/``align_b`` of 8 16-bit or
 4 32-bit elements); other problems belong to the portable mma.sync family.
@@ -102,7 +102,7 @@ def staging_choices(problem: Problem) -> tuple[int, ...]:
     return (0, 2, 3) if transposed_b and problem["align_b"] >= 16 // ELEMENT_BYTES["float32"] else (0,)
 
 
-def swap_choices(problem: Problem) -> tuple[int, ...]:
+def register_choices(problem: Problem) -> tuple[int, ...]:
     """RS, an M-major tf32 A read into registers as wgmma's first operand (TT), or a tf32 NN
     problem computed swapped as such a TT one (C^T = B^T A^T, B^T from registers): offered where
     TMA can read both operands as they lie (16-byte rows)."""
@@ -179,10 +179,10 @@ class GemmWgmma(TensorCoreGemm):
             Param("TMA_STORE", (0, 1), default=0),
             Param("CLUSTER", (1, 2), default=1),
             Param("XS", staging_choices(problem), default=0),
-            Param("RS", swap_choices(problem), default=0),
+            Param("RS", register_choices(problem), default=0),
         ]
 
-        def rows(v):      # the kernel's M and N (swapped with RS)
+        def rows(v):      # the kernel's M and N (swapped for NN with RS)
             return kernel_dims(problem, v)
 
         constraints = [
@@ -198,7 +198,7 @@ class GemmWgmma(TensorCoreGemm):
                        ("CONSUMERS", "PINGPONG")),
             Constraint("a consumer warpgroup owns 64 or 128 rows", lambda v: rpc(v) in (64, 128),
                        ("BM", "CONSUMERS", "PINGPONG")),
-            Constraint("accumulators (and a swapped tile's fragments) fit in registers",
+            Constraint("accumulators (and an RS tile's fragments) fit in registers",
                        lambda v: (v["BN"] // 2 + RS_FRAGMENT_REGS * v["RS"]) * (rpc(v) // 64)
                        <= MAX_ACC_FLOATS + RS_FRAGMENT_REGS * v["RS"],
                        ("BM", "BN", "CONSUMERS", "PINGPONG", "RS")),
@@ -206,7 +206,8 @@ class GemmWgmma(TensorCoreGemm):
                        lambda v: v["GM"] == 1 or v["GM"] < _ceil_div(rows(v)[0], v["BM"] * v["CLUSTER"]),
                        ("BM", "GM", "CLUSTER", "RS")),
             Constraint("a cluster pairs two block rows and multicasts B, which TMA must load",
-                       lambda v: v["CLUSTER"] == 1 or (_ceil_div(rows(v)[0], v["BM"]) >= 2 and not cp_b and not v["RS"]),
+                       lambda v: v["CLUSTER"] == 1
+                       or (_ceil_div(rows(v)[0], v["BM"]) >= 2 and not cp_b and not v["RS"]),
                        ("BM", "CLUSTER", "RS")),
             Constraint("split-K only while the tiles leave SMs idle, two k-blocks a part at least",
                        lambda v: v["SPLITK"] == 1 or splitk_useful(*rows(v), k, v["BM"], v["BN"], v["SPLITK"],
@@ -226,7 +227,8 @@ class GemmWgmma(TensorCoreGemm):
             return (f"gemm_wgmma_{short}_{layout.lower()}_{v['BM']}x{v['BN']}x{v['BK']}"
                     f"_s{v['STAGES']}_c{v['CONSUMERS']}_g{v['GM']}" + ("_pp" if v["PINGPONG"] else "")
                     + (f"_k{v['SPLITK']}" if v["SPLITK"] > 1 else "") + ("_ts" if v["TMA_STORE"] else "")
-                    + (f"_x{v['CLUSTER']}" if v["CLUSTER"] > 1 else "") + (f"_t{v['XS']}" if v["XS"] else "") + ("_rs" if v["RS"] else ""))
+                    + (f"_x{v['CLUSTER']}" if v["CLUSTER"] > 1 else "") + (f"_t{v['XS']}" if v["XS"] else "")
+                    + ("_rs" if v["RS"] else ""))
 
         return Space(params, constraints, derived, namer)
 
@@ -271,7 +273,8 @@ class GemmWgmma(TensorCoreGemm):
             if any((c["BM"], c["BN"]) == (bn, bm) for c in picks):
                 continue      # the model ranks a tile and its transpose alike: one of them will do
             for values in (dict(BM=bm, BN=bn, BK=bk, STAGES=stages, CONSUMERS=consumers, GM=gm, PINGPONG=0,
-                                SPLITK=default_splitk(*kernel_dims(problem, {"RS": rs}), k, bm, bn, target.sm_count, bk),
+                                SPLITK=default_splitk(*kernel_dims(problem, {"RS": rs}), k, bm, bn,
+                                                      target.sm_count, bk),
                                 TMA_STORE=store, XS=xs, RS=rs)
                            for rs in ((1, 0) if registers else (0,))
                            for consumers in (2, 1) for xs in staging for store in (1, 0)
