@@ -435,14 +435,20 @@ def test_verify_keeps_a_reproduced_config_and_rejects_a_slower_one():
 
 @pytest.mark.gpu
 def test_verify_re_measures_shipped_records_on_this_gpu(tmp_path):
-    """Two shipped Hopper records (one split-K) imported into a fresh store, then measured here."""
+    """Two shipped Hopper records (one split-K) imported into a fresh store, then measured here:
+    the fastest shipped record of each of two problems (a problem tuned again ships both runs)."""
     from kgen.db import read_jsonl
     from kgen.runners import LocalGPURunner
 
     shipped = read_jsonl(Path(__file__).resolve().parents[1] / "tuning_db" / "nvidia-h200_gemm_wgmma.jsonl")
-    wanted = [r for r in shipped if r.measurement.problem_key.startswith("gemm_wgmma|") and
-              ("|m=1000|" in r.measurement.problem_key or "|m=64|n=4096|" in r.measurement.problem_key)
-              and "dtype=bfloat16" in r.measurement.problem_key]
+    fastest = {}
+    for r in shipped:
+        key = r.measurement.problem_key
+        if (key.startswith("gemm_wgmma|") and ("|m=1000|" in key or "|m=64|n=4096|" in key)
+                and "dtype=bfloat16" in key and r.measurement.ok
+                and (key not in fastest or r.measurement.time_ms < fastest[key].measurement.time_ms)):
+            fastest[key] = r
+    wanted = list(fastest.values())
     assert len(wanted) == 2 and any("_k" in r.measurement.config_name for r in wanted)
     write_jsonl(tmp_path / "two.jsonl", wanted)
     target = Target.detect(0)
