@@ -61,10 +61,6 @@ def test_sampled_mma_configs_compile_for_sm90(compiled, dtype, layout):
 SPEC_SHORT = {"float16": "f16", "bfloat16": "bf16", "float64": "f64"}
 
 
-def _sass(cubin: bytes) -> str:
-    return sass_or_skip(cubin)
-
-
 @pytest.mark.parametrize("dtype,unit,frag_load", [("bfloat16", "HMMA", "LDSM"), ("float32", "HMMA", "LDS"),
                                                   ("float64", "DMMA", "LDS")])
 def test_sass_has_tensor_core_instructions_and_async_copies(target, dtype, unit, frag_load):
@@ -72,7 +68,7 @@ def test_sass_has_tensor_core_instructions_and_async_copies(target, dtype, unit,
     config = SPEC.default_config(problem, target)
     result = compile_source(render(SPEC, problem, config, target))
     assert result.failure is None
-    sass = _sass(result.binary.cubin)
+    sass = sass_or_skip(result.binary.cubin)
     assert re.search(rf"\b{unit}\.", sass), unit
     assert re.search(rf"\b{frag_load}\b|\b{frag_load}\.", sass)
     assert "LDGSTS" in sass                           # cp.async
@@ -89,7 +85,7 @@ def test_fp64_whole_tile_copies_need_no_zero_fill(target, layout):
     whole = compile_source(render(SPEC, problem, space.config(**tile, UC=1), target, space))
     plain = compile_source(render(SPEC, problem, space.config(**tile, UC=0), target, space))
     assert whole.failure is None and plain.failure is None
-    sass, plain_sass = _sass(whole.binary.cubin), _sass(plain.binary.cubin)
+    sass, plain_sass = sass_or_skip(whole.binary.cubin), sass_or_skip(plain.binary.cubin)
     assert re.search(r"LDGSTS\.E\.BYPASS\.128 ", sass) and "LDGSTS.E.BYPASS.128.ZFILL" in sass
     assert not re.search(r"LDGSTS\.E\.BYPASS\.128 ", plain_sass) and "LDGSTS.E.BYPASS.128.ZFILL" in plain_sass
     assert whole.binary.resources["spill_stores"] == 0
@@ -112,8 +108,8 @@ def test_fp64_double_buffered_fragments_interleave_copies_with_dmma(target):
     plain = compile_source(render(SPEC, problem, space.config(**tile, FB=1), target, space))
     assert ahead.failure is None and plain.failure is None
     assert ahead.binary.resources["spill_stores"] == 0
-    interleaved = _between_dmma(_sass(ahead.binary.cubin))
-    plain_interleaved = _between_dmma(_sass(plain.binary.cubin))
+    interleaved = _between_dmma(sass_or_skip(ahead.binary.cubin))
+    plain_interleaved = _between_dmma(sass_or_skip(plain.binary.cubin))
     assert any(op.startswith("LDGSTS") for op in interleaved)
     assert not any(op.startswith("LDGSTS") for op in plain_interleaved)
     assert sum(op.startswith("LDS") for op in interleaved) >= 16

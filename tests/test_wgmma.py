@@ -86,9 +86,6 @@ def test_sampled_wgmma_configs_compile_for_sm90a_without_spills(compiled, dtype,
 
 # ---------------------------------------------------------------- SASS
 
-def _sass(cubin: bytes) -> str:
-    return sass_or_skip(cubin)
-
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_sass_has_hgmma_tma_and_transposes_per_layout(target, layout):
@@ -97,7 +94,7 @@ def test_sass_has_hgmma_tma_and_transposes_per_layout(target, layout):
     assert config.name == f"gemm_wgmma_bf16_{layout.lower()}_128x256x64_s4_c2_g8"
     result = compile_source(render(SPEC, problem, config, target))
     assert result.failure is None, result.failure
-    sass = _sass(result.binary.cubin)
+    sass = sass_or_skip(result.binary.cubin)
     hgmma = re.findall(r"HGMMA\.64x256x16\.F32\.BF16[^;]*", sass)
     assert len(hgmma) == BK // 16, hgmma           # 4 k16 steps per stage, one m64 slab each
     assert "UTMALDG.2D" in sass                    # TMA loads
@@ -123,7 +120,7 @@ def _two_consumer_sass(target, problem, **values):
     res = result.binary.resources
     assert res.get("spill_stores", 0) == 0 and res.get("stack", 0) == 0 and res["registers"] == 168
     assert "wgmma_serialized" not in res
-    return config, _sass(result.binary.cubin)
+    return config, sass_or_skip(result.binary.cubin)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)

@@ -272,11 +272,12 @@ class GemmWgmma(TensorCoreGemm):
                 break
             if any((c["BM"], c["BN"]) == (bn, bm) for c in picks):
                 continue      # the model ranks a tile and its transpose alike: one of them will do
+            rs_choices = (1, 0) if registers else (0,)
+            splits = {rs: default_splitk(*kernel_dims(problem, {"RS": rs}), k, bm, bn, target.sm_count, bk)
+                      for rs in rs_choices}
             for values in (dict(BM=bm, BN=bn, BK=bk, STAGES=stages, CONSUMERS=consumers, GM=gm, PINGPONG=0,
-                                SPLITK=default_splitk(*kernel_dims(problem, {"RS": rs}), k, bm, bn,
-                                                      target.sm_count, bk),
-                                TMA_STORE=store, XS=xs, RS=rs)
-                           for rs in ((1, 0) if registers else (0,))
+                                SPLITK=splits[rs], TMA_STORE=store, XS=xs, RS=rs)
+                           for rs in rs_choices
                            for consumers in (2, 1) for xs in staging for store in (1, 0)
                            for stages in STAGE_CHOICES[::-1] for gm in (8, 1)):
                 if space.is_valid(values):
