@@ -318,11 +318,11 @@ def test_space_respects_shared_memory_registers_and_names(target):
             assert v["RPC"] in (64, 128) and v["BN"] // 2 * v["SLABS"] <= 168
             assert not v["RS"] or (v["BN"] // 2 + 16) * v["SLABS"] <= 168 + 16    # and the fragments
             name = re.fullmatch(rf"gemm_wgmma_{SHORT[dtype]}_(nn|nt|tn|tt)_\d+x\d+x{block_k(dtype)}_s\d+_c[12]_g[18]"
-                                r"(?P<pp>_pp)?(_k[248])?(?P<ts>_ts)?(?P<x2>_x2)?(_t[23])?(?P<rs>_rs)?(?P<sk>_sk)?", c.name)
+                                r"(?P<pp>_pp)?(_k[248])?(?P<ts>_ts)?(?P<x2>_x2)?(_t[23])?(?P<rs>_rs)?", c.name)
             assert name, c.name
-            flags = {k: bool(name[k]) for k in ("pp", "ts", "x2", "rs", "sk")}
+            flags = {k: bool(name[k]) for k in ("pp", "ts", "x2", "rs")}
             assert flags == {"pp": bool(v["PINGPONG"]), "ts": bool(v["TMA_STORE"]), "x2": v["CLUSTER"] == 2,
-                             "rs": bool(v["RS"]), "sk": bool(v["STREAMK"])}
+                             "rs": bool(v["RS"])}
             if v["PINGPONG"]:
                 assert v["CONSUMERS"] == 2 and v["RPC"] == v["BM"]
         assert len({c.name for c in configs}) == len(configs)
@@ -624,28 +624,6 @@ def _splitk_jobs(target):
     return jobs
 
 
-STREAM_SHAPES = [(1, 4096, 1024), (37, 1000, 2056), (130, 520, 4104), (132, 1000, 4104)]
-
-
-def _stream_jobs(target):
-    """Per shape x layout: stream-K configs, a ping-pong, a cooperative one, one in clusters and
-    (tf32 NN and TT) one with the first operand from registers, where offered."""
-    jobs = {}
-    for i, (shape, layout) in enumerate((s, l) for s in STREAM_SHAPES for l in LAYOUTS):
-        rng = random.Random(7000 + i)
-        dtype = DTYPES[i % len(DTYPES)]
-        problem = SPEC.problem(*shape, dtype, layout, out_dtype=rng.choice(allowed_outputs(dtype)),
-                               epilogue=rng.choice(EPILOGUES))
-        if not SPEC.supports(problem, target):
-            continue
-        stream = [c for c in SPEC.space(problem, target).configs() if c["STREAMK"]]
-        picks = _one_of_each_schedule(rng, stream)
-        picks += [rng.choice(group) for group in ([c for c in stream if c["CLUSTER"] == 2],
-                                                  [c for c in stream if c["RS"]]) if group]
-        jobs[("stream", shape, layout)] = (problem, picks)
-    return jobs
-
-
 def _alpha_beta_jobs(target):
     jobs = {}
     for dtype in DTYPES:
@@ -741,8 +719,7 @@ def gpu():
 
     target = Target.detect(0)
     jobs = {**_odd_jobs(target), **_edge_jobs(target), **_alpha_beta_jobs(target), **_splitk_jobs(target),
-            **_store_jobs(target), **_cluster_jobs(target), **_staged_jobs(target), **_rs_jobs(target),
-            **_stream_jobs(target)}
+            **_store_jobs(target), **_cluster_jobs(target), **_staged_jobs(target), **_rs_jobs(target)}
     for dtype, layout in (("bfloat16", "NT"), ("float32", "NN")):
         big = SPEC.problem(4096, 4096, 4096, dtype, layout)
         jobs[("big", dtype)] = (big, [SPEC.default_config(big, target)])
@@ -872,22 +849,6 @@ def test_gpu_split_k_adds_every_part_launch_after_launch(gpu, shape, layout):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("shape", STREAM_SHAPES)
-@pytest.mark.parametrize("layout", LAYOUTS)
-def test_gpu_stream_k_adds_every_segment_launch_after_launch(gpu, shape, layout):
-    """Each config three times on fresh inputs: every tile's segments added up once, whichever
-    block's run they lie in, counters back at zero."""
-    from kgen.kernels import gemm_wgmma
-
-    problem, configs = _job_or_skip(gpu, ("stream", shape, layout))
-    assert configs and all(c["STREAMK"] for c in configs)
-    for launch in range(3):
-        _verify_all(gpu, ("stream", shape, layout), first_seed=50 * launch)
-    for _partials, counters, *_ in gemm_wgmma._WORKSPACES.values():
-        assert int(counters.max()) == 0 == int(counters.min())
-
-
-@pytest.mark.gpu
 @pytest.mark.parametrize("shape", RS_SHAPES)
 @pytest.mark.parametrize("layout", ("NN", "TT"))
 def test_gpu_tf32_rs_is_right_launch_after_launch(gpu, shape, layout):
@@ -952,47 +913,6 @@ def test_split_k_is_offered_only_where_tiles_leave_sms_idle(target):
     assert {c["SPLITK"] for c in SPEC.space(big, target).configs()} == {1}
     old = {k: v for k, v in c.as_dict().items() if k != "SPLITK"}           # stored before split-K
     assert space.make({**old, "SPLITK": 1}).name == space.make(old).name == "gemm_wgmma_bf16_nn_64x64x64_s6_c1_g1"
-
-
-@pytest.mark.parametrize("tiles,kblocks,clusters", [(64, 64, 132), (128, 128, 132), (16, 7, 66), (512, 64, 132),
-                                                     (5, 3, 7), (130, 2, 132)])
-def test_stream_k_runs_share_every_tile_s_k_blocks_once(tiles, kblocks, clusters):
-    """The runs of all clusters, cut into segments at tile edges: each k-block of each tile in
-    exactly one segment, a tile's parts numbered 0..parts-1 in k order, within its slots."""
-    from kgen.kernels.gemm_wgmma import stream_segments, stream_slots
-
-    slots = stream_slots(kblocks, tiles * kblocks, clusters)
-    covered = {t: [] for t in range(tiles)}
-    runs = [len(list(stream_segments(c, clusters, tiles, kblocks))) for c in range(clusters)]
-    for c in range(clusters):
-        for tile, kb0, kb1, part, parts in stream_segments(c, clusters, tiles, kblocks):
-            assert 0 <= kb0 < kb1 <= kblocks and part < parts <= slots
-            covered[tile].append((kb0, kb1, part, parts))
-    for segments in covered.values():
-        segments.sort()
-        assert [s[2] for s in segments] == list(range(len(segments)))       # parts in k order
-        assert {s[3] for s in segments} == {len(segments)}                  # each knows their number
-        assert [s[0] for s in segments] + [kblocks] == [0] + [s[1] for s in segments]   # no gap, no overlap
-    assert max(runs) <= 2 + kblocks and min(runs) >= 1                       # every cluster has work
-
-
-def test_stream_k_is_offered_where_the_last_wave_is_part_filled(target):
-    from kgen.kernels.gemm_wgmma import stream_useful, workspace_bytes
-
-    decode = SPEC.problem(64, 4096, 4096, "bfloat16", "NN")
-    space = SPEC.space(decode, target)
-    c = space.config(BM=64, BN=64, BK=64, STAGES=8, CONSUMERS=1, GM=1, PINGPONG=0, STREAMK=1)
-    assert c.name == "gemm_wgmma_bf16_nn_64x64x64_s8_c1_g1_sk"
-    assert SPEC.launch(decode, c).grid == (132, 1, 1)               # 64 tiles x 64 k-blocks over 132 runs
-    # 4096 k-blocks: runs of 31 or 32, so a tile of 64 meets 4 runs at most
-    assert workspace_bytes(decode, c) == (64 * 4 * 64 * 64 * 4, 64 * 1 * 4 * 4)
-    assert not space.is_valid({**c.as_dict(), "SPLITK": 2})           # one way of sharing k at a time
-    assert stream_useful(4096, 4096, 4096, 128, 256, 132)             # 512 tiles: 3.9 waves
-    assert not stream_useful(8192, 8192, 8192, 128, 256, 132)         # 2048 tiles: many full waves
-    assert not stream_useful(4096, 4096, 4096, 128, 128, 128)         # whole waves
-    assert not stream_useful(1, 64, 64, 64, 64, 132)                  # one k-block for 132 runs
-    old = {k: v for k, v in c.as_dict().items() if k != "STREAMK"}    # stored before stream-K
-    assert space.make(old).name == "gemm_wgmma_bf16_nn_64x64x64_s8_c1_g1"
 
 
 def test_default_tile_follows_the_wave_model(target):

@@ -180,7 +180,6 @@ class GemmWgmma(TensorCoreGemm):
             Param("CLUSTER", (1, 2), default=1),
             Param("XS", staging_choices(problem), default=0),
             Param("RS", register_choices(problem), default=0),
-            Param("STREAMK", (0, 1), default=0),
         ]
 
         def rows(v):      # the kernel's M and N (swapped for NN with RS)
@@ -214,10 +213,6 @@ class GemmWgmma(TensorCoreGemm):
                        lambda v: v["SPLITK"] == 1 or splitk_useful(*rows(v), k, v["BM"], v["BN"], v["SPLITK"],
                                                                     target.sm_count, bk),
                        ("BM", "BN", "SPLITK", "RS")),
-            Constraint("stream-K only where the tiles leave a wave part filled; no split-K, B not staged",
-                       lambda v: not v["STREAMK"] or (v["SPLITK"] == 1 and v["XS"] == 0 and stream_useful(
-                           *rows(v), k, v["BM"], v["BN"], target.sm_count // v["CLUSTER"], v["CLUSTER"], bk)),
-                       ("BM", "BN", "SPLITK", "XS", "CLUSTER", "RS", "STREAMK")),
             Constraint("RS: stored from registers (a warp's rows are no 16-row band), B not staged",
                        lambda v: not v["RS"] or (v["TMA_STORE"] == 0 and v["XS"] == 0), ("RS", "TMA_STORE", "XS")),
         ]
@@ -233,7 +228,7 @@ class GemmWgmma(TensorCoreGemm):
                     f"_s{v['STAGES']}_c{v['CONSUMERS']}_g{v['GM']}" + ("_pp" if v["PINGPONG"] else "")
                     + (f"_k{v['SPLITK']}" if v["SPLITK"] > 1 else "") + ("_ts" if v["TMA_STORE"] else "")
                     + (f"_x{v['CLUSTER']}" if v["CLUSTER"] > 1 else "") + (f"_t{v['XS']}" if v["XS"] else "")
-                    + ("_rs" if v["RS"] else "") + ("_sk" if v["STREAMK"] else ""))
+                    + ("_rs" if v["RS"] else ""))
 
         return Space(params, constraints, derived, namer)
 
@@ -295,8 +290,6 @@ class GemmWgmma(TensorCoreGemm):
         bm, bn, cluster = config["BM"], config["BN"], config.get("CLUSTER", 1)
         m, n = kernel_dims(problem, config)
         units = _ceil_div(_ceil_div(m, bm), cluster) * _ceil_div(n, bn) * config.get("SPLITK", 1)
-        if config.get("STREAMK", 0):      # every cluster takes a run of k-blocks
-            units = units * _ceil_div(problem["k"], config["BK"])
         grid = cluster * max(1, min(units, self.sm_count // cluster))   # whole clusters
         return Launch((grid, 1, 1), (128 * (config["CONSUMERS"] + 1), 1, 1),
                       smem_bytes(bm, bn, config["STAGES"], config["CONSUMERS"], config.get("TMA_STORE", 0),
@@ -362,7 +355,7 @@ class GemmWgmma(TensorCoreGemm):
 
         # the last operands' maps and the last C's, each entry replaced whole (thread-safe)
         last = [((None, None), None), (None, None)]
-        scratch = workspace_args(problem, config, self.launch(problem, config).grid[0] // config.get("CLUSTER", 1))
+        scratch = workspace_args(problem, config)
 
         def build(pa, pb, pc, pbias, alpha, beta, stream=None, device=None):
             inputs, output = last
@@ -395,64 +388,26 @@ def default_splitk(m: int, n: int, k: int, bm: int, bn: int, sms: int, bk: int =
     return best
 
 
-def stream_useful(m: int, n: int, k: int, bm: int, bn: int, clusters: int, cluster: int = 1, bk: int = BK) -> bool:
-    """Stream-K pays where the tiles (of ``clusters`` clusters of ``cluster`` blocks) leave the
-    last of at most four waves part filled, and every cluster's run has two k-blocks at least."""
-    tiles = _ceil_div(_ceil_div(m, bm), cluster) * _ceil_div(n, bn)
-    return tiles % clusters != 0 and tiles < 4 * clusters and tiles * _ceil_div(k, bk) >= 2 * clusters
-
-
-def stream_slots(kblocks: int, total: int, clusters: int) -> int:
-    """Workspace slots of a tile under stream-K (the kernel's ``stream_slots``): each of the
-    ``clusters`` runs has ``total // clusters`` k-blocks at least, so a tile of ``kblocks``
-    meets at most ceil(kblocks / that) + 1 runs."""
-    least = max(1, total // clusters)
-    return min(clusters, _ceil_div(kblocks, least) + 1)
-
-
-def stream_segments(cluster_index: int, clusters: int, tiles: int, kblocks: int):
-    """The (tile, kb0, kb1, part, parts) segments of one cluster's stream-K run, in order, as
-    the kernel's ``run_segment`` gives them (for tests and for reading the schedule)."""
-    total = tiles * kblocks
-
-    def owner(i):
-        return ((i + 1) * clusters - 1) // total
-
-    it, end = cluster_index * total // clusters, (cluster_index + 1) * total // clusters
-    while it < end:
-        tile, kb0 = divmod(it, kblocks)
-        kb1 = min(kblocks, kb0 + end - it)
-        first = owner(tile * kblocks)
-        yield tile, kb0, kb1, owner(it) - first, owner(tile * kblocks + kblocks - 1) - first + 1
-        it += kb1 - kb0
-
-
-def workspace_bytes(problem: Problem, config: Config, clusters: int = DEFAULT_SM_COUNT) -> tuple[int, int]:
-    """(partial sums, counters) bytes a split-K or stream-K config needs, launched as
-    ``clusters`` clusters; (0, 0) without either."""
+def workspace_bytes(problem: Problem, config: Config) -> tuple[int, int]:
+    """(partial sums, counters) bytes a split-K config needs; (0, 0) without split-K."""
     split = config.get("SPLITK", 1)
-    stream = config.get("STREAMK", 0)
-    if split == 1 and not stream:
+    if split == 1:
         return 0, 0
     bm, bn = config["BM"], config["BN"]
     m, n = kernel_dims(problem, config)
     tiles = _ceil_div(m, bm) * _ceil_div(n, bn)
-    if stream:
-        kblocks = _ceil_div(problem["k"], config["BK"])
-        split = stream_slots(kblocks, _ceil_div(_ceil_div(m, bm), config.get("CLUSTER", 1)) * _ceil_div(n, bn)
-                             * kblocks, clusters)
     groups = 1 if config["PINGPONG"] else config["CONSUMERS"]
     return tiles * split * bm * bn * 4, tiles * groups * 4 * 4
 
 
-def workspace_args(problem: Problem, config: Config, clusters: int = DEFAULT_SM_COUNT):
+def workspace_args(problem: Problem, config: Config):
     """A function of the launch's stream and device (None: CuPy's current ones) giving the
     (partials, counters) pointer arguments: null without split-K; else a workspace on that
     device, made on first use with its counters zeroed before the first launch (each launch
     leaves them zero again), one per device, stream and size, so launches of one plan on two
     streams never share one. A workspace first needed while the stream is being captured
     into a CUDA graph is made outside the capture (``_new_workspace``)."""
-    partial_bytes, counter_bytes = workspace_bytes(problem, config, clusters)
+    partial_bytes, counter_bytes = workspace_bytes(problem, config)
     if not partial_bytes:
         return lambda stream=None, device=None: _NO_WORKSPACE
 
