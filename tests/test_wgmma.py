@@ -313,17 +313,16 @@ def test_space_respects_shared_memory_registers_and_names(target):
         assert len(configs) >= 50
         for c in configs:
             v = space.full_values(c.as_dict())
-            assert v["SMEM"] == smem_bytes(v["BM"], v["BN"], v["STAGES"], v["CONSUMERS"], v["TMA_STORE"], v["XS"],
-                                           v["KC"]) \
+            assert v["SMEM"] == smem_bytes(v["BM"], v["BN"], v["STAGES"], v["CONSUMERS"], v["TMA_STORE"], v["XS"]) \
                 <= target.smem_per_block_optin
             assert v["RPC"] in (64, 128) and v["BN"] // 2 * v["SLABS"] <= 168
             assert not v["RS"] or (v["BN"] // 2 + 16) * v["SLABS"] <= 168 + 16    # and the fragments
             name = re.fullmatch(rf"gemm_wgmma_{SHORT[dtype]}_(nn|nt|tn|tt)_\d+x\d+x{block_k(dtype)}_s\d+_c[12]_g[18]"
-                                r"(?P<pp>_pp)?(_k[248])?(?P<ts>_ts)?(?P<x2>_x2)?(_t[23])?(?P<rs>_rs)?(?P<kc>_kc)?", c.name)
+                                r"(?P<pp>_pp)?(_k[248])?(?P<ts>_ts)?(?P<x2>_x2)?(_t[23])?(?P<rs>_rs)?", c.name)
             assert name, c.name
-            flags = {k: bool(name[k]) for k in ("pp", "ts", "x2", "rs", "kc")}
+            flags = {k: bool(name[k]) for k in ("pp", "ts", "x2", "rs")}
             assert flags == {"pp": bool(v["PINGPONG"]), "ts": bool(v["TMA_STORE"]), "x2": v["CLUSTER"] == 2,
-                             "rs": bool(v["RS"]), "kc": bool(v["KC"])}
+                             "rs": bool(v["RS"])}
             if v["PINGPONG"]:
                 assert v["CONSUMERS"] == 2 and v["RPC"] == v["BM"]
         assert len({c.name for c in configs}) == len(configs)
@@ -625,28 +624,6 @@ def _splitk_jobs(target):
     return jobs
 
 
-KC_SHAPES = SPLITK_SHAPES + [(132, 1000, 4104)]
-
-
-def _kc_jobs(target):
-    """Per shape x layout: split-K configs whose two parts meet in a cluster's shared memory
-    (KC), one of one consumer, one of two, and (tf32 NN and TT) one with the first operand
-    from registers, where offered."""
-    jobs = {}
-    for i, (shape, layout) in enumerate((s, l) for s in KC_SHAPES for l in LAYOUTS):
-        rng = random.Random(7000 + i)
-        dtype = DTYPES[i % len(DTYPES)]
-        problem = SPEC.problem(*shape, dtype, layout, out_dtype=rng.choice(allowed_outputs(dtype)),
-                               epilogue=rng.choice(EPILOGUES))
-        if not SPEC.supports(problem, target):
-            continue
-        paired = [c for c in SPEC.space(problem, target).configs() if c["KC"]]
-        groups = ([c for c in paired if c["CONSUMERS"] == 1], [c for c in paired if c["CONSUMERS"] == 2],
-                  [c for c in paired if c["RS"]])
-        jobs[("kc", shape, layout)] = (problem, [rng.choice(group) for group in groups if group])
-    return jobs
-
-
 def _alpha_beta_jobs(target):
     jobs = {}
     for dtype in DTYPES:
@@ -742,8 +719,7 @@ def gpu():
 
     target = Target.detect(0)
     jobs = {**_odd_jobs(target), **_edge_jobs(target), **_alpha_beta_jobs(target), **_splitk_jobs(target),
-            **_store_jobs(target), **_cluster_jobs(target), **_staged_jobs(target), **_rs_jobs(target),
-            **_kc_jobs(target)}
+            **_store_jobs(target), **_cluster_jobs(target), **_staged_jobs(target), **_rs_jobs(target)}
     for dtype, layout in (("bfloat16", "NT"), ("float32", "NN")):
         big = SPEC.problem(4096, 4096, 4096, dtype, layout)
         jobs[("big", dtype)] = (big, [SPEC.default_config(big, target)])
@@ -873,18 +849,6 @@ def test_gpu_split_k_adds_every_part_launch_after_launch(gpu, shape, layout):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("shape", KC_SHAPES)
-@pytest.mark.parametrize("layout", LAYOUTS)
-def test_gpu_split_k_in_clusters_adds_block_1_s_sums_launch_after_launch(gpu, shape, layout):
-    """Each config three times on fresh inputs: a buffer refilled before block 0 had read it,
-    or a phase lost, would show on a later tile or launch."""
-    problem, configs = _job_or_skip(gpu, ("kc", shape, layout))
-    assert configs and all(c["KC"] and c["SPLITK"] == 2 for c in configs)
-    for launch in range(3):
-        _verify_all(gpu, ("kc", shape, layout), first_seed=50 * launch)
-
-
-@pytest.mark.gpu
 @pytest.mark.parametrize("shape", RS_SHAPES)
 @pytest.mark.parametrize("layout", ("NN", "TT"))
 def test_gpu_tf32_rs_is_right_launch_after_launch(gpu, shape, layout):
@@ -949,27 +913,6 @@ def test_split_k_is_offered_only_where_tiles_leave_sms_idle(target):
     assert {c["SPLITK"] for c in SPEC.space(big, target).configs()} == {1}
     old = {k: v for k, v in c.as_dict().items() if k != "SPLITK"}           # stored before split-K
     assert space.make({**old, "SPLITK": 1}).name == space.make(old).name == "gemm_wgmma_bf16_nn_64x64x64_s6_c1_g1"
-
-
-def test_split_k_in_clusters_takes_no_workspace_and_whole_clusters(target):
-    from kgen.kernels.gemm_wgmma import workspace_bytes
-
-    decode = SPEC.problem(64, 4096, 4096, "bfloat16", "NN")
-    space = SPEC.space(decode, target)
-    c = space.config(BM=64, BN=64, BK=64, STAGES=8, CONSUMERS=1, GM=1, PINGPONG=0, SPLITK=2, KC=1)
-    assert c.name == "gemm_wgmma_bf16_nn_64x64x64_s8_c1_g1_k2_kc"
-    launch = SPEC.launch(decode, c)
-    assert launch.grid == (128, 1, 1)                                 # 64 tiles x 2 parts, in pairs
-    plain = SPEC.launch(decode, space.make({**c.as_dict(), "KC": 0}))
-    assert launch.shared_mem == plain.shared_mem + 64 * 64 * 4 + 4 * 2 * 8    # sums buffers and barriers
-    assert workspace_bytes(decode, c) == (0, 0)
-    for values in ({"SPLITK": 4}, {"PINGPONG": 1, "CONSUMERS": 2}):
-        assert not space.is_valid({**c.as_dict(), **values})
-    odd = SPEC.problem(130, 520, 4104, "bfloat16", "NN")            # 3 x 9 tiles: 54 units, 27 clusters
-    kc = SPEC.space(odd, target).config(BM=64, BN=64, BK=64, STAGES=4, CONSUMERS=1, GM=1, PINGPONG=0,
-                                        SPLITK=2, KC=1)
-    assert SPEC.launch(odd, kc).grid == (54, 1, 1)
-    assert all(SPEC.launch(decode, k).grid[0] % 2 == 0 for k in space.configs() if k["KC"])
 
 
 def test_default_tile_follows_the_wave_model(target):

@@ -74,15 +74,12 @@ STORE_BUFFER = STORE_ROWS * SWIZZLE   # 2 KiB: 16 rows x 128 bytes of output col
 STORE_BUFFERS_PER_WARP = 2    # one filled while the other drains
 
 
-def smem_bytes(bm: int, bn: int, stages: int, consumers: int = 2, tma_store: int = 0, staged: int = 0,
-               kc: int = 0) -> int:
+def smem_bytes(bm: int, bn: int, stages: int, consumers: int = 2, tma_store: int = 0, staged: int = 0) -> int:
     """Dynamic shared memory of a config: the A and B rings (rows of 128 bytes), the staging
     buffers of a transposed B (``staged`` k-blocks of BN rows of 128 bytes), the TMA store
-    buffers (two per consumer warp), with ``kc`` the buffers of the other block's fp32 sums
-    and two barriers per consumer warp, barriers, alignment slack."""
+    buffers (two per consumer warp), barriers, alignment slack."""
     store = consumers * 4 * STORE_BUFFERS_PER_WARP * STORE_BUFFER if tma_store else 0
-    sums = (bm * bn * 4 + consumers * 4 * 2 * 8) if kc else 0
-    return ((stages * (bm + bn) + staged * bn) * SWIZZLE + store + sums + (stages + staged) * BARRIER_BYTES + 16
+    return ((stages * (bm + bn) + staged * bn) * SWIZZLE + store + (stages + staged) * BARRIER_BYTES + 16
             + ALIGN_SLACK)
 
 
@@ -183,7 +180,6 @@ class GemmWgmma(TensorCoreGemm):
             Param("CLUSTER", (1, 2), default=1),
             Param("XS", staging_choices(problem), default=0),
             Param("RS", register_choices(problem), default=0),
-            Param("KC", (0, 1), default=0),
         ]
 
         def rows(v):      # the kernel's M and N (swapped for NN with RS)
@@ -195,9 +191,9 @@ class GemmWgmma(TensorCoreGemm):
                        and v["BN"] <= max(64, 64 * _ceil_div(rows(v)[1], 64)),
                        ("BM", "BN", "RS")),
             Constraint("shared memory fits the device",
-                       lambda v: smem_bytes(v["BM"], v["BN"], v["STAGES"], v["CONSUMERS"], v["TMA_STORE"], v["XS"],
-                                            v["KC"]) <= target.smem_per_block_optin,
-                       ("BM", "BN", "STAGES", "CONSUMERS", "TMA_STORE", "XS", "KC")),
+                       lambda v: smem_bytes(v["BM"], v["BN"], v["STAGES"], v["CONSUMERS"], v["TMA_STORE"], v["XS"])
+                       <= target.smem_per_block_optin,
+                       ("BM", "BN", "STAGES", "CONSUMERS", "TMA_STORE", "XS")),
             Constraint("ping-pong needs two consumers", lambda v: not v["PINGPONG"] or v["CONSUMERS"] == 2,
                        ("CONSUMERS", "PINGPONG")),
             Constraint("a consumer warpgroup owns 64 or 128 rows", lambda v: rpc(v) in (64, 128),
@@ -217,9 +213,6 @@ class GemmWgmma(TensorCoreGemm):
                        lambda v: v["SPLITK"] == 1 or splitk_useful(*rows(v), k, v["BM"], v["BN"], v["SPLITK"],
                                                                     target.sm_count, bk),
                        ("BM", "BN", "SPLITK", "RS")),
-            Constraint("split-K in clusters: two parts a tile, no B multicast, no ping-pong",
-                       lambda v: not v["KC"] or (v["SPLITK"] == 2 and v["CLUSTER"] == 1 and not v["PINGPONG"]),
-                       ("KC", "SPLITK", "CLUSTER", "PINGPONG")),
             Constraint("RS: stored from registers (a warp's rows are no 16-row band), B not staged",
                        lambda v: not v["RS"] or (v["TMA_STORE"] == 0 and v["XS"] == 0), ("RS", "TMA_STORE", "XS")),
         ]
@@ -227,8 +220,7 @@ class GemmWgmma(TensorCoreGemm):
             "RPC": rpc,
             "SLABS": lambda v: rpc(v) // 64,
             "THREADS": lambda v: 128 * (v["CONSUMERS"] + 1),
-            "SMEM": lambda v: smem_bytes(v["BM"], v["BN"], v["STAGES"], v["CONSUMERS"], v["TMA_STORE"], v["XS"],
-                                         v["KC"]),
+            "SMEM": lambda v: smem_bytes(v["BM"], v["BN"], v["STAGES"], v["CONSUMERS"], v["TMA_STORE"], v["XS"]),
         }
 
         def namer(v):
@@ -236,7 +228,7 @@ class GemmWgmma(TensorCoreGemm):
                     f"_s{v['STAGES']}_c{v['CONSUMERS']}_g{v['GM']}" + ("_pp" if v["PINGPONG"] else "")
                     + (f"_k{v['SPLITK']}" if v["SPLITK"] > 1 else "") + ("_ts" if v["TMA_STORE"] else "")
                     + (f"_x{v['CLUSTER']}" if v["CLUSTER"] > 1 else "") + (f"_t{v['XS']}" if v["XS"] else "")
-                    + ("_rs" if v["RS"] else "") + ("_kc" if v["KC"] else ""))
+                    + ("_rs" if v["RS"] else ""))
 
         return Space(params, constraints, derived, namer)
 
@@ -298,13 +290,10 @@ class GemmWgmma(TensorCoreGemm):
         bm, bn, cluster = config["BM"], config["BN"], config.get("CLUSTER", 1)
         m, n = kernel_dims(problem, config)
         units = _ceil_div(_ceil_div(m, bm), cluster) * _ceil_div(n, bn) * config.get("SPLITK", 1)
-        if config.get("KC", 0):       # clusters of the two parts of a tile: a unit each
-            grid = 2 * max(1, min(units // 2, self.sm_count // 2))
-        else:
-            grid = cluster * max(1, min(units, self.sm_count // cluster))   # whole clusters
+        grid = cluster * max(1, min(units, self.sm_count // cluster))   # whole clusters
         return Launch((grid, 1, 1), (128 * (config["CONSUMERS"] + 1), 1, 1),
                       smem_bytes(bm, bn, config["STAGES"], config["CONSUMERS"], config.get("TMA_STORE", 0),
-                                 config.get("XS", 0), config.get("KC", 0)))
+                                 config.get("XS", 0)))
 
     def tensor_maps(self, problem: Problem, config: Config, a, b) -> tuple:
         """The two TmaDesc records for A and B (``a`` / ``b``: kgen.arrays.ArrayInfo); an
@@ -400,10 +389,9 @@ def default_splitk(m: int, n: int, k: int, bm: int, bn: int, sms: int, bk: int =
 
 
 def workspace_bytes(problem: Problem, config: Config) -> tuple[int, int]:
-    """(partial sums, counters) bytes a split-K config needs; (0, 0) without split-K or where
-    the parts meet in a cluster's shared memory (KC)."""
+    """(partial sums, counters) bytes a split-K config needs; (0, 0) without split-K."""
     split = config.get("SPLITK", 1)
-    if split == 1 or config.get("KC", 0):
+    if split == 1:
         return 0, 0
     bm, bn = config["BM"], config["BN"]
     m, n = kernel_dims(problem, config)
