@@ -113,22 +113,3 @@ def test_fp64_double_buffered_fragments_interleave_copies_with_dmma(target):
     assert any(op.startswith("LDGSTS") for op in interleaved)
     assert not any(op.startswith("LDGSTS") for op in plain_interleaved)
     assert sum(op.startswith("LDS") for op in interleaved) >= 16
-
-
-@pytest.mark.parametrize("layout", LAYOUTS)
-def test_fp64_fragment_order_reads_every_fragment_pair_16_bytes_at_a_time(target, layout):
-    """FL=1 (every layout alike): each lane's two values of a fragment are one 16-byte shared
-    load, half the loads of 8-byte reads, and the tiles come in an element at a time."""
-    problem = SPEC.problem(4096, 4096, 4096, "float64", layout)
-    space = SPEC.space(problem, target)
-    tile = dict(BM=64, BN=128, BK=16, WM=32, WN=32, STAGES=4, GM=8, WK=1, MINB=1, UC=0, FB=2)
-    ordered = compile_source(render(SPEC, problem, space.config(**tile, VA=1, VB=1, FL=1), target, space))
-    plain = compile_source(render(SPEC, problem, space.config(**tile, VA=1, VB=1, FL=0), target, space))
-    assert ordered.failure is None and plain.failure is None and ordered.binary.resources["spill_stores"] == 0
-    counts = [{w: len(re.findall(rf"\bLDS\.{w}\b", sass_or_skip(r.binary.cubin))) for w in (64, 128)}
-              for r in (ordered, plain)]
-    assert counts[0][64] == 0 and 2 * counts[0][128] == counts[1][64] > 0
-    assert "LDGSTS.E.LTC128B.64" in sass_or_skip(ordered.binary.cubin)
-    assert space.config(**tile, VA=1, VB=1, FL=1).name.endswith("_fb2_fl")
-    assert not space.is_valid({**tile, "VA": 2, "VB": 1, "FL": 1})          # an element a copy
-    assert {c["FL"] for c in SPEC.space(SPEC.problem(64, 64, 64, "float32", "NN"), target).configs()} == {0}

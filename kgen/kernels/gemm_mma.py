@@ -29,13 +29,6 @@ ATOMS = {
 }
 
 
-# FL (fp64 fragment order): a pair row of A holds rows r and r + 8 interleaved, one of B the k
-# rows k and k + 4, so that a lane's two fragment values of an mma are one 16-byte read. A's
-# pair rows (2 BK + 8 doubles) lie 64 bytes apart modulo 128, B's (2 BN + 4) 32, which keeps
-# each quarter warp's 16-byte reads on distinct banks.
-FL_PAD_A, FL_PAD_B = 8, 4
-
-
 def _pad(dtype: str, kmajor: bool) -> int:
     """Elements added to each shared-memory row so fragment reads hit distinct banks."""
     if ITEMSIZE[dtype] == 2:
@@ -49,14 +42,10 @@ def tile_shape(dtype: str, layout: str, v: Mapping[str, int]) -> dict[str, int]:
     """Padded shared-memory rows and tile sizes (elements) of A and B, and the bytes in all
     (the pipeline's, or the k slices' partial sums where those need more)."""
     a_kmajor, b_kmajor = layout[0] == "N", layout[1] == "T"
-    if v.get("FL", 0):     # fragment order (fp64): pair rows of two interleaved rows each
-        sa_row, sb_row = 2 * v["BK"] + FL_PAD_A, 2 * v["BN"] + FL_PAD_B
-        sa_tile, sb_tile = v["BM"] // 2 * sa_row, v["BK"] // 2 * sb_row
-    else:
-        sa_row = (v["BK"] if a_kmajor else v["BM"]) + _pad(dtype, a_kmajor)
-        sb_row = (v["BK"] if b_kmajor else v["BN"]) + _pad(dtype, b_kmajor)
-        sa_tile = (v["BM"] if a_kmajor else v["BK"]) * sa_row
-        sb_tile = (v["BN"] if b_kmajor else v["BK"]) * sb_row
+    sa_row = (v["BK"] if a_kmajor else v["BM"]) + _pad(dtype, a_kmajor)
+    sb_row = (v["BK"] if b_kmajor else v["BN"]) + _pad(dtype, b_kmajor)
+    sa_tile = (v["BM"] if a_kmajor else v["BK"]) * sa_row
+    sb_tile = (v["BN"] if b_kmajor else v["BK"]) * sb_row
     acc_size = 8 if dtype == "float64" else 4
     partial = (v.get("WK", 1) - 1) * v["BM"] * v["BN"] * acc_size
     return dict(SA_ROW=sa_row, SB_ROW=sb_row, SA_TILE=sa_tile, SB_TILE=sb_tile,
@@ -129,8 +118,6 @@ class GemmMma(TensorCoreGemm):
             # fp64 only for now: unmasked copies of whole tiles, fragments double-buffered
             Param("UC", (0, 1) if dtype == "float64" else (0,), default=0),
             Param("FB", (1, 2) if dtype == "float64" else (1,), default=1),
-            # fp64: tiles stored in fragment order (FL_PAD_A), each element copied on its own
-            Param("FL", (0, 1) if dtype == "float64" else (0,), default=0),
         ]
         constraints = [
             Constraint("block tile fits the problem", lambda v: v["BM"] <= max(16, _pow2_at_least(m))
@@ -141,8 +128,6 @@ class GemmMma(TensorCoreGemm):
             Constraint("k slices of whole mma steps", lambda v: v["BK"] % (v["WK"] * mma_k) == 0, ("BK", "WK")),
             Constraint("double-buffered fragments with one k slice", lambda v: v["FB"] == 1 or v["WK"] == 1,
                        ("FB", "WK")),
-            Constraint("fragment order: copies of one element, all masked", lambda v: not v["FL"]
-                       or (v["VA"] == 1 and v["VB"] == 1 and v["UC"] == 0), ("FL", "VA", "VB", "UC")),
             Constraint("accumulators fit in registers", lambda v: accumulators(v) <= 128, ("WM", "WN")),
             Constraint("A vector fits alignment and tile", lambda v: v["VA"] <= align_a and
                        (v["BK"] if a_kmajor else v["BM"]) % v["VA"] == 0, ("BM", "BK", "VA")),
@@ -151,7 +136,7 @@ class GemmMma(TensorCoreGemm):
             Constraint("pipeline no deeper than the k loop", lambda v: v["STAGES"] - 1 <= max(1, -(-k // v["BK"])),
                        ("BK", "STAGES")),
             Constraint("shared memory fits the device", lambda v: smem(v) <= target.smem_per_block_optin,
-                       ("BM", "BN", "BK", "STAGES", "WK", "FL")),
+                       ("BM", "BN", "BK", "STAGES", "WK")),
             Constraint("grouping only with several block rows",
                        lambda v: v["GM"] == 1 or v["GM"] < -(-m // v["BM"]), ("BM", "GM")),
             Constraint("at most 16 copies per thread per stage", lambda v: chunks(v) <= 16,
@@ -159,7 +144,7 @@ class GemmMma(TensorCoreGemm):
             Constraint("registers and shared memory fit MINB blocks", lambda v: regs(v) <= 255 and
                        regs(v) * 32 * warps(v) * v["MINB"] <= target.regs_per_sm and
                        smem(v) * v["MINB"] <= target.smem_per_sm,
-                       ("BM", "BN", "BK", "WM", "WN", "STAGES", "VA", "VB", "WK", "MINB", "FB", "FL")),
+                       ("BM", "BN", "BK", "WM", "WN", "STAGES", "VA", "VB", "WK", "MINB", "FB")),
         ]
         derived = {"THREADS": lambda v: 32 * warps(v), "MMA_M": lambda v: mma_m, "MMA_K": lambda v: mma_k,
                    "ACC_PER_MMA": lambda v: acc_per, "REGS_EST": regs}
@@ -170,7 +155,7 @@ class GemmMma(TensorCoreGemm):
         def namer(v):
             return (f"gemm_mma_{short}_{layout.lower()}_{v['BM']}x{v['BN']}x{v['BK']}_w{v['WM']}x{v['WN']}"
                     f"_s{v['STAGES']}_va{v['VA']}_vb{v['VB']}_g{v['GM']}_k{v['WK']}_mb{v['MINB']}"
-                    + ("_uc" if v["UC"] else "") + ("_fb2" if v["FB"] == 2 else "") + ("_fl" if v["FL"] else ""))
+                    + ("_uc" if v["UC"] else "") + ("_fb2" if v["FB"] == 2 else ""))
 
         return Space(params, constraints, derived, namer)
 
