@@ -115,7 +115,10 @@ class GemmMma(TensorCoreGemm):
             Param("GM", (1, 8)),
             Param("WK", (1, 2, 4)),
             Param("MINB", (1, 2)),
-            # fp64 only for now: unmasked copies of whole tiles, fragments double-buffered
+            # fp64 only for now: unmasked copies of whole tiles, fragments double-buffered. Tried
+            # and dropped: 16-byte fragment reads, by a k order of pairs (ptxas moves the pairs
+            # into the DMMA's register order: 4096^3 2.80 ms against 2.59) or by tiles stored in
+            # fragment order (62b334a; its 8-byte copies: 3.63 ms), compare_f64_fragment_pairs.jsonl
             Param("UC", (0, 1) if dtype == "float64" else (0,), default=0),
             Param("FB", (1, 2) if dtype == "float64" else (1,), default=1),
         ]
