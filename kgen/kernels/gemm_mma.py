@@ -29,18 +29,12 @@ ATOMS = {
 }
 
 
-def _pad(dtype: str, kmajor: bool, swapped: int = 0, row: int = 0) -> int:
-    """Elements added to each shared-memory row (of ``row`` elements) so fragment reads hit
-    distinct banks. Swapped fp64 (``swapped``) reads A's k-major rows 16 bytes at a time, a
-    quarter warp's reads spanning two rows: they lie 64 bytes apart modulo 128 (``row`` + pad =
-    8 mod 16 doubles); and B's rows k 2t (lane t % 4) 8 bytes at a time: a stride of 2 mod 8
-    doubles keeps a half warp's four rows on distinct banks."""
+def _pad(dtype: str, kmajor: bool) -> int:
+    """Elements added to each shared-memory row so fragment reads hit distinct banks."""
     if ITEMSIZE[dtype] == 2:
         return 8
     if dtype == "float32":
         return 4 if kmajor else 8
-    if swapped:
-        return (8 - row) % 16 if kmajor else 2
     return 4
 
 
@@ -48,10 +42,8 @@ def tile_shape(dtype: str, layout: str, v: Mapping[str, int]) -> dict[str, int]:
     """Padded shared-memory rows and tile sizes (elements) of A and B, and the bytes in all
     (the pipeline's, or the k slices' partial sums where those need more)."""
     a_kmajor, b_kmajor = layout[0] == "N", layout[1] == "T"
-    a_row, b_row = (v["BK"] if a_kmajor else v["BM"]), (v["BK"] if b_kmajor else v["BN"])
-    swapped = v.get("SW", 0)
-    sa_row = a_row + _pad(dtype, a_kmajor, swapped, a_row)
-    sb_row = b_row + _pad(dtype, b_kmajor, swapped, b_row)
+    sa_row = (v["BK"] if a_kmajor else v["BM"]) + _pad(dtype, a_kmajor)
+    sb_row = (v["BK"] if b_kmajor else v["BN"]) + _pad(dtype, b_kmajor)
     sa_tile = (v["BM"] if a_kmajor else v["BK"]) * sa_row
     sb_tile = (v["BN"] if b_kmajor else v["BK"]) * sb_row
     acc_size = 8 if dtype == "float64" else 4
@@ -126,13 +118,11 @@ class GemmMma(TensorCoreGemm):
             # fp64 only for now: unmasked copies of whole tiles, fragments double-buffered. Tried
             # and dropped: 16-byte fragment reads, by a k order of pairs (ptxas moves the pairs
             # into the DMMA's register order: 4096^3 2.80 ms against 2.59) or by tiles stored in
-            # fragment order (62b334a; its 8-byte copies: 3.63 ms), compare_f64_fragment_pairs.jsonl
+            # fragment order (62b334a; its 8-byte copies: 3.63 ms) or by swapped operands, C^T =
+            # B^T A^T (aadd3c5; 2.67 ms: 9 fewer instructions a loop, of 230, most of them address and
+            # bounds arithmetic), compare_f64_fragment_pairs.jsonl
             Param("UC", (0, 1) if dtype == "float64" else (0,), default=0),
             Param("FB", (1, 2) if dtype == "float64" else (1,), default=1),
-            # fp64 with a k-major A: the mma computes C^T = B^T A^T, so that A's fragment pairs,
-            # its k 2t and 2t + 1 (the same k order in B), are one 16-byte read in the DMMA's
-            # register order
-            Param("SW", (0, 1) if dtype == "float64" and a_kmajor else (0,), default=0),
         ]
         constraints = [
             Constraint("block tile fits the problem", lambda v: v["BM"] <= max(16, _pow2_at_least(m))
@@ -151,7 +141,7 @@ class GemmMma(TensorCoreGemm):
             Constraint("pipeline no deeper than the k loop", lambda v: v["STAGES"] - 1 <= max(1, -(-k // v["BK"])),
                        ("BK", "STAGES")),
             Constraint("shared memory fits the device", lambda v: smem(v) <= target.smem_per_block_optin,
-                       ("BM", "BN", "BK", "STAGES", "WK", "SW")),
+                       ("BM", "BN", "BK", "STAGES", "WK")),
             Constraint("grouping only with several block rows",
                        lambda v: v["GM"] == 1 or v["GM"] < -(-m // v["BM"]), ("BM", "GM")),
             Constraint("at most 16 copies per thread per stage", lambda v: chunks(v) <= 16,
@@ -159,7 +149,7 @@ class GemmMma(TensorCoreGemm):
             Constraint("registers and shared memory fit MINB blocks", lambda v: regs(v) <= 255 and
                        regs(v) * 32 * warps(v) * v["MINB"] <= target.regs_per_sm and
                        smem(v) * v["MINB"] <= target.smem_per_sm,
-                       ("BM", "BN", "BK", "WM", "WN", "STAGES", "VA", "VB", "WK", "MINB", "FB", "SW")),
+                       ("BM", "BN", "BK", "WM", "WN", "STAGES", "VA", "VB", "WK", "MINB", "FB")),
         ]
         derived = {"THREADS": lambda v: 32 * warps(v), "MMA_M": lambda v: mma_m, "MMA_K": lambda v: mma_k,
                    "ACC_PER_MMA": lambda v: acc_per, "REGS_EST": regs}
@@ -170,7 +160,7 @@ class GemmMma(TensorCoreGemm):
         def namer(v):
             return (f"gemm_mma_{short}_{layout.lower()}_{v['BM']}x{v['BN']}x{v['BK']}_w{v['WM']}x{v['WN']}"
                     f"_s{v['STAGES']}_va{v['VA']}_vb{v['VB']}_g{v['GM']}_k{v['WK']}_mb{v['MINB']}"
-                    + ("_uc" if v["UC"] else "") + ("_fb2" if v["FB"] == 2 else "") + ("_sw" if v["SW"] else ""))
+                    + ("_uc" if v["UC"] else "") + ("_fb2" if v["FB"] == 2 else ""))
 
         return Space(params, constraints, derived, namer)
 
