@@ -116,11 +116,11 @@ class GemmMma(TensorCoreGemm):
             Param("WK", (1, 2, 4)),
             Param("MINB", (1, 2)),
             # fp64 only for now: unmasked copies of whole tiles, fragments double-buffered. Tried
-            # and dropped: 16-byte fragment reads, by a k order of pairs (ptxas moves the pairs
-            # into the DMMA's register order: 4096^3 2.80 ms against 2.59) or by tiles stored in
-            # fragment order (62b334a; its 8-byte copies: 3.63 ms) or by swapped operands, C^T =
-            # B^T A^T (aadd3c5; 2.67 ms: 9 fewer instructions a loop, of 230, most of them address and
-            # bounds arithmetic), compare_f64_fragment_pairs.jsonl
+            # and dropped: 16-byte fragment reads, by a k order of pairs (66 more IMAD, likely
+            # moves into the DMMA's register order: 4096^3 2.80 ms against 2.59), by tiles stored
+            # in fragment order (62b334a; its 8-byte copies: 3.63 ms) or by swapped operands,
+            # C^T = B^T A^T (aadd3c5; 2.67 ms: 9 fewer instructions a loop, of 230, most of them
+            # address and bounds arithmetic), compare_f64_fragment_pairs.jsonl
             Param("UC", (0, 1) if dtype == "float64" else (0,), default=0),
             Param("FB", (1, 2) if dtype == "float64" else (1,), default=1),
         ]

@@ -32,7 +32,7 @@ RS (tf32 TT, and NN swapped; ``_rs``; stored from registers, no staging, no clus
 3.01 against 3.92; TT 4096^3 0.345 against 0.482 with A copied by cp.async
 (scripts/results/nvidia-h200/compare_tf32_rs.jsonl).
 Tried and dropped (the code is in the history): stream-K, every block a run of k-blocks across
-tile edges (a675f13), 15-28 % slower than the best split-K or whole-tile config on every shape
+tile edges (a675f13), 11-38 % slower than the best split-K or whole-tile config on every shape
 measured, decode to 4096^3 (compare_stream_k.jsonl); the two split-K parts of a tile meeting
 in a cluster's shared memory instead of the workspace (fade00e), within 0-4 % of the workspace
 (compare_split_k_cluster.jsonl): the workspace round trip is not what bounds decode.
