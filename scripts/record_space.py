@@ -2,7 +2,8 @@
 on the GPU and write every measurement as a compressed recording for replay.
 
 A space small enough (the wgmma family's when tests/data/h200_gemm_wgmma_bf16_space.jsonl.gz
-was recorded: 75-164 valid configs per problem; 687-1336 now) is measured whole (``--configs 0``). The CUDA-core and mma.sync spaces hold 35,000-150,000 valid configs
+was recorded: 75-164 valid configs per problem; 687-1336 now) is measured whole
+(``--configs 0``). The CUDA-core and mma.sync spaces hold 35,000-150,000 valid configs
 per problem, hours of compiling each; they are recorded as a uniform sample of distinct
 valid configs (``--configs N``), and a replay searches exactly that sample.
 

@@ -440,15 +440,11 @@ def test_verify_re_measures_shipped_records_on_this_gpu(tmp_path):
     from kgen.db import read_jsonl
     from kgen.runners import LocalGPURunner
 
-    shipped = read_jsonl(Path(__file__).resolve().parents[1] / "tuning_db" / "nvidia-h200_gemm_wgmma.jsonl")
-    fastest = {}
-    for r in shipped:
-        key = r.measurement.problem_key
-        if (key.startswith("gemm_wgmma|") and ("|m=1000|" in key or "|m=64|n=4096|" in key)
-                and "dtype=bfloat16" in key and r.measurement.ok
-                and (key not in fastest or r.measurement.time_ms < fastest[key].measurement.time_ms)):
-            fastest[key] = r
-    wanted = list(fastest.values())
+    shipped = MemoryStore()
+    shipped.commit(read_jsonl(Path(__file__).resolve().parents[1] / "tuning_db" / "nvidia-h200_gemm_wgmma.jsonl"))
+    wanted = [shipped.best("gemm_wgmma", key, None, policy="any")
+              for key in shipped.problems("gemm_wgmma", policy="any")
+              if ("|m=1000|" in key or "|m=64|n=4096|" in key) and "dtype=bfloat16" in key]
     assert len(wanted) == 2 and any("_k" in r.measurement.config_name for r in wanted)
     write_jsonl(tmp_path / "two.jsonl", wanted)
     target = Target.detect(0)

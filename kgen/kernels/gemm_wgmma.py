@@ -261,7 +261,7 @@ class GemmWgmma(TensorCoreGemm):
         # 256 columns (NN 4096^3: 128x256 in 0.345 ms, 256x128 in 0.404;
         # scripts/results/nvidia-h200/compare_tf32_rs.jsonl)
         registers = 1 in choices["RS"]
-        m, n, k = problem["m"], problem["n"], problem["k"]
+        k = problem["k"]
         rows, cols = kernel_dims(problem, {"RS": int(registers)})
         tiles = sorted({(bm, bn) for bm in choices["BM"] for bn in choices["BN"]},
                        key=lambda t: (modelled_time(rows, cols, t[0], t[1], target.sm_count),
