@@ -92,32 +92,6 @@ def test_mma_fp64_whole_tile_copies_and_double_buffered_fragments_are_correct():
     _check_cases(spec, cases, lambda index, failures: index)
 
 
-def test_mma_fp64_m16n8k16_is_correct():
-    """DK=16 issues fp64's m16n8k16 shape, its fragments those of two m16n8k8 steps: every
-    layout, whole and partial tiles, k not a multiple of 16, one or two mma steps a stage,
-    fragments single- and double-buffered, k slices, and a bias."""
-    from kgen.kernels.gemm_mma import GemmMma
-
-    spec, target = GemmMma(), _target()
-    tiles = [dict(BM=64, BN=128, BK=16, WM=32, WN=32, STAGES=4, WK=1, FB=2),
-             dict(BM=64, BN=128, BK=16, WM=32, WN=32, STAGES=4, WK=1, FB=1),
-             dict(BM=128, BN=64, BK=32, WM=64, WN=32, STAGES=3, WK=1, FB=1),
-             dict(BM=32, BN=32, BK=32, WM=16, WN=16, STAGES=3, WK=1, FB=2),
-             dict(BM=64, BN=64, BK=32, WM=32, WN=32, STAGES=3, WK=2, FB=1)]
-    cases = []
-    for layout in LAYOUTS:
-        for m, n, k in ((256, 192, 96), (1000, 520, 776), (70, 40, 40), (1, 4097, 129)):
-            problem = spec.problem(m, n, k, "float64", layout, epilogue="bias" if m == 1000 else "none")
-            space = spec.space(problem, target)
-            for tile in tiles:
-                values = dict(tile, VA=problem["align_a"], VB=problem["align_b"], GM=1, MINB=1, UC=0, DK=16)
-                if space.is_valid(values):
-                    config = space.make(values)
-                    cases.append((problem, config, render(spec, problem, config, target, space)))
-    assert len(cases) >= 40
-    _check_cases(spec, cases, lambda index, failures: index)
-
-
 def test_mma_alpha_beta():
     import cupy
 

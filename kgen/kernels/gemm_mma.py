@@ -1,6 +1,6 @@
 """GEMM on tensor cores with mma.sync, ldmatrix and a cp.async pipeline (sm_80 and later).
 
-float16 / bfloat16 (m16n8k16), float32 as tf32 (m16n8k8) and float64 (m16n8k8 or m16n8k16, sm_90), every
+float16 / bfloat16 (m16n8k16), float32 as tf32 (m16n8k8) and float64 (m16n8k8, sm_90), every
 layout, any size and alignment, with the fused epilogue of ``kgen.kernels.gemm_tc``.
 
 >>> from kgen.problem import Target
@@ -25,7 +25,7 @@ ATOMS = {
     "float16": (16, 16, 4, (16, 32, 64, 128)),
     "bfloat16": (16, 16, 4, (16, 32, 64, 128)),
     "float32": (16, 8, 4, (8, 16, 32)),
-    "float64": (16, 8, 4, (8, 16, 32)),      # the m16n8k8 fp64 shape of sm_90; DK=16 takes m16n8k16
+    "float64": (16, 8, 4, (8, 16, 32)),      # the m16n8k8 fp64 shape of sm_90
 }
 
 
@@ -83,9 +83,6 @@ class GemmMma(TensorCoreGemm):
         def warps(v):
             return (v["BM"] // v["WM"]) * (v["BN"] // v["WN"]) * v["WK"]
 
-        def step_k(v):      # k of one mma
-            return v["DK"]
-
         def accumulators(v):
             return (v["WM"] // mma_m) * (v["WN"] // 8) * acc_words
 
@@ -99,10 +96,6 @@ class GemmMma(TensorCoreGemm):
         # copy (8 per plain 2-byte load), the rest
         def regs(v):
             frags = ((v["WM"] // mma_m) * 4 + (v["WN"] // 8) * 2) * (2 if dtype == "float64" else 1) * v["FB"]
-            if v["DK"] != mma_k:
-                # m16n8k16's fragments are twice m16n8k8's, but ptxas reads them close to their
-                # use: 1.5 times fits its reports (60 sampled fp64 configs; 2 of those let in spill)
-                frags = frags * 3 // 2
             per_copy = [8 if vec * size < 4 else 4 for vec in (v["VA"], v["VB"])]
             return (accumulators(v) + frags + per_copy[0] * copies(v, v["BM"], v["VA"])
                     + per_copy[1] * copies(v, v["BN"], v["VB"]) + 48)
@@ -130,9 +123,6 @@ class GemmMma(TensorCoreGemm):
             # address and bounds arithmetic), compare_f64_fragment_pairs.jsonl
             Param("UC", (0, 1) if dtype == "float64" else (0,), default=0),
             Param("FB", (1, 2) if dtype == "float64" else (1,), default=1),
-            # fp64's m16n8k16 shape: one DMMA.16x8x16 in place of two DMMA.16x8x8, half the
-            # tensor-core instructions a warp issues (cuBLAS's DGEMM has the same shape)
-            Param("DK", (8, 16) if dtype == "float64" else (mma_k,), default=mma_k),
         ]
         constraints = [
             Constraint("block tile fits the problem", lambda v: v["BM"] <= max(16, _pow2_at_least(m))
@@ -140,8 +130,7 @@ class GemmMma(TensorCoreGemm):
             Constraint("warp tile divides block tile", lambda v: v["BM"] % v["WM"] == 0
                        and v["BN"] % v["WN"] == 0, ("BM", "BN", "WM", "WN")),
             Constraint("1 to 16 warps", lambda v: 1 <= warps(v) <= 16, ("BM", "BN", "WM", "WN", "WK")),
-            Constraint("k slices of whole mma steps", lambda v: v["BK"] % (v["WK"] * step_k(v)) == 0,
-                       ("BK", "WK", "DK")),
+            Constraint("k slices of whole mma steps", lambda v: v["BK"] % (v["WK"] * mma_k) == 0, ("BK", "WK")),
             Constraint("double-buffered fragments with one k slice", lambda v: v["FB"] == 1 or v["WK"] == 1,
                        ("FB", "WK")),
             Constraint("accumulators fit in registers", lambda v: accumulators(v) <= 128, ("WM", "WN")),
@@ -157,12 +146,12 @@ class GemmMma(TensorCoreGemm):
                        lambda v: v["GM"] == 1 or v["GM"] < -(-m // v["BM"]), ("BM", "GM")),
             Constraint("at most 16 copies per thread per stage", lambda v: chunks(v) <= 16,
                        ("BM", "BN", "BK", "WM", "WN", "VA", "VB", "WK")),
-            Constraint("registers and shared memory fit MINB blocks", lambda v: (v["DK"] == 16 or regs(v) <= 255) and
-                       min(255, regs(v)) * 32 * warps(v) * v["MINB"] <= target.regs_per_sm and
+            Constraint("registers and shared memory fit MINB blocks", lambda v: regs(v) <= 255 and
+                       regs(v) * 32 * warps(v) * v["MINB"] <= target.regs_per_sm and
                        smem(v) * v["MINB"] <= target.smem_per_sm,
-                       ("BM", "BN", "BK", "WM", "WN", "STAGES", "VA", "VB", "WK", "MINB", "FB", "DK")),
+                       ("BM", "BN", "BK", "WM", "WN", "STAGES", "VA", "VB", "WK", "MINB", "FB")),
         ]
-        derived = {"THREADS": lambda v: 32 * warps(v), "MMA_M": lambda v: mma_m, "MMA_K": step_k,
+        derived = {"THREADS": lambda v: 32 * warps(v), "MMA_M": lambda v: mma_m, "MMA_K": lambda v: mma_k,
                    "ACC_PER_MMA": lambda v: acc_per, "REGS_EST": regs}
         for key in ("SA_ROW", "SB_ROW", "SA_TILE", "SB_TILE", "SMEM"):
             derived[key] = (lambda name: lambda v: tile_shape(dtype, layout, v)[name])(key)
@@ -171,8 +160,7 @@ class GemmMma(TensorCoreGemm):
         def namer(v):
             return (f"gemm_mma_{short}_{layout.lower()}_{v['BM']}x{v['BN']}x{v['BK']}_w{v['WM']}x{v['WN']}"
                     f"_s{v['STAGES']}_va{v['VA']}_vb{v['VB']}_g{v['GM']}_k{v['WK']}_mb{v['MINB']}"
-                    + ("_uc" if v["UC"] else "") + ("_fb2" if v["FB"] == 2 else "")
-                    + ("_dk16" if v["DK"] != mma_k else ""))
+                    + ("_uc" if v["UC"] else "") + ("_fb2" if v["FB"] == 2 else ""))
 
         return Space(params, constraints, derived, namer)
 
