@@ -21,6 +21,8 @@
 #                                        #   a clean L2 sweep (scripts/bench_flush.py) -> $OUT/bench_flush.json
 #   scripts/gpu_check.sh compare ARGS    # named configs timed side by side with cuBLAS (ARGS: see
 #                                        #   scripts/compare_configs.py) -> $OUT/compare.jsonl
+#   scripts/gpu_check.sh clocks ARGS     # SM clock, power and temperature while each named config and
+#                                        #   cuBLAS run for seconds (scripts/clock_probe.py) -> $OUT/clock_probe.jsonl
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu_out}
@@ -79,5 +81,8 @@ if [ "$what" = ncu ]; then
 fi
 if [ "$what" = compare ]; then
   logged compare.log python3 scripts/compare_configs.py --out "$OUT/compare.jsonl" "$@"
+fi
+if [ "$what" = clocks ]; then
+  logged clock_probe.log python3 scripts/clock_probe.py --out "$OUT/clock_probe.jsonl" "$@"
 fi
 exit $status

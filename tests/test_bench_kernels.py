@@ -96,3 +96,19 @@ def test_both_flushes_evict():
         cold = bench.time_runs(read, Timing(warmup=1, runs=5), flush)
         warm = bench.time_runs(read, Timing(warmup=1, runs=5), None)
         assert min(cold) > 0 and sorted(cold)[2] > sorted(warm)[2], (style, cold, warm)
+
+
+def test_clock_probe_reads_nvidia_smi_samples():
+    """scripts/clock_probe.py's reading of nvidia-smi's CSV: samples spread over the run, a
+    line that is not a sample dropped, reasons a driver does not report read as none."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+    from clock_probe import parse_samples
+
+    lines = ["1980, 120.50, 40, 0x0000000000000000", "", "1845, 698.10, 59, 0x0000000000000004",
+             "oops", "1830, 699.00, 60, [N/A]"]
+    samples = parse_samples(lines, elapsed_s=4.0)
+    assert [s[1:] for s in samples] == [(1980.0, 120.5, 40.0, 0), (1845.0, 698.1, 59.0, 4), (1830.0, 699.0, 60.0, 0)]
+    assert [round(s[0], 2) for s in samples] == [0.5, 1.5, 3.5]      # the 4 lines that are not blank, over 4 s
