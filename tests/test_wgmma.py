@@ -272,52 +272,7 @@ def test_cluster_configs_launch_whole_clusters_and_split_the_b_box(target, recor
     bmap = next(x for x in recorded_maps if x["ptr"] == 0x20000)
     assert bmap["box"] == (64, 128)            # each block of the pair loads half of the 256 rows
     one_row = SPEC.problem(100, 4096, 4096, "bfloat16", "NT")
-    assert not any(x["CLUSTER"] == 2 and not x["CN"] for x in SPEC.space(one_row, target).configs() if x["BM"] >= 128)
-
-
-@pytest.mark.parametrize("layout", ("NN", "NT"))
-def test_sass_of_a_column_pair_config_multicasts_a_and_loads_b_per_block(target, layout):
-    problem = SPEC.problem(64, 4096, 4096, "bfloat16", layout)
-    space = SPEC.space(problem, target)
-    config = space.config(BM=64, BN=64, BK=64, STAGES=8, CONSUMERS=1, GM=1, PINGPONG=0, SPLITK=2, TMA_STORE=1,
-                          CLUSTER=2, CN=1)
-    assert config.name == f"gemm_wgmma_bf16_{layout.lower()}_64x64x64_s8_c1_g1_k2_ts_x2n"
-    result = compile_source(render(SPEC, problem, config, target, space))
-    assert result.failure is None, result.failure
-    assert result.binary.resources.get("spill_stores", 0) == 0
-    sass = sass_or_skip(result.binary.cubin)
-    loads = re.findall(r"UTMALDG\.2D[^;]*", sass)
-    # A: this block's half, multicast to both; B: one plain load of its own tile per stage
-    assert len([x for x in loads if "MULTICAST" in x]) == 1 and len(loads) == 2, loads
-    assert "UCGABAR_ARV" in sass and "UCGABAR_WAIT" in sass
-    assert re.search(r"SYNCS\.ARRIVE\.TRANS64\.RED\.A1T0\.ALIGN|SYNCS\.ARRIVE[^;]*\.RED", sass)  # remote arrive
-
-
-def test_column_pairs_launch_whole_clusters_and_halve_the_a_box(target, recorded_maps):
-    m, n, k = 100, 1000, 776          # 2 block rows x 16 block columns: 8 pairs of columns
-    p = SPEC.problem(m, n, k, "bfloat16", "NN")
-    space = SPEC.space(p, target)
-    c = space.config(BM=64, BN=64, BK=64, STAGES=8, CONSUMERS=1, GM=1, PINGPONG=0, CLUSTER=2, CN=1)
-    assert c.name.endswith("_x2n")
-    assert SPEC.launch(p, c).grid == (2 * 2 * 8, 1, 1)
-    odd = SPEC.problem(m, 1030, k, "bfloat16", "NN")     # 17 block columns: the last pair's second past N
-    assert SPEC.launch(odd, SPEC.space(odd, target).config(**c.as_dict())).grid == (2 * 2 * 9, 1, 1)
-    SPEC.args(p, c, {"a": _FakeArray(0x10000, (m, k), (k, 1)), "b": _FakeArray(0x20000, (k, n), (n, 1)),
-                     "c": _FakeArray(0x30000, (m, n), (n, 1))})
-    amap = next(x for x in recorded_maps if x["ptr"] == 0x10000)
-    bmap = next(x for x in recorded_maps if x["ptr"] == 0x20000)
-    assert amap["box"] == (64, 32) and bmap["box"] == (64, 64)   # half of A's 64 rows; B whole, per block
-    decode = SPEC.problem(1, 4096, 4096, "bfloat16", "NN")
-    dc = SPEC.space(decode, target).config(**c.as_dict())
-    SPEC.args(decode, dc, {"a": _FakeArray(0x40000, (1, 4096), (4096, 1)),
-                           "b": _FakeArray(0x50000, (4096, 4096), (4096, 1)),
-                           "c": _FakeArray(0x60000, (1, 4096), (4096, 1))})
-    assert next(x for x in recorded_maps if x["ptr"] == 0x40000)["box"] == (64, 1)   # M rows where fewer
-    # offered only where TMA loads a K-major 16-bit A, and with two block columns
-    assert not any(x["CN"] for x in SPEC.space(SPEC.problem(100, 1000, 776, "bfloat16", "TN"), target).configs())
-    assert not any(x["CN"] for x in SPEC.space(SPEC.problem(100, 1000, 776, "float32", "NT"), target).configs())
-    narrow = SPEC.space(SPEC.problem(100, 128, 776, "float16", "NN"), target).configs()
-    assert {(x["CLUSTER"], x["BN"]) for x in narrow if x["CN"]} == {(2, 64)}     # two columns of 64 only
+    assert not any(x["CLUSTER"] == 2 for x in SPEC.space(one_row, target).configs() if x["BM"] >= 128)
 
 
 def test_sass_of_a_ping_pong_config(target):
@@ -363,12 +318,11 @@ def test_space_respects_shared_memory_registers_and_names(target):
             assert v["RPC"] in (64, 128) and v["BN"] // 2 * v["SLABS"] <= 168
             assert not v["RS"] or (v["BN"] // 2 + 16) * v["SLABS"] <= 168 + 16    # and the fragments
             name = re.fullmatch(rf"gemm_wgmma_{SHORT[dtype]}_(nn|nt|tn|tt)_\d+x\d+x{block_k(dtype)}_s\d+_c[12]_g[18]"
-                                r"(?P<pp>_pp)?(_k[248])?(?P<ts>_ts)?(?P<x2>_x2)?(?P<cn>n)?(_t[23])?(?P<rs>_rs)?",
-                                c.name)
+                                r"(?P<pp>_pp)?(_k[248])?(?P<ts>_ts)?(?P<x2>_x2)?(_t[23])?(?P<rs>_rs)?", c.name)
             assert name, c.name
-            flags = {k: bool(name[k]) for k in ("pp", "ts", "x2", "cn", "rs")}
+            flags = {k: bool(name[k]) for k in ("pp", "ts", "x2", "rs")}
             assert flags == {"pp": bool(v["PINGPONG"]), "ts": bool(v["TMA_STORE"]), "x2": v["CLUSTER"] == 2,
-                             "cn": bool(v["CN"]), "rs": bool(v["RS"])}
+                             "rs": bool(v["RS"])}
             if v["PINGPONG"]:
                 assert v["CONSUMERS"] == 2 and v["RPC"] == v["BM"]
         assert len({c.name for c in configs}) == len(configs)
@@ -721,26 +675,6 @@ def _cluster_jobs(target):
     return jobs
 
 
-# odd block-column counts in 64-wide tiles (a pair's second tile past N), decode-like rows
-COLUMN_SHAPES = [(64, 4160, 1000), (16, 1000, 2056), (100, 1000, 776), (1, 4104, 136)]
-
-
-def _column_pair_jobs(target):
-    """CN configs (cooperative, ping-pong, split-K, and one with TMA stores) per shape, for
-    the two layouts with a K-major A."""
-    jobs = {}
-    for i, (shape, layout) in enumerate((s, l) for s in COLUMN_SHAPES for l in ("NN", "NT")):
-        rng = random.Random(7000 + i)
-        dtype = ("bfloat16", "float16")[i % 2]
-        problem = SPEC.problem(*shape, dtype, layout, out_dtype=rng.choice(allowed_outputs(dtype)),
-                               epilogue=rng.choice(EPILOGUES))
-        paired = [c for c in SPEC.space(problem, target).configs() if c["CN"]]
-        stored = [c for c in paired if c["TMA_STORE"]]
-        jobs[("columns", shape, layout)] = (problem, _one_of_each_schedule(rng, paired)
-                                            + ([rng.choice(stored)] if stored else []))
-    return jobs
-
-
 STAGED_SHAPES = [(33, 20, 1000), (1000, 520, 776), (130, 1000, 4104), (1, 4100, 129)]
 
 
@@ -785,8 +719,7 @@ def gpu():
 
     target = Target.detect(0)
     jobs = {**_odd_jobs(target), **_edge_jobs(target), **_alpha_beta_jobs(target), **_splitk_jobs(target),
-            **_store_jobs(target), **_cluster_jobs(target), **_column_pair_jobs(target), **_staged_jobs(target),
-            **_rs_jobs(target)}
+            **_store_jobs(target), **_cluster_jobs(target), **_staged_jobs(target), **_rs_jobs(target)}
     for dtype, layout in (("bfloat16", "NT"), ("float32", "NN")):
         big = SPEC.problem(4096, 4096, 4096, dtype, layout)
         jobs[("big", dtype)] = (big, [SPEC.default_config(big, target)])
@@ -898,18 +831,6 @@ def test_gpu_cluster_configs_share_b_and_are_correct(gpu, shape, layout):
     assert configs and all(c["CLUSTER"] == 2 for c in configs)
     for launch in range(2):
         _verify_all(gpu, ("cluster", shape, layout), first_seed=20 * launch)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("shape", COLUMN_SHAPES)
-@pytest.mark.parametrize("layout", ("NN", "NT"))
-def test_gpu_column_pair_configs_share_a_and_are_correct(gpu, shape, layout):
-    """Twice each, on fresh inputs: a stage refilled before both blocks freed it, or a tile
-    past N stored, would show."""
-    problem, configs = gpu[1][("columns", shape, layout)]
-    assert len(configs) >= 3 and all(c["CLUSTER"] == 2 and c["CN"] for c in configs)
-    for launch in range(2):
-        _verify_all(gpu, ("columns", shape, layout), first_seed=30 * launch)
 
 
 @pytest.mark.gpu

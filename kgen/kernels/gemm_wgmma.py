@@ -116,12 +116,6 @@ def register_choices(problem: Problem) -> tuple[int, ...]:
                       and problem["align_a"] >= tma_align and problem["align_b"] >= tma_align) else (0,)
 
 
-def column_pair_choices(problem: Problem) -> tuple[int, ...]:
-    """CN, clusters of two block columns sharing A by multicast (a decode's A is read once for
-    two tiles): offered for a K-major 16-bit A, which TMA loads."""
-    return (0, 1) if problem["dtype"] != "float32" and problem["layout"][0] == "N" else (0,)
-
-
 def swapped(problem: Problem, values) -> bool:
     """Whether the kernel computes C^T = B^T A^T: a tf32 NN problem with RS."""
     return bool(values.get("RS", 0)) and problem["layout"] == "NN"
@@ -189,16 +183,12 @@ class GemmWgmma(TensorCoreGemm):
             Param("SPLITK", SPLITS, default=1),
             Param("TMA_STORE", (0, 1), default=0),
             Param("CLUSTER", (1, 2), default=1),
-            Param("CN", column_pair_choices(problem), default=0),
             Param("XS", staging_choices(problem), default=0),
             Param("RS", register_choices(problem), default=0),
         ]
 
         def rows(v):      # the kernel's M and N (swapped for NN with RS)
             return kernel_dims(problem, v)
-
-        def row_pairing(v):   # block rows a cluster takes: CLUSTER, or 1 where it pairs columns
-            return 1 if v["CN"] else v["CLUSTER"]
 
         constraints = [
             Constraint("block tile fits the problem",
@@ -218,15 +208,12 @@ class GemmWgmma(TensorCoreGemm):
                        <= MAX_ACC_FLOATS + RS_FRAGMENT_REGS * v["RS"],
                        ("BM", "BN", "CONSUMERS", "PINGPONG", "RS")),
             Constraint("grouping only with several block rows (of pairs, in clusters)",
-                       lambda v: v["GM"] == 1 or v["GM"] < _ceil_div(rows(v)[0], v["BM"] * row_pairing(v)),
-                       ("BM", "GM", "CLUSTER", "CN", "RS")),
+                       lambda v: v["GM"] == 1 or v["GM"] < _ceil_div(rows(v)[0], v["BM"] * v["CLUSTER"]),
+                       ("BM", "GM", "CLUSTER", "RS")),
             Constraint("a cluster pairs two block rows and multicasts B, which TMA must load",
-                       lambda v: v["CLUSTER"] == 1 or v["CN"]
+                       lambda v: v["CLUSTER"] == 1
                        or (_ceil_div(rows(v)[0], v["BM"]) >= 2 and not cp_b and not v["RS"]),
-                       ("BM", "CLUSTER", "CN", "RS")),
-            Constraint("CN: a cluster of two block columns, which share A",
-                       lambda v: not v["CN"] or (v["CLUSTER"] == 2 and _ceil_div(rows(v)[1], v["BN"]) >= 2),
-                       ("BN", "CLUSTER", "CN", "RS")),
+                       ("BM", "CLUSTER", "RS")),
             Constraint("split-K only while the tiles leave SMs idle, two k-blocks a part at least",
                        lambda v: v["SPLITK"] == 1 or splitk_useful(*rows(v), k, v["BM"], v["BN"], v["SPLITK"],
                                                                     target.sm_count, bk),
@@ -245,8 +232,7 @@ class GemmWgmma(TensorCoreGemm):
             return (f"gemm_wgmma_{short}_{layout.lower()}_{v['BM']}x{v['BN']}x{v['BK']}"
                     f"_s{v['STAGES']}_c{v['CONSUMERS']}_g{v['GM']}" + ("_pp" if v["PINGPONG"] else "")
                     + (f"_k{v['SPLITK']}" if v["SPLITK"] > 1 else "") + ("_ts" if v["TMA_STORE"] else "")
-                    + (f"_x{v['CLUSTER']}" if v["CLUSTER"] > 1 else "") + ("n" if v["CN"] else "")
-                    + (f"_t{v['XS']}" if v["XS"] else "")
+                    + (f"_x{v['CLUSTER']}" if v["CLUSTER"] > 1 else "") + (f"_t{v['XS']}" if v["XS"] else "")
                     + ("_rs" if v["RS"] else ""))
 
         return Space(params, constraints, derived, namer)
@@ -308,9 +294,7 @@ class GemmWgmma(TensorCoreGemm):
     def launch(self, problem: Problem, config: Config) -> Launch:
         bm, bn, cluster = config["BM"], config["BN"], config.get("CLUSTER", 1)
         m, n = kernel_dims(problem, config)
-        pairs = ((_ceil_div(m, bm), _ceil_div(_ceil_div(n, bn), cluster)) if config.get("CN", 0)
-                 else (_ceil_div(_ceil_div(m, bm), cluster), _ceil_div(n, bn)))
-        units = pairs[0] * pairs[1] * config.get("SPLITK", 1)
+        units = _ceil_div(_ceil_div(m, bm), cluster) * _ceil_div(n, bn) * config.get("SPLITK", 1)
         grid = cluster * max(1, min(units, self.sm_count // cluster))   # whole clusters
         return Launch((grid, 1, 1), (128 * (config["CONSUMERS"] + 1), 1, 1),
                       smem_bytes(bm, bn, config["STAGES"], config["CONSUMERS"], config.get("TMA_STORE", 0),
@@ -332,11 +316,9 @@ class GemmWgmma(TensorCoreGemm):
             return first, second
         # (inner, outer) dims, leading dimension, and box of each operand's storage
         registers = config.get("RS", 0)
-        column_pairs = config.get("CN", 0)
         if layout[0] == "N":      # row-major M x K: K contiguous, one box of BK k x BM rows (M rows
-            # where M is fewer, as the kernel expects: rows past M would be zero-filled for nothing;
-            # with CN, each block of a cluster loads half of the rows and multicasts them)
-            a_map = ((k, m), _ld(a.strides[0], m, k), (bk, min(m, config["BM"] // (2 if column_pairs else 1))))
+            # where M is fewer, as the kernel expects: rows past M would be zero-filled for nothing)
+            a_map = ((k, m), _ld(a.strides[0], m, k), (bk, min(m, config["BM"])))
         else:                     # stored K x M: M contiguous, boxes of 64 m x 64 k (RS: 32 m x 32 k)
             a_map = ((m, k), _ld(a.strides[1], k, m), (32 if registers else 64, bk))
         staged = config.get("XS", 0) > 0
@@ -345,8 +327,7 @@ class GemmWgmma(TensorCoreGemm):
             b_map = ((n, k), _ld(b.strides[0], k, n), (config["BN"], bk) if staged else (64, bk))
         else:                     # stored N x K: K contiguous, one box of BK k x BN rows (each block
             # of a cluster loads BN / CLUSTER of them and multicasts them)
-            b_map = ((k, n), _ld(b.strides[1], n, k),
-                     (bk, config["BN"] // (1 if column_pairs else config.get("CLUSTER", 1))))
+            b_map = ((k, n), _ld(b.strides[1], n, k), (bk, config["BN"] // config.get("CLUSTER", 1)))
         copied = copied_transposed(dtype, layout)
         copied = (copied[0] and not registers, copied[1] and not staged)
         swizzle = (SWIZZLE, 0 if staged else SWIZZLE)
