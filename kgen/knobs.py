@@ -134,7 +134,8 @@ class Knobs:
                                "log-time the model trades per unit of distance from the best config")
     search_walk_distance = _EnvKnob("KGEN_SEARCH_WALK_DISTANCE", _one_of("moves", "span"), lambda: "moves",
                                     "how the kgen sampler's walk measures a config's distance from the best "
-                                    "before any model guides it: moves (every config one move away first, "
+                                    "until this tune's own model guides it (alone, or beside a warm start's "
+                                    "neighbour model): moves (every config one move away first, "
                                     "kgen.search.move_distance) or span (kgen.search.config_distance)")
     search_prior_weight = _EnvKnob("KGEN_SEARCH_PRIOR_WEIGHT", float, lambda: 0.1,
                                    "in a warm start, the weight of the nearest tuned problem's model of "
