@@ -120,7 +120,9 @@ class GemmMma(TensorCoreGemm):
             # moves into the DMMA's register order: 4096^3 2.80 ms against 2.59), by tiles stored
             # in fragment order (62b334a; its 8-byte copies: 3.63 ms) or by swapped operands,
             # C^T = B^T A^T (aadd3c5; 2.67 ms: 9 fewer instructions a loop, of 230, most of them
-            # address and bounds arithmetic), compare_f64_fragment_pairs.jsonl
+            # address and bounds arithmetic), compare_f64_fragment_pairs.jsonl; and fp64's m16n8k16
+            # shape (e478dce: slower on all 12 tiles tried, 4096^3 best 2.90 ms against 2.59,
+            # compare_f64_m16n8k16.jsonl)
             Param("UC", (0, 1) if dtype == "float64" else (0,), default=0),
             Param("FB", (1, 2) if dtype == "float64" else (1,), default=1),
         ]

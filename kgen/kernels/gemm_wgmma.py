@@ -35,7 +35,9 @@ Tried and dropped (the code is in the history): stream-K, every block a run of k
 tile edges (a675f13), 11-38 % slower than the best split-K or whole-tile config on every shape
 measured, decode to 4096^3 (compare_stream_k.jsonl); the two split-K parts of a tile meeting
 in a cluster's shared memory instead of the workspace (fade00e), within 0-4 % of the workspace
-(compare_split_k_cluster.jsonl): the workspace round trip is not what bounds decode.
+(compare_split_k_cluster.jsonl): the workspace round trip is not what bounds decode; clusters
+of two block columns sharing A by multicast, B per block (b50e70f, ``CN``), no faster on any
+decode shape, 64x4096x4096 0.0162 ms against 0.0151 (compare_column_pairs.jsonl).
 
 >>> from kgen.problem import Target
 >>> spec = GemmWgmma()
