@@ -334,8 +334,9 @@ class Tuner:
         locality = knobs.search_locality
         # this tune's model, else the neighbour's (weighted), else the distance alone
         guide, weight = (model, 1.0) if model is not None else (prior, knobs.search_prior_weight)
-        unguided = move_distance if knobs.search_walk_distance == "moves" else config_distance
-        distance_of = unguided if guide is None or model is None else config_distance
+        # by moves until this tune's own model guides (beside a neighbour's model too), then the span
+        walk = move_distance if knobs.search_walk_distance == "moves" else config_distance
+        distance_of = walk if model is None else config_distance
 
         def score(c: Config) -> tuple:
             distance = distance_of(self.space, best.config, c.as_dict())
