@@ -20,7 +20,6 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from kgen.errors import NoConfigError
 from kgen.kernels import gemm_rules as rules
 from kgen.measure.arg_pack import cupy_ndarray, data_pointer
 from kgen.problem import Problem, Target
@@ -206,19 +205,15 @@ class GemmSimt(KernelSpec):
                  (32, 64, 2, 4), (16, 64, 2, 2), (64, 16, 2, 2), (16, 16, 2, 2))
         if math.ceil(m / 128) * math.ceil(n / 256) >= 0.9 * target.sm_count:
             tiles = ((128, 256, 16, 8),) + tiles
-        for bm, bn, tm, tn in tiles:
-            for va in (min(widest, problem["align_a"], 4), 1):
-                for vb in (min(widest, problem["align_b"], 4), 1):
-                    for bk in depths:
-                        for gm in (8, 1):
-                            v = dict(BM=bm, BN=bn, TM=tm, TN=tn, BK=bk, VA=va, VB=vb, DB=1, UNROLL=0,
-                                     GM=gm, SK=1, MINB=1)
-                            if space.is_valid(v):
-                                return space.make(_filling_split(space, v, m, n, target.sm_count))
-        configs = space.configs()
-        if not configs:
-            raise NoConfigError(f"no valid gemm config for {problem.key}")
-        return configs[0]
+        candidates = (dict(BM=bm, BN=bn, TM=tm, TN=tn, BK=bk, VA=va, VB=vb, DB=1, UNROLL=0, GM=gm, SK=1, MINB=1)
+                      for bm, bn, tm, tn in tiles
+                      for va in (min(widest, problem["align_a"], 4), 1)
+                      for vb in (min(widest, problem["align_b"], 4), 1)
+                      for bk in depths for gm in (8, 1))
+        chosen = next((v for v in candidates if space.is_valid(v)), None)
+        if chosen is None:
+            return self.first_valid(space, (), problem)
+        return space.make(_filling_split(space, chosen, m, n, target.sm_count))
 
     # ---- launch -----------------------------------------------------------------------
     def launch(self, problem: Problem, config: Config) -> Launch:
