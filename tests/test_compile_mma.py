@@ -113,3 +113,19 @@ def test_fp64_double_buffered_fragments_interleave_copies_with_dmma(target):
     assert any(op.startswith("LDGSTS") for op in interleaved)
     assert not any(op.startswith("LDGSTS") for op in plain_interleaved)
     assert sum(op.startswith("LDS") for op in interleaved) >= 16
+
+
+def test_default_and_model_picks_by_tiles_per_sm(target):
+    """The default is the largest tile with a tile for every SM; its 16-bit tiles of 64x64 or
+    less take k tiles of 64; the picks add the next larger tile, which the rule passed over."""
+    skinny = SPEC.problem(128, 4096, 4096, "bfloat16", "NN")
+    default = SPEC.default_config(skinny, target)
+    assert (default["BM"], default["BN"], default["BK"]) == (32, 64, 64)     # 256 tiles; 64x64 makes 128
+    picks = SPEC.model_picks(skinny, target, 3)
+    assert [p.name for p in picks[:1]] == [default.name]
+    assert [(p["BM"], p["BN"], p["BK"]) for p in picks[1:]] == [(64, 64, 64)]
+    assert SPEC.model_picks(skinny, target, 1) == [default]
+    large = SPEC.problem(4096, 4096, 4096, "float16", "NN")
+    assert [(p["BM"], p["BN"], p["BK"]) for p in SPEC.model_picks(large, target, 3)] == [(128, 128, 32)]
+    f64 = SPEC.default_config(SPEC.problem(1000, 1000, 1000, "float64", "NN"), target)
+    assert (f64["BM"], f64["BN"], f64["BK"]) == (64, 64, 16)      # 8-byte tiles keep k tiles of 16
