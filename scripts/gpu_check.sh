@@ -9,8 +9,9 @@
 #   scripts/gpu_check.sh dispatch [ARGS] # call overhead and cold start (ARGS go to bench_dispatch.py)
 #   scripts/gpu_check.sh launch          # host cost of each piece of a kernel call (launch_costs.py)
 #   scripts/gpu_check.sh db [ARGS]       # the CPU database benchmark on this host's CPUs (bench_db.py)
-#   scripts/gpu_check.sh record SET N    # ground truth for search studies: N configs per problem of
-#                                        #   SET (simt, mma, wgmma; N=0: all) -> $OUT/h200_gemm_SET.jsonl.gz
+#   scripts/gpu_check.sh record SET N [SECONDS [ARGS]] # ground truth for search studies: N configs per
+#                                        #   problem of SET (simt, mma, wgmma; N=0: all), SECONDS at most each
+#                                        #   (ARGS: e.g. --shapes) -> $OUT/h200_gemm_SET.jsonl.gz
 #   scripts/gpu_check.sh extend SET OLD [ARGS] # OLD (a sampled recording) and what a search meets first: the
 #                                        #   model picks' neighbourhoods, live kgen tunes (record_space.py
 #                                        #   --extend) -> $OUT/$(basename OLD)
@@ -63,7 +64,7 @@ if [ "$what" = db ]; then
 fi
 if [ "$what" = record ]; then
   logged "record_$1.log" python3 scripts/record_space.py --set "$1" --configs "${2:-0}" --timeout "${3:-120}" \
-    --out "$OUT/h200_gemm_$1.jsonl.gz"
+    --out "$OUT/h200_gemm_$1.jsonl.gz" "${@:4}"
 fi
 if [ "$what" = extend ]; then
   logged "extend_$1.log" python3 scripts/record_space.py --set "$1" --extend "$2" --out "$OUT/$(basename "$2")" "${@:3}"

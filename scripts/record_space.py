@@ -154,6 +154,8 @@ def main() -> int:
     parser.add_argument("--set", choices=sorted(SETS), required=True)
     parser.add_argument("--configs", type=int, default=0, help="configs per problem (0: every valid one)")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per problem")
+    parser.add_argument("--shapes", default="", help="only these of the set's shapes, MxNxK,... (a recording "
+                                                     "made in parts; the parts' files are concatenated)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True, help="the recording (.jsonl.gz)")
     parser.add_argument("--extend", default="", help="a recording to extend (see above) instead of sampling")
@@ -170,6 +172,12 @@ def main() -> int:
     from kgen.runners import LocalGPURunner
 
     family, dtype, shapes = SETS[args.set]
+    if args.shapes:
+        wanted = [tuple(int(x) for x in shape.split("x")) for shape in args.shapes.split(",")]
+        unknown = [w for w in wanted if w not in shapes]
+        if unknown:
+            parser.error(f"--shapes {unknown} not in the {args.set} set: {shapes}")
+        shapes = [s for s in shapes if s in wanted]
     target = Target.detect(0)
     with LocalGPURunner((0,), target.l2_bytes) as runner:
         if args.extend:

@@ -17,7 +17,7 @@ from kgen.problem import Target  # noqa: E402
 from kgen.runners import Recording, ReplayRunner  # noqa: E402
 from kgen.spec import get_spec  # noqa: E402
 
-RECORDING = ROOT / "tests" / "data" / "h200_gemm_wgmma_bf16_space.jsonl.gz"
+RECORDING = ROOT / "tests" / "data" / "h200_gemm_mma_bf16_space.jsonl.gz"   # a sampled space
 TARGET = Target.h200("NVIDIA H200")
 
 
@@ -45,7 +45,7 @@ def test_extend_keeps_every_old_record_and_adds_only_unrecorded_configs(capsys):
     old = read_records(RECORDING)
     recording = Recording.from_records(old)
     with ReplayRunner(recording) as runner:
-        records = record_space.extend(_args(around_best=2), "gemm_wgmma", TARGET, runner)
+        records = record_space.extend(_args(around_best=2), "gemm_mma", TARGET, runner)
     assert records[: len(old)] == old
     added = records[len(old):]
     assert added, "the picks' neighbourhoods hold configs the recording lacks"
@@ -60,13 +60,13 @@ def test_extend_keeps_every_old_record_and_adds_only_unrecorded_configs(capsys):
 def test_extend_without_anchors_or_live_tunes_adds_nothing(capsys):
     old = read_records(RECORDING)
     with ReplayRunner(Recording.from_records(old)) as runner:
-        records = record_space.extend(_args(around_picks=0), "gemm_wgmma", TARGET, runner)
+        records = record_space.extend(_args(around_picks=0), "gemm_mma", TARGET, runner)
     assert len(records) == len(old)
     assert "0 configs added" in capsys.readouterr().out
 
 
 def test_extend_skips_other_families(capsys):
-    old = read_records(RECORDING)      # gemm_wgmma records only
+    old = read_records(RECORDING)      # gemm_mma records only
     with ReplayRunner(Recording.from_records(old)) as runner:
         assert len(record_space.extend(_args(), "gemm", TARGET, runner)) == len(old)
     assert capsys.readouterr().out == ""
