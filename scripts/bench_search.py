@@ -17,7 +17,7 @@ problem with none within KGEN_SEARCH_WARM_DISTANCE (as far as a tune warm-starts
 kgen+warm row.
 
 Note: a replay offers only the recorded configs, and the numbers say how strategies do
-within them. The wgmma recording is its space whole (as the template stood when recorded);
+within them. The wgmma recording is its space whole (the template of 2026-12-02);
 the CUDA-core and mma.sync spaces (35,000-151,000 configs a problem) are a uniform sample of
 400 configs, extended (scripts/record_space.py --extend; its log in
 scripts/results/nvidia-h200/extend_recordings.log) with what a search meets first: every

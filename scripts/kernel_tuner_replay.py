@@ -159,10 +159,11 @@ def _restriction(prob: _Problem):
 
 
 # Kernel Tuner 1.5.0 strategies that ran, deterministically per seed, in simulation mode on every
-# problem of h200_gemm_wgmma_bf16_space (75-164 configs), h200_gemm_mma_bf16_space and
+# problem of h200_gemm_wgmma_bf16_space (687-1336 configs), h200_gemm_mma_bf16_space and
 # h200_gemm_f32_simt_space (400-config samples of 0.3M-1.3M-config products), budget 200. Caveats:
 #   diff_evo raises IndexError on a space smaller than its population, 16 x the number of
-#     parameters with more than one value: the 75-config wgmma problem (80 > 75), and 9 of the 10
+#     parameters with more than one value: a 75-config problem of the earlier wgmma recording
+#     (80 > 75; the template of 2026-11-30), and 9 of the 10
 #     problems of the older h200_gemm_f32_simt.jsonl.gz (30-150 configs, 11-12 parameters).
 #   minimize, basinhopping, dual_annealing (scipy's continuous optimizers, each point snapped to
 #     the nearest parameter values) mostly land on unrecorded configs, which Kernel Tuner answers

@@ -1,13 +1,13 @@
 """Ground truth for search studies: measure a whole config space (or a uniform sample of it)
 on the GPU and write every measurement as a compressed recording for replay.
 
-A space small enough (the wgmma family's when tests/data/h200_gemm_wgmma_bf16_space.jsonl.gz
-was recorded: 75-164 valid configs per problem; 687-1336 now) is measured whole
+A space small enough (the wgmma family's: 687-1336 valid configs per problem; the whole
+space, tests/data/h200_gemm_wgmma_bf16_space.jsonl.gz, took 3 minutes of the H200) is measured whole
 (``--configs 0``). The CUDA-core and mma.sync spaces hold 35,000-150,000 valid configs
 per problem, hours of compiling each; they are recorded as a uniform sample of distinct
 valid configs (``--configs N``), and a replay searches exactly that sample.
 
-    python scripts/record_space.py --set wgmma --configs 0 --out tests/data/h200_gemm_wgmma_bf16.jsonl.gz
+    python scripts/record_space.py --set wgmma --configs 0 --out tests/data/h200_gemm_wgmma_bf16_space.jsonl.gz
     python scripts/record_space.py --set simt --configs 400 --out tests/data/h200_gemm_f32_simt_space.jsonl.gz
 
 Each problem gets ``--timeout`` seconds at most; what was measured by then is kept.

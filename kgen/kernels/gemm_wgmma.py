@@ -247,27 +247,33 @@ class GemmWgmma(TensorCoreGemm):
         return picks[0] if picks else self.first_valid(self.space(problem, target), (), problem)
 
     def model_picks(self, problem: Problem, target: Target, count: int) -> list[Config]:
-        """One config per tile, for the ``count`` tiles the wave model ranks first (a tile's
-        transpose, which it ranks alike, skipped): each the first valid of two / one
+        """One config per tile, for the ``count`` tiles the wave model ranks first (of two it
+        ranks alike, the wider first): each the first valid of clusters of two / none, two / one
         consumers, TMA stores / register stores, the deepest ring, grouped / plain
         rasterisation, with the default split. TMA stores come before ring depth: they
         gained 3-28 % where they cost a stage (``TMA_STORE`` above), a stage past 4 little.
         The model's error is of the order of the gaps between its top tiles, so a search
-        tries several. On the recorded wgmma spaces (scripts/bench_search.py, 20 seeds), three
-        picks took kgen's trials to 95 % at 2048^3 from 10 to 3 and to 99 % at 128x4096x4096
-        from 11 to 2, and cost 3000x5000x720 three trials (8 to 11)."""
+        tries several. On the H200's whole recorded space of the template (tests/data, five
+        problems, 687-1336 configs each), clusters and the wider tile first took the picks'
+        best from 0.89 to 0.96 of the optimum at 1000^3 and from 0.84 to 0.97 at
+        3000x5000x720; a tile's transpose, no longer skipped, is the optimum at 128x4096x4096
+        (128x64, after 64x128). kgen's trials to 95 % went from 18.5 to 1 (1000^3) and from 16
+        to 3 (3000x5000x720), the rest 1-2 as before (scripts/bench_search.py, 20 seeds). Of
+        the live tunes' bests (scripts/results/nvidia-h200/bench_gemm.json), 17 of the 20
+        with a tile wider or taller are wider; 4 of all 27 are clustered (a first pick's
+        cluster cost 2 % at 2048^3 and 6 % at 128x4096x4096 in the recording; the config
+        without it is one move away for the walk)."""
         space = self.space(problem, target)
         choices = {p.name: p.choices for p in space.params}
         # an M-major tf32 A from registers where it can be (tf32 NN computed swapped: its tiles
         # lie over (N, M)), and a wide tile first, whose consumers each take one m64 slab across
-        # 256 columns (NN 4096^3: 128x256 in 0.345 ms, 256x128 in 0.404;
+        # 256 columns (tf32 NN 4096^3: 128x256 in 0.345 ms, 256x128 in 0.404;
         # scripts/results/nvidia-h200/compare_tf32_rs.jsonl)
         registers = 1 in choices["RS"]
         k = problem["k"]
         rows, cols = kernel_dims(problem, {"RS": int(registers)})
         tiles = sorted({(bm, bn) for bm in choices["BM"] for bn in choices["BN"]},
-                       key=lambda t: (modelled_time(rows, cols, t[0], t[1], target.sm_count),
-                                      -t[1] if registers else -t[0], t))
+                       key=lambda t: (modelled_time(rows, cols, t[0], t[1], target.sm_count), -t[1], t))
         bk = block_k(problem["dtype"])
         # a staged B first where it can be, two buffers before three (tf32 NN, 256x128 tiles:
         # 4096^3 0.480 ms against 0.511, scripts/results/nvidia-h200/compare_tf32_staged.jsonl;
@@ -277,14 +283,12 @@ class GemmWgmma(TensorCoreGemm):
         for bm, bn in tiles:
             if len(picks) >= count:
                 break
-            if any((c["BM"], c["BN"]) == (bn, bm) for c in picks):
-                continue      # the model ranks a tile and its transpose alike: one of them will do
             rs_choices = (1, 0) if registers else (0,)
             splits = {rs: default_splitk(*kernel_dims(problem, {"RS": rs}), k, bm, bn, target.sm_count, bk)
                       for rs in rs_choices}
             for values in (dict(BM=bm, BN=bn, BK=bk, STAGES=stages, CONSUMERS=consumers, GM=gm, PINGPONG=0,
-                                SPLITK=splits[rs], TMA_STORE=store, XS=xs, RS=rs)
-                           for rs in rs_choices
+                                SPLITK=splits[rs], TMA_STORE=store, XS=xs, RS=rs, CLUSTER=cluster)
+                           for rs in rs_choices for cluster in (2, 1)
                            for consumers in (2, 1) for xs in staging for store in (1, 0)
                            for stages in STAGE_CHOICES[::-1] for gm in (8, 1)):
                 if space.is_valid(values):
