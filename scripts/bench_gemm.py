@@ -11,6 +11,7 @@ bandwidth_fraction against the copy rate measured at the start of the run.
     python scripts/bench_gemm.py --suite simt                      # CUDA cores, float32
     python scripts/bench_gemm.py --suite tc-large --timeout 13 --merge   # tensor cores, then tc-small
     python scripts/bench_gemm.py --suite quick --trials 40
+    python scripts/bench_gemm.py --suite tc-whole --sampler exhaustive --timeout 60 --merge
 """
 
 from __future__ import annotations
@@ -103,6 +104,13 @@ SUITES = {
     "tc-f64": [
         ("float64", "NN", s, s, s, 200, {"families": ["gemm_mma"]}) for s in (4096, 8192)
     ],
+    # the rows short of cuBLAS whose Hopper spaces are small enough to measure whole
+    # (--sampler exhaustive): decode (332-364 configs) and 4096x4096x256 (719)
+    "tc-whole": [
+        ("bfloat16", "NN", m, nk, nk, 0) for m, nk in ((1, 8192), (16, 4096), (16, 8192), (64, 8192), (64, 4096))
+    ] + [
+        (d, "NN", 4096, 4096, 256, 0) for d in ("bfloat16", "float16")
+    ],
     "tc-wgmma": [
         ("bfloat16", "NN", 4096, 4096, 4096, 30),
         ("bfloat16", "TN", 4096, 4096, 4096, 20),
@@ -177,7 +185,7 @@ def _as_float64(problem, c):
     return as_float64(c, problem["out_dtype"])
 
 
-def bench_problem(spec, problem, target, db, runner, trials, timeout_s, flush, timing):
+def bench_problem(spec, problem, target, db, runner, trials, timeout_s, flush, timing, sampler="kgen"):
     import cupy
 
     from kgen.compile import compile_source
@@ -185,7 +193,9 @@ def bench_problem(spec, problem, target, db, runner, trials, timeout_s, flush, t
     from kgen.render import render
     from kgen.search import tune
 
-    result = tune(spec, problem, target, runner, db, trials=trials, timeout_s=timeout_s,
+    if sampler == "exhaustive":
+        trials = len(spec.space(problem, target).configs())
+    result = tune(spec, problem, target, runner, db, trials=trials, timeout_s=timeout_s, sampler=sampler,
                   on_progress=lambda p: print(f"\r  {p.done}/{p.budget} best "
                                               f"{p.best.time_ms if p.best else float('nan'):.4f} ms", end=""))
     print()
@@ -216,7 +226,7 @@ def bench_problem(spec, problem, target, db, runner, trials, timeout_s, flush, t
                kgen_tflops=flops / kgen_ms / 1e9, cublas_tflops=flops / baselines["cublas"] / 1e9,
                ratio_vs_cublas=baselines["cublas"] / kgen_ms, tune_trials=result.measured + result.known,
                tune_s=result.seconds, tune_compile_s=result.compile_s, tune_measure_s=result.measure_s,
-               tune_failures=dict(result.failures))
+               tune_failures=dict(result.failures), tune_sampler=sampler)
     if tc and problem["epilogue"] != "none":
         row["epilogue"] = problem["epilogue"]
     if "triton" in baselines:
@@ -272,6 +282,8 @@ def main() -> None:
     parser.add_argument("--merge", action="store_true", help="keep the file's rows of other problems")
     parser.add_argument("--commit", default="", help="the commit measured (where the tree has no .git)")
     parser.add_argument("--families", default="", help="only these families (comma-separated)")
+    parser.add_argument("--sampler", default="kgen", help="the tunes' sampler (exhaustive: every valid config, "
+                                                          "as --timeout allows; --trials ignored)")
     args = parser.parse_args()
 
     import kgen  # noqa: F401
@@ -307,7 +319,7 @@ def main() -> None:
                 print(f"{problem.key}: tuning ({args.trials or trials} trials)", flush=True)
                 try:
                     row, result = bench_problem(spec, problem, target, db, runner, args.trials or trials,
-                                                args.timeout, flush, timing)
+                                                args.timeout, flush, timing, args.sampler)
                 except Exception as exc:       # one broken family must not lose the other rows
                     print(f"  FAILED: {type(exc).__name__}: {exc}")
                     continue
