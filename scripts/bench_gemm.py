@@ -316,7 +316,8 @@ def main() -> None:
                     continue
                 if not families and (spec.family not in wanted if wanted else order > 0):
                     continue
-                print(f"{problem.key}: tuning ({args.trials or trials} trials)", flush=True)
+                budget = "every valid config" if args.sampler == "exhaustive" else f"{args.trials or trials} trials"
+                print(f"{problem.key}: tuning ({budget})", flush=True)
                 try:
                     row, result = bench_problem(spec, problem, target, db, runner, args.trials or trials,
                                                 args.timeout, flush, timing, args.sampler)
