@@ -189,7 +189,8 @@ class GemmMma(TensorCoreGemm):
         if not configs:
             return [self.default_config(problem, target)][:count]
         first = min(range(len(configs)), key=lambda i: self._tile_rank(problem, target, configs[i]))
-        return [configs[first]] + configs[max(first - 1, 0):first][:count - 1] if count > 0 else []
+        larger = [configs[first - 1]] if first > 0 else []
+        return ([configs[first]] + larger)[:count]
 
     @staticmethod
     def _tile_rank(problem: Problem, target: Target, config: Config) -> tuple:
