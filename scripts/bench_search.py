@@ -104,7 +104,9 @@ def nearest_problem(recording, problem, spec) -> str | None:
     return others[0] if others else None
 
 
-def summarize(space: str, strategy: str, trajectories: list[list[float]]) -> dict:
+def summarize(space: str, strategy: str, trajectories: list[list[float]], budget: int = CHECKPOINTS[-1]) -> dict:
+    """A row of medians over seeds; a checkpoint past the budget has none (a search that ended
+    earlier because it had measured every recorded config keeps its best)."""
     def median_or_none(values):
         values = [v for v in values if v is not None]
         return statistics.median(values) if len(values) * 2 > len(trajectories) else None
@@ -112,8 +114,8 @@ def summarize(space: str, strategy: str, trajectories: list[list[float]]) -> dic
     frac_at = {}
     for n in CHECKPOINTS:
         at = [t[min(n, len(t)) - 1] for t in trajectories if t]
-        frac_at[str(n)] = round(statistics.median(at), 4) if at else None
-    return {"space": space, "strategy": strategy, "seeds": len(trajectories),
+        frac_at[str(n)] = round(statistics.median(at), 4) if at and n <= budget else None
+    return {"space": space, "strategy": strategy, "seeds": len(trajectories), "budget": budget,
             "trials_to_95": median_or_none([first_reaching(t, 0.95) for t in trajectories]),
             "trials_to_99": median_or_none([first_reaching(t, 0.99) for t in trajectories]),
             "frac_at": frac_at, "trials_available": max(len(t) for t in trajectories)}
@@ -166,7 +168,7 @@ def _cell(task) -> dict | str:
         trajs = [one_tune(spec, problem, target, recording, strategy, seed, budget, workdir) for seed in range(seeds)]
     except Exception as exc:      # e.g. gp without PyTorch: say so, keep the other rows
         return f"{key} {strategy}: skipped ({type(exc).__name__}: {exc})"
-    row = summarize(key, strategy, trajs)
+    row = summarize(key, strategy, trajs, budget)
     row["recording"] = Path(path).name
     row["seconds"] = round(time.perf_counter() - start, 1)
     return row
@@ -181,7 +183,8 @@ def verdicts(rows: list[dict], budget: int) -> list[dict]:
         mine = {r["strategy"]: r for r in rows if r["space"] == space}
         if "kgen" not in mine:
             continue
-        t = {name: r["trials_to_95"] if r["trials_to_95"] is not None else budget + 1 for name, r in mine.items()}
+        t = {name: r["trials_to_95"] if r["trials_to_95"] is not None else r.get("budget", budget) + 1
+             for name, r in mine.items()}
         kt = {name: v for name, v in t.items() if name.startswith("kt:")}
         best_kt = min(kt, key=kt.get) if kt else None
         out.append({"space": space, "kgen_trials_to_95": mine["kgen"]["trials_to_95"],
@@ -245,12 +248,13 @@ def main() -> None:
     folder = f"{slug(model)}-{cpus}cpu"      # named like bench_db's results
     out = Path(args.out) if args.out else ROOT / "scripts" / "results" / folder / "bench_search.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    doc = {**kept, "machine": model, "merged_from": machines, "recordings": recordings, "budget": args.budget,
+    doc = {**kept, "machine": model, "merged_from": machines, "recordings": recordings,
+           "budget": kept.get("budget", args.budget),      # a row of another budget says so
            "seeds": args.seeds,
            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     if args.provenance:
         doc["provenance"] = args.provenance
-    doc.update(verdicts=verdicts(rows, args.budget), rows=rows)
+    doc.update(verdicts=verdicts(rows, doc["budget"]), rows=rows)
     out.write_text(json.dumps(doc, indent=1) + "\n")
     for v in doc["verdicts"]:
         print(json.dumps(v))

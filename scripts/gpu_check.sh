@@ -9,6 +9,8 @@
 #   scripts/gpu_check.sh dispatch [ARGS] # call overhead and cold start (ARGS go to bench_dispatch.py)
 #   scripts/gpu_check.sh launch          # host cost of each piece of a kernel call (launch_costs.py)
 #   scripts/gpu_check.sh db [ARGS]       # the CPU database benchmark on this host's CPUs (bench_db.py)
+#   scripts/gpu_check.sh search ARGS     # the search benchmark on this host's CPUs (bench_search.py; gp
+#                                        #   needs the PyTorch this machine has) -> $OUT/bench_search.json
 #   scripts/gpu_check.sh record SET N [SECONDS [ARGS]] # ground truth for search studies: N configs per
 #                                        #   problem of SET (simt, mma, wgmma; N=0: all), SECONDS at most each
 #                                        #   (ARGS: e.g. --shapes) -> $OUT/h200_gemm_SET.jsonl.gz
@@ -82,6 +84,9 @@ if [ "$what" = ncu ]; then
 fi
 if [ "$what" = compare ]; then
   logged compare.log python3 scripts/compare_configs.py --out "$OUT/compare.jsonl" "$@"
+fi
+if [ "$what" = search ]; then     # the CPU search benchmark on this host's CPUs (its PyTorch serves gp)
+  logged bench_search.log python3 scripts/bench_search.py --out "$OUT/bench_search.json" "$@"
 fi
 if [ "$what" = clocks ]; then
   logged clock_probe.log python3 scripts/clock_probe.py --out "$OUT/clock_probe.jsonl" "$@"
