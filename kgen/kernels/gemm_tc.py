@@ -341,11 +341,12 @@ def modelled_time(m: int, n: int, bm: int, bn: int, sms: int) -> float:
     time: the waves the persistent scheduler runs (ceil(tiles / sms)), each as long as one
     tile's work over the tile's efficiency; a larger tile reuses each loaded operand byte in
     more MMAs, efficiency (area / 128x256)^0.25, about 0.59 at 64x64 and 0.84 at 128x128.
-    gemm_wgmma ranks its default tiles by it. On the recorded H200 wgmma spaces (tests/data)
-    where its pick was recorded, the pick runs at 0.92 (2048^3), 0.99 (4096^3) and 0.93
-    (3000x5000x720) of the optimum; the exponent 0.15 had taken 128x192 tiles at
-    3000x5000x720 (0.89), and the kgen search then needed 24 trials to reach 95 % of the
-    optimum there against 8 now (scripts/bench_search.py, 20 seeds)."""
+    gemm_wgmma ranks its default tiles by it. In the whole recorded space of the H200
+    (tests/data, the template of 2026-12-02) its default runs at 0.965 (1000^3), 0.978
+    (2048^3), 1.0 (4096^3), 0.948 (3000x5000x720) and 0.78 (128x4096x4096, where the second
+    pick is the optimum) of the optimum. On the recording of the 2026-11-30 template the
+    exponent 0.15 had taken 128x192 tiles at 3000x5000x720 (0.89), and the kgen search then
+    needed 24 trials to reach 95 % of the optimum there against 8 with 0.25."""
     area = bm * bn
     waves = -(-(-(-m // bm) * -(-n // bn)) // sms)
     return waves * area / min(1.0, (area / (128 * 256)) ** 0.25)
