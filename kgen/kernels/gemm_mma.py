@@ -173,9 +173,7 @@ class GemmMma(TensorCoreGemm):
         the default from 0.63 to 0.88 of the optimum at 1000^3 and from 0.41 to 0.68 at
         128x4096x4096, where the largest tile that fitted had left half the SMs or more
         without one; 2048^3 and 3000x5000x700 kept theirs."""
-        configs = self._tile_configs(problem, target)
-        return min(configs, key=lambda c: self._tile_rank(problem, target, c)) if configs else \
-            self.first_valid(self.space(problem, target), (), problem)
+        return self.model_picks(problem, target, 1)[0]
 
     def model_picks(self, problem: Problem, target: Target, count: int) -> list[Config]:
         """The default, then the config of the next larger tile, the one the default's rule
@@ -184,49 +182,47 @@ class GemmMma(TensorCoreGemm):
         132 SMs ran at 0.91 of the optimum (0.96 with 6 stages) where the default's 256 tiles
         of 32x64 ran at 0.77 (the recorded H200 mma space, tests/data). Smaller tiles than the
         default's are left to the walk: as third picks they took kgen at 3000x5000x700 from 7
-        trials to 95 % to 10 (scripts/bench_search.py, 20 seeds)."""
-        configs = self._tile_configs(problem, target)
-        if not configs:
-            return [self.default_config(problem, target)][:count]
-        first = min(range(len(configs)), key=lambda i: self._tile_rank(problem, target, configs[i]))
-        larger = [configs[first - 1]] if first > 0 else []
-        return ([configs[first]] + larger)[:count]
+        trials to 95 % to 10 (scripts/bench_search.py, 20 seeds). A tile is tried only as far
+        as it is needed (the default stands in the untuned dispatch path)."""
+        space = self.space(problem, target)
+        ranked = sorted(range(len(TILE_PREFERENCE)), key=lambda j: self._tile_rank(problem, target, TILE_PREFERENCE[j]))
+        for i in ranked:
+            default = self._tile_config(space, problem, TILE_PREFERENCE[i])
+            if default is not None:
+                break
+        else:
+            return [self.first_valid(space, (), problem)][:count]
+        if count < 2:
+            return [default][:count]
+        larger = next((c for j in range(i - 1, -1, -1)
+                       if (c := self._tile_config(space, problem, TILE_PREFERENCE[j])) is not None), None)
+        return [default] + ([larger] if larger is not None else [])
 
     @staticmethod
-    def _tile_rank(problem: Problem, target: Target, config: Config) -> tuple:
-        tiles = -(-problem["m"] // config["BM"]) * -(-problem["n"] // config["BN"])
-        area = config["BM"] * config["BN"]
-        return (tiles < target.sm_count, -area if tiles >= target.sm_count else -tiles)
+    def _tile_rank(problem: Problem, target: Target, tile: tuple) -> tuple:
+        tiles = -(-problem["m"] // tile[0]) * -(-problem["n"] // tile[1])
+        return (tiles < target.sm_count, -tile[0] * tile[1] if tiles >= target.sm_count else -tiles)
 
-    def _tile_configs(self, problem: Problem, target: Target) -> list[Config]:
-        """The first valid config of each tile of TILE_PREFERENCE that has one, largest first."""
+    @staticmethod
+    def _tile_config(space: Space, problem: Problem, tile: tuple) -> Config | None:
+        """The first valid config of one tile of TILE_PREFERENCE (BM, BN, WM, WN), or None."""
         dtype = problem["dtype"]
+        bm, bn, wm, wn = tile
         widest = 16 // ITEMSIZE[dtype]
-        space = self.space(problem, target)
-
-        def k_tiles(bm, bn):
-            # 16-bit tiles of 64x64 or less take k tiles of 64 first: on the recorded H200 mma
-            # spaces 64x64 ran at 0.98 of the optimum with them at 1000^3 against 0.88 with 32,
-            # and 32x64 at 0.77 against 0.68 at 128x4096x4096
-            choices = ATOMS[dtype][3]
-            if ITEMSIZE[dtype] == 2 and bm * bn <= 64 * 64:
-                return (choices[2], choices[1])
-            return (choices[1],)
-
+        # 16-bit tiles of 64x64 or less take k tiles of 64 first: on the recorded H200 mma
+        # spaces 64x64 ran at 0.98 of the optimum with them at 1000^3 against 0.88 with 32,
+        # and 32x64 at 0.77 against 0.68 at 128x4096x4096
+        choices = ATOMS[dtype][3]
+        k_tiles = (choices[2], choices[1]) if ITEMSIZE[dtype] == 2 and bm * bn <= 64 * 64 else (choices[1],)
         # fp64 double-buffers its fragments where it can: 64x64x16 tiles of 32x32 warp tiles at
         # 4096^3 ran 2.73 ms against 3.08 without (scripts/results/nvidia-h200/compare_f64_uc_fb.jsonl)
         buffers = (2, 1) if dtype == "float64" else (1,)
-        found = []
-        for bm, bn, wm, wn in TILE_PREFERENCE:
-            candidates = (dict(BM=bm, BN=bn, BK=bk, WM=wm, WN=wn, STAGES=stages, VA=va, VB=vb, GM=gm, WK=1,
-                               MINB=1, FB=fb)
-                          for va in (min(widest, problem["align_a"]), 1)
-                          for vb in (min(widest, problem["align_b"]), 1)
-                          for fb in buffers for stages in (4, 3, 2) for bk in k_tiles(bm, bn) for gm in (8, 1))
-            config = next((space.make(v) for v in candidates if space.is_valid(v)), None)
-            if config is not None:
-                found.append(config)
-        return found
+        candidates = (dict(BM=bm, BN=bn, BK=bk, WM=wm, WN=wn, STAGES=stages, VA=va, VB=vb, GM=gm, WK=1,
+                           MINB=1, FB=fb)
+                      for va in (min(widest, problem["align_a"]), 1)
+                      for vb in (min(widest, problem["align_b"]), 1)
+                      for fb in buffers for stages in (4, 3, 2) for bk in k_tiles for gm in (8, 1))
+        return next((space.make(v) for v in candidates if space.is_valid(v)), None)
 
     # ---- launch -----------------------------------------------------------------------
     def launch(self, problem: Problem, config: Config) -> Launch:
