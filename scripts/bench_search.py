@@ -151,9 +151,10 @@ def one_tune(spec, problem, target, recording, strategy: str, seed: int, budget:
 _RECORDINGS: dict = {}
 
 
-def _cell(task) -> dict | str:
-    """One (recording, problem, strategy) over every seed: a summary row, or why it was skipped."""
-    path, key, strategy, seeds, budget, workdir = task
+def _seed(task) -> tuple:
+    """One (recording, problem, strategy, seed): (cell, seed, trajectory, seconds), or (cell,
+    seed, why it was skipped, seconds)."""
+    path, key, strategy, seed, budget, workdir = task
     logging.getLogger("optuna").setLevel(logging.WARNING)
     from kgen.problem import Problem, Target
     from kgen.runners import Recording
@@ -162,16 +163,37 @@ def _cell(task) -> dict | str:
     recording = _RECORDINGS.get(path) or _RECORDINGS.setdefault(path, Recording.load(path))
     target = Target.h200(recording.device_name() or "NVIDIA H200")
     problem = Problem.from_key(key)
-    spec = get_spec(problem.family)
     start = time.perf_counter()
     try:
-        trajs = [one_tune(spec, problem, target, recording, strategy, seed, budget, workdir) for seed in range(seeds)]
+        traj = one_tune(get_spec(problem.family), problem, target, recording, strategy, seed, budget, workdir)
     except Exception as exc:      # e.g. gp without PyTorch: say so, keep the other rows
-        return f"{key} {strategy}: skipped ({type(exc).__name__}: {exc})"
-    row = summarize(key, strategy, trajs, budget)
-    row["recording"] = Path(path).name
-    row["seconds"] = round(time.perf_counter() - start, 1)
-    return row
+        traj = f"{key} {strategy}: skipped ({type(exc).__name__}: {exc})"
+    return (path, key, strategy), seed, traj, time.perf_counter() - start
+
+
+def run_cells(tasks: list[tuple], seeds: int, budget: int, jobs: int):
+    """Every seed of every (recording, problem, strategy) cell, spread over ``jobs`` processes;
+    yields a cell's summary row (or why it was skipped) as soon as its last seed is done."""
+    if jobs > 1:      # one thread a process: PyTorch (gp) would otherwise take every CPU in each
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
+    pending: dict = {}
+    seed_tasks = [(path, key, strategy, seed, budget, workdir)
+                  for path, key, strategy, workdir in tasks for seed in range(seeds)]
+    with multiprocessing.get_context("spawn").Pool(jobs) as pool:
+        for cell, seed, traj, seconds in pool.imap_unordered(_seed, seed_tasks):
+            done = pending.setdefault(cell, {})
+            done[seed] = (traj, seconds)
+            if len(done) < seeds:
+                continue
+            skipped = [t for t, _ in done.values() if isinstance(t, str)]
+            if skipped:
+                yield skipped[0]
+                continue
+            path, key, strategy = cell
+            row = summarize(key, strategy, [done[s][0] for s in range(seeds)], budget)
+            row["recording"] = Path(path).name
+            row["seconds"] = round(sum(sec for _, sec in done.values()), 1)     # one CPU's time, all seeds
+            yield row
 
 
 def verdicts(rows: list[dict], budget: int) -> list[dict]:
@@ -213,6 +235,8 @@ def main() -> None:
     parser.add_argument("--merge", default="", help="also keep this results file's rows of other strategies "
                                                     "(e.g. kgen's samplers run on a larger machine), and its "
                                                     "other fields (provenance) unless given anew")
+    parser.add_argument("--missing-only", action="store_true",
+                        help="run only the cells (space, strategy) the --merge file has no row of")
     parser.add_argument("--provenance", default="", help="what produced the rows (commits, dates); kept from "
                                                          "the --merge file when not given")
     args = parser.parse_args()
@@ -220,18 +244,28 @@ def main() -> None:
     from kgen.runners import Recording
 
     workdir = tempfile.mkdtemp(prefix="kgen-bench-search-")
+    if args.missing_only and not args.merge:
+        parser.error("--missing-only needs --merge")
+    have = {(r["space"], r["strategy"]) for r in json.loads(Path(args.merge).read_text())["rows"]} \
+        if args.missing_only else set()
     tasks = []
     for path in args.recording:
         keys = sorted(Recording.load(path).problems())[: args.problems or None]
-        tasks += [(path, key, strategy, args.seeds, args.budget, workdir) for key in keys for strategy in strategies(args)]
+        tasks += [(path, key, strategy, workdir) for key in keys for strategy in strategies(args)
+                  if (key, strategy) not in have]
+    print(f"{len(tasks)} cells x {args.seeds} seeds on {args.jobs} processes", flush=True)
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from bench_db import cpu_model, slug
+
+    model = cpu_model()
     rows = []
-    with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
-        for result in pool.imap(_cell, tasks):
-            if isinstance(result, str):
-                print(result)
-                continue
-            rows.append(result)
-            print(json.dumps(result), flush=True)
+    for result in run_cells(tasks, args.seeds, args.budget, args.jobs):
+        if isinstance(result, str):
+            print(result)
+            continue
+        result["machine"] = model      # where it ran: a merged file holds rows of several
+        rows.append(result)
+        print(json.dumps(result), flush=True)
     machines, kept, recordings = [], {}, list(args.recording)
     if args.merge:
         earlier = json.loads(Path(args.merge).read_text())
@@ -240,10 +274,6 @@ def main() -> None:
         rows = [r for r in earlier["rows"] if (r["space"], r["strategy"]) not in done] + rows
         machines = list(dict.fromkeys(m for m in [earlier.get("machine"), *earlier.get("merged_from", [])] if m))
         recordings = list(dict.fromkeys([*earlier.get("recordings", []), *recordings]))
-    sys.path.insert(0, str(ROOT / "scripts"))
-    from bench_db import cpu_model, slug
-
-    model = cpu_model()
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     folder = f"{slug(model)}-{cpus}cpu"      # named like bench_db's results
     out = Path(args.out) if args.out else ROOT / "scripts" / "results" / folder / "bench_search.json"
