@@ -34,6 +34,7 @@ import argparse
 import datetime
 import json
 import logging
+import math
 import multiprocessing
 import os
 import statistics
@@ -104,21 +105,27 @@ def nearest_problem(recording, problem, spec) -> str | None:
     return others[0] if others else None
 
 
-def summarize(space: str, strategy: str, trajectories: list[list[float]], budget: int = CHECKPOINTS[-1]) -> dict:
-    """A row of medians over seeds; a checkpoint past the budget has none (a search that ended
-    earlier because it had measured every recorded config keeps its best)."""
-    def median_or_none(values):
-        values = [v for v in values if v is not None]
-        return statistics.median(values) if len(values) * 2 > len(trajectories) else None
+def median_trials(reached: list[int | None]) -> float | None:
+    """The median over seeds of the trials a seed needed, a seed that never got there counting
+    as more than any (None: half the seeds or more never got there)."""
+    median = statistics.median(math.inf if n is None else n for n in reached)
+    return None if math.isinf(median) else median
 
+
+def summarize(space: str, strategy: str, trajectories: list[list[float]], budget: int = CHECKPOINTS[-1]) -> dict:
+    """A row of medians over seeds, and each seed's trials to 95 % and 99 % (None: not within the
+    budget); a checkpoint past the budget has none (a search that ended earlier because it had
+    measured every recorded config keeps its best)."""
     frac_at = {}
     for n in CHECKPOINTS:
         at = [t[min(n, len(t)) - 1] for t in trajectories if t]
         frac_at[str(n)] = round(statistics.median(at), 4) if at and n <= budget else None
+    to_95 = [first_reaching(t, 0.95) for t in trajectories]
+    to_99 = [first_reaching(t, 0.99) for t in trajectories]
     return {"space": space, "strategy": strategy, "seeds": len(trajectories), "budget": budget,
-            "trials_to_95": median_or_none([first_reaching(t, 0.95) for t in trajectories]),
-            "trials_to_99": median_or_none([first_reaching(t, 0.99) for t in trajectories]),
-            "frac_at": frac_at, "trials_available": max(len(t) for t in trajectories)}
+            "trials_to_95": median_trials(to_95), "trials_to_99": median_trials(to_99),
+            "frac_at": frac_at, "trials_available": max(len(t) for t in trajectories),
+            "seeds_trials_to_95": to_95, "seeds_trials_to_99": to_99}
 
 
 def strategies(args) -> list[str]:
