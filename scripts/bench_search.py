@@ -192,6 +192,7 @@ def run_cells(tasks: list[tuple], seeds: int, budget: int, jobs: int):
             done[seed] = (traj, seconds)
             if len(done) < seeds:
                 continue
+            del pending[cell]
             skipped = [t for t, _ in done.values() if isinstance(t, str)]
             if skipped:
                 yield skipped[0]
