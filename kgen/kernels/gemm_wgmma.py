@@ -77,7 +77,6 @@ RS_FRAGMENT_REGS = 16         # RS: four k8 steps of 4 fragment registers per m6
 BARRIER_BYTES = 16            # a full and an empty mbarrier per stage (+ 2 ping-pong ones)
 ALIGN_SLACK = 1024            # the kernel rounds its shared base up to 1024 bytes
 STORE_ROWS = 16               # TMA stores: a consumer warp's band of an m64 slab
-STORE_BOXES = (16, 64)        # rows of one TMA store: a warp's band, or a warpgroup's m64 slab
 STORE_BUFFER = STORE_ROWS * SWIZZLE   # 2 KiB: 16 rows x 128 bytes of output columns
 STORE_BUFFERS_PER_WARP = 2    # one filled while the other drains
 
@@ -186,7 +185,6 @@ class GemmWgmma(TensorCoreGemm):
             Param("SPLITK", SPLITS, default=1),
             Param("TMA_STORE", (0, 1), default=0),
             Param("CLUSTER", (1, 2), default=1),
-            Param("STORE_BOX", STORE_BOXES, default=STORE_ROWS),
             Param("XS", staging_choices(problem), default=0),
             Param("RS", register_choices(problem), default=0),
         ]
@@ -222,9 +220,6 @@ class GemmWgmma(TensorCoreGemm):
                        lambda v: v["SPLITK"] == 1 or splitk_useful(*rows(v), k, v["BM"], v["BN"], v["SPLITK"],
                                                                     target.sm_count, bk),
                        ("BM", "BN", "SPLITK", "RS")),
-            Constraint("a warpgroup's 64-row store box: TMA stores of whole tiles (split-K's warps finish apart)",
-                       lambda v: v["STORE_BOX"] == STORE_ROWS or (v["TMA_STORE"] and v["SPLITK"] == 1),
-                       ("STORE_BOX", "TMA_STORE", "SPLITK")),
             Constraint("RS: stored from registers (a warp's rows are no 16-row band), B not staged",
                        lambda v: not v["RS"] or (v["TMA_STORE"] == 0 and v["XS"] == 0), ("RS", "TMA_STORE", "XS")),
         ]
@@ -240,7 +235,7 @@ class GemmWgmma(TensorCoreGemm):
                     f"_s{v['STAGES']}_c{v['CONSUMERS']}_g{v['GM']}" + ("_pp" if v["PINGPONG"] else "")
                     + (f"_k{v['SPLITK']}" if v["SPLITK"] > 1 else "") + ("_ts" if v["TMA_STORE"] else "")
                     + (f"_x{v['CLUSTER']}" if v["CLUSTER"] > 1 else "") + (f"_t{v['XS']}" if v["XS"] else "")
-                    + ("_rs" if v["RS"] else "") + (f"_b{v['STORE_BOX']}" if v["STORE_BOX"] != STORE_ROWS else ""))
+                    + ("_rs" if v["RS"] else ""))
 
         return Space(params, constraints, derived, namer)
 
@@ -346,7 +341,7 @@ class GemmWgmma(TensorCoreGemm):
                      for cp, x, (dims, ld, box), sw in zip(copied, (a, b), (a_map, b_map), swizzle))
 
     def output_map(self, problem: Problem, config: Config, c_ptr: int, ldc: int) -> tuple:
-        """(TmaDesc, c_by_tma) for C: a map of STORE_BOX-row boxes of 128 bytes of columns when the
+        """(TmaDesc, c_by_tma) for C: a map of 16-row boxes of 128 bytes of columns when the
         config stores by TMA and C allows it (16-byte aligned pointer and row stride), else an
         empty record and 0, and the kernel writes C from registers."""
         if not config.get("TMA_STORE", 0):
@@ -354,8 +349,7 @@ class GemmWgmma(TensorCoreGemm):
         out, m, n = problem["out_dtype"], problem["m"], problem["n"]
         size = ELEMENT_BYTES[out]
         try:      # encode_tiled looks in its cache first, and checks TMA's rules on a miss
-            return tma.encode_tiled(c_ptr, out, (n, m), _ld(ldc, m, n) * size,
-                                    (SWIZZLE // size, config.get("STORE_BOX", STORE_ROWS)),
+            return tma.encode_tiled(c_ptr, out, (n, m), _ld(ldc, m, n) * size, (SWIZZLE // size, STORE_ROWS),
                                     SWIZZLE), np.int32(1)
         except tma.TmaError:
             return _EMPTY_MAP, np.int32(0)
