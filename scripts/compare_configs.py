@@ -9,11 +9,16 @@ run, median). Several problems may be given, each followed by its configs. For t
 "does this change of one parameter pay": the configs run in turns, so a drift of the card
 shows in all of them alike. ``--family`` picks the kernel family (default gemm_wgmma;
 gemm_mma for the portable one). ``--out FILE`` appends the rows as JSON lines.
+
+For "does this change of the template pay": ``--base-template FILE`` (the family's template
+as it was, e.g. ``git show HEAD:templates/gemm/wgmma.cu.j2 > /tmp/base.cu.j2``) runs each
+named config a second time as ``NAME@base``, rendered from FILE, in the same turns.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import statistics
@@ -37,10 +42,11 @@ def _groups(items: list[str]) -> list[tuple[str, list[str]]]:
     return groups
 
 
-def checked_runs(family: str, items: list[str]) -> list[tuple[str, object, dict]]:
+def checked_runs(family: str, items: list[str], base_template: Path | None = None) -> list[tuple[str, object, dict]]:
     """For each problem of ``items`` (dtype:layout:MxNxK, then config names): the problem and
     a launcher for each named config that compiles and passes the check against float64 on
-    fresh inputs (the others are reported), and cuBLAS's, all on the same timing inputs."""
+    fresh inputs (the others are reported), and cuBLAS's, all on the same timing inputs; with
+    ``base_template``, each config rendered from that file too, as ``NAME@base``."""
     from kgen.compile import CompilePool
     from kgen.kernels.gemm_tc import torch_baseline
     from kgen.measure.launch import CupyKernel
@@ -50,6 +56,13 @@ def checked_runs(family: str, items: list[str]) -> list[tuple[str, object, dict]
     from kgen.spec import get_spec
 
     spec, target = get_spec(family), Target.detect(0)
+    variants = [("", spec)]
+    if base_template is not None:
+        if not base_template.is_file():
+            raise SystemExit(f"--base-template {base_template}: no such file")
+        base = copy.copy(spec)
+        base.template = str(base_template.resolve())
+        variants.append(("@base", base))
     cases = []          # (head, problem, [(name, config, future)])
     with CompilePool(max(2, min(16, os.cpu_count() or 2))) as pool:
         for head, names in _groups(items):
@@ -63,7 +76,9 @@ def checked_runs(family: str, items: list[str]) -> list[tuple[str, object, dict]
                 if name not in by_name:
                     print(f"{head} {name}: not a valid config of this problem's space", flush=True)
                     continue
-                jobs.append((name, by_name[name], pool.submit(render(spec, problem, by_name[name], target, space))))
+                for suffix, variant in variants:
+                    jobs.append((name + suffix, by_name[name],
+                                 pool.submit(render(variant, problem, by_name[name], target, space))))
             cases.append((head, problem, jobs))
         cases = [(head, problem, [(name, config, fut.result()) for name, config, fut in jobs])
                  for head, problem, jobs in cases]
@@ -111,6 +126,7 @@ def main(argv: list[str]) -> None:
     ap.add_argument("items", nargs="+", help="dtype:layout:MxNxK, then config names; repeat")
     ap.add_argument("--family", default="gemm_wgmma", help="gemm_wgmma or gemm_mma")
     ap.add_argument("--out", type=Path, help="append the rows here (JSON lines)")
+    ap.add_argument("--base-template", type=Path, help="also run each config rendered from this template file")
     args = ap.parse_args(argv)
 
     import cupy
@@ -119,7 +135,7 @@ def main(argv: list[str]) -> None:
     from kgen.problem import Target
 
     flush = l2_flusher(Target.detect(0).l2_bytes)
-    for head, problem, runs in checked_runs(args.family, args.items):
+    for head, problem, runs in checked_runs(args.family, args.items, args.base_template):
         m, n, k = problem["m"], problem["n"], problem["k"]
         times = in_turns(runs, flush)
         base = statistics.median(times["cublas"]) if "cublas" in times else None
