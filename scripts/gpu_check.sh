@@ -26,6 +26,8 @@
 #                                        #   scripts/compare_configs.py) -> $OUT/compare.jsonl
 #   scripts/gpu_check.sh clocks ARGS     # SM clock, power and temperature while each named config and
 #                                        #   cuBLAS run for seconds (scripts/clock_probe.py) -> $OUT/clock_probe.jsonl
+#   scripts/gpu_check.sh trace ARGS      # the phase marks of named gemm_wgmma configs, per block
+#                                        #   (scripts/trace_phases.py) -> $OUT/trace_phases.jsonl
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu_out}
@@ -87,6 +89,9 @@ if [ "$what" = compare ]; then
 fi
 if [ "$what" = search ]; then     # the CPU search benchmark on this host's CPUs (its PyTorch serves gp)
   logged bench_search.log python3 scripts/bench_search.py --out "$OUT/bench_search.json" "$@"
+fi
+if [ "$what" = trace ]; then
+  logged trace_phases.log python3 scripts/trace_phases.py --out "$OUT/trace_phases.jsonl" "$@"
 fi
 if [ "$what" = clocks ]; then
   logged clock_probe.log python3 scripts/clock_probe.py --out "$OUT/clock_probe.jsonl" "$@"
