@@ -1,5 +1,6 @@
-"""scripts/trace_phases.py with no GPU: the phase marks exist only in a traced render, and a
-trace's words become per-phase cycles since each block's start."""
+"""scripts/trace_phases.py and scripts/ab_gain.py with no GPU: the phase marks exist only in a
+traced render, a trace's words become per-phase cycles since each block's start, and an A/B
+run's rows give the geometric mean gain."""
 
 from __future__ import annotations
 
@@ -50,3 +51,18 @@ def test_phase_summary_counts_cycles_from_each_blocks_start():
     assert summary["cycles"]["end"] == [5000, 5000]
     assert summary["cycles"]["sums"] == []      # marks not written are left out
     assert summary["start_spread_ns"] == 300 and summary["span_ns"] == 3000
+
+
+def test_ab_gain_compares_each_config_with_its_base_version(tmp_path):
+    import json
+
+    from scripts.ab_gain import main as ab_gain
+
+    rows = [("p1", "c", 1.0), ("p1", "c@base", 1.1), ("p2", "c", 2.0), ("p2", "c@base", 2.0),
+            ("p2", "cublas", 1.5)]
+    path = tmp_path / "compare.jsonl"
+    path.write_text("".join(json.dumps({"problem": p, "config": c, "ms": ms}) + "\n" for p, c, ms in rows))
+    assert ab_gain([str(path)]) == 0                          # sqrt(1.1 * 1.0) = 1.049
+    assert ab_gain([str(path), "--min-gain", "0.06"]) == 1
+    path.write_text(json.dumps({"problem": "p", "config": "c", "ms": 1.0}) + "\n")
+    assert ab_gain([str(path)]) == 1                          # nothing ran in both versions

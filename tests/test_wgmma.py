@@ -252,8 +252,9 @@ def test_sass_of_a_cluster_config_multicasts_b_and_arrives_remotely(target, layo
     assert "UCGABAR_ARV" in sass and "UCGABAR_WAIT" in sass        # cluster barriers at start and end
     # only those two barriers fence GPU-wide: freeing a stage in the other block must not
     assert sass.count("MEMBAR.ALL.GPU") == 2
-    # TMA stores: one bulk tensor store per 128 bytes of a warp's 256 bf16 columns
-    assert len(re.findall(r"UTMASTG\.2D", sass)) == 256 * 2 // 128
+    # TMA stores: one bulk tensor store per 128 bytes of a warp's 256 bf16 columns, in each of the
+    # epilogue's two versions (with beta, reading C, and without)
+    assert len(re.findall(r"UTMASTG\.2D", sass)) == 2 * (256 * 2 // 128)
     assert re.search(r"SYNCS\.ARRIVE\.TRANS64\.RED\.A1T0\.ALIGN|SYNCS\.ARRIVE[^;]*\.RED", sass)  # remote arrive
 
 
