@@ -8,14 +8,20 @@ block (thread 0 of the producer, thread 0 of the first consumer warpgroup):
 
     start        the block's first instruction
     ready        the barriers set up (after the cluster barrier)
+    descs        the producer has issued its tensor maps' prefetches
+    origin       the producer has its first tile's origin and k range
+    freed        the producer's first wait for a free stage passed
     first_copy   the producer sends the first stage's copies
     first_stage  the first consumer sees the first stage land
     sums         the first unit's mainloop done (its last wgmma complete)
     stored       every unit's epilogue issued
     drained      the consumer's TMA stores done
-    end          the block's last instruction (after the final cluster barrier)
+    end          the producer's last instruction (in a cluster, once every stage it filled is
+                 freed in each block it feeds)
 
-and the global timer at start and drained. The kernel runs ``--runs`` times on the same inputs,
+and the global timer at start, drained, end, and when the block's last consumer warp is done
+(``last_warp_ns``: after warp 0's drain; ``end_after_cluster_ns``: the producer's end after
+the last warp of its cluster's blocks, negative where it leaves first). The kernel runs ``--runs`` times on the same inputs,
 L2 flushed before each (as the tuner times); per phase, the median over blocks and runs of
 the cycles since the block's start is printed, with the slowest block's. The global timer
 gives the spread of the blocks' starts and the span from the first start to the last
@@ -36,10 +42,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from scripts.compare_configs import _groups  # noqa: E402
 
-PHASES = ("start", "ready", "first_copy", "first_stage", "sums", "stored", "drained", "end")
-CLOCK_SLOTS = {"start": 1, "ready": 2, "first_copy": 3, "first_stage": 4, "sums": 5, "stored": 6,
-               "drained": 7, "end": 9}
-START_NS, DRAINED_NS = 0, 8      # global-timer slots
+PHASES = ("start", "ready", "descs", "origin", "freed", "first_copy", "first_stage", "sums", "stored",
+          "drained", "end")
+CLOCK_SLOTS = {"start": 1, "ready": 2, "descs": 10, "origin": 11, "freed": 12, "first_copy": 3,
+               "first_stage": 4, "sums": 5, "stored": 6, "drained": 7, "end": 9}
+START_NS, DRAINED_NS, LAST_WARP_NS, END_NS = 0, 8, 14, 15      # global-timer slots
 WORDS_PER_BLOCK = 16
 
 
@@ -50,15 +57,23 @@ def traced(spec):
     return tracing
 
 
-def phase_summary(words, blocks: int) -> dict:
-    """Per phase, the cycles since each block's start, from one run's trace words."""
-    rows = [words[b * WORDS_PER_BLOCK:(b + 1) * WORDS_PER_BLOCK] for b in range(blocks)]
-    cycles = {name: [int(r[slot]) - int(r[CLOCK_SLOTS["start"]]) for r in rows if int(r[slot])]
+def phase_summary(words, blocks: int, cluster: int = 1) -> dict:
+    """Per phase, the cycles since each block's start, from one run's trace words; blocks
+    ``cluster`` at a time form a cluster."""
+    rows = [[int(w) for w in words[b * WORDS_PER_BLOCK:(b + 1) * WORDS_PER_BLOCK]] for b in range(blocks)]
+    cycles = {name: [r[slot] - r[CLOCK_SLOTS["start"]] for r in rows if r[slot]]
               for name, slot in CLOCK_SLOTS.items() if name != "start"}
-    starts = [int(r[START_NS]) for r in rows]
-    drains = [int(r[DRAINED_NS]) for r in rows if int(r[DRAINED_NS])]
+    starts = [r[START_NS] for r in rows]
+    drains = [r[DRAINED_NS] for r in rows if r[DRAINED_NS]]
+    last_warp = [r[LAST_WARP_NS] - r[DRAINED_NS] for r in rows if r[LAST_WARP_NS] and r[DRAINED_NS]]
+    end_after = []
+    for b, r in enumerate(rows):
+        mates = rows[b - b % cluster:b - b % cluster + cluster]
+        if r[END_NS] and all(m[LAST_WARP_NS] for m in mates):
+            end_after.append(r[END_NS] - max(m[LAST_WARP_NS] for m in mates))
     return {"cycles": cycles, "start_spread_ns": max(starts) - min(starts),
-            "span_ns": (max(drains) - min(starts)) if drains else None}
+            "span_ns": (max(drains) - min(starts)) if drains else None,
+            "last_warp_ns": last_warp, "end_after_cluster_ns": end_after}
 
 
 def main(argv: list[str]) -> None:
@@ -96,14 +111,14 @@ def main(argv: list[str]) -> None:
             kernel = CupyKernel(binary.cubin, binary.entry, binary.path)
             pointer = kernel._module.get_global("kgen_trace")
             trace = cupy.ndarray((1024 * WORDS_PER_BLOCK,), dtype=cupy.uint64, memptr=pointer)
-            blocks = spec.launch(problem, config).grid[0]
+            blocks, cluster = spec.launch(problem, config).grid[0], int(config.get("CLUSTER", 1))
             runs = []
             for _ in range(args.runs):
                 trace.fill(0)
                 flush()
                 spec.run(kernel, problem, config, ops)
                 cupy.cuda.Device().synchronize()
-                runs.append(phase_summary(trace.get(), blocks))
+                runs.append(phase_summary(trace.get(), blocks, cluster))
             row = {"problem": head, "config": name, "blocks": blocks, "runs": args.runs,
                    "start_spread_ns": statistics.median(r["start_spread_ns"] for r in runs),
                    "span_ns": statistics.median(r["span_ns"] for r in runs if r["span_ns"] is not None)
@@ -115,11 +130,16 @@ def main(argv: list[str]) -> None:
                     row["median_cycles"][phase] = statistics.median(values)
                     row["slowest_cycles"][phase] = statistics.median(max(r["cycles"][phase]) for r in runs
                                                                      if r["cycles"][phase])
+            for stamp in ("last_warp_ns", "end_after_cluster_ns"):
+                values = [v for r in runs for v in r[stamp]]
+                row[stamp] = statistics.median(values) if values else None
             print(f"{head} {name}: {blocks} blocks, starts spread {row['start_spread_ns']} ns, "
                   f"first start to last drain {row['span_ns']} ns", flush=True)
             for phase in row["median_cycles"]:
                 print(f"    {phase:12s} {row['median_cycles'][phase]:9.0f} cycles (slowest block "
                       f"{row['slowest_cycles'][phase]:9.0f})", flush=True)
+            print(f"    last warp done {row['last_warp_ns']} ns after warp 0; producer's end "
+                  f"{row['end_after_cluster_ns']} ns after its cluster's last warp", flush=True)
             if args.out:
                 with args.out.open("a") as f:
                     f.write(json.dumps(row) + "\n")

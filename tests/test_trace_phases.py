@@ -17,7 +17,8 @@ from kgen.render import render
 from compiling import sass_or_skip
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from scripts.trace_phases import CLOCK_SLOTS, DRAINED_NS, START_NS, WORDS_PER_BLOCK, phase_summary, traced  # noqa: E402
+from scripts.trace_phases import (CLOCK_SLOTS, DRAINED_NS, END_NS, LAST_WARP_NS, START_NS,  # noqa: E402
+                                  WORDS_PER_BLOCK, phase_summary, traced)
 
 SPEC = GemmWgmma()
 NAME = "gemm_wgmma_bf16_nn_64x128x64_s5_c1_g1_ts_x2"
@@ -34,7 +35,9 @@ def test_only_a_traced_render_marks_phases():
     assert plain.digest != marked.digest        # never one cache entry for both
     plain_sass = sass_or_skip(compile_source(plain, use_cache=False).binary.cubin)
     marked_sass = sass_or_skip(compile_source(marked, use_cache=False).binary.cubin)
-    assert "GLOBALTIMER" not in plain_sass and marked_sass.count("GLOBALTIMER") == 2
+    # the global timer at start, drained, the last warp's end and the producer's end
+    assert "GLOBALTIMER" not in plain_sass and marked_sass.count("GLOBALTIMER") == 4
+    assert "REDG.E.MAX.64" in marked_sass and "REDG" not in plain_sass   # the last warp's stamp
     assert marked_sass.count("CS2R") > plain_sass.count("CS2R")     # the clock reads
 
 
@@ -51,6 +54,18 @@ def test_phase_summary_counts_cycles_from_each_blocks_start():
     assert summary["cycles"]["end"] == [5000, 5000]
     assert summary["cycles"]["sums"] == []      # marks not written are left out
     assert summary["start_spread_ns"] == 300 and summary["span_ns"] == 3000
+    assert summary["last_warp_ns"] == [] and summary["end_after_cluster_ns"] == []
+
+
+def test_phase_summary_times_the_end_against_the_clusters_last_warp():
+    words = np.zeros(4 * WORDS_PER_BLOCK, dtype=np.uint64)
+    for block, (drained, last, end) in enumerate(((100, 150, 400), (100, 300, 250), (90, 95, 80), (0, 0, 500))):
+        row = words[block * WORDS_PER_BLOCK:]
+        row[START_NS], row[DRAINED_NS], row[LAST_WARP_NS], row[END_NS] = 1, drained, last, end
+    summary = phase_summary(words, 4, cluster=2)
+    assert summary["last_warp_ns"] == [50, 200, 5]
+    # blocks 0 and 1 are a cluster whose last warp ends at 300; block 3 never stamped its warps
+    assert summary["end_after_cluster_ns"] == [100, -50]
 
 
 def test_ab_gain_compares_each_config_with_its_base_version(tmp_path):
