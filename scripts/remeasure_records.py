@@ -15,7 +15,6 @@ scripts/sass_digests.py carries records without a GPU.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -48,7 +47,7 @@ def main(argv: list[str]) -> None:
              if r.provenance.template_digest != get_spec(r.family).template_digest()
              or r.measurement.config_name in args.again]
     print(f"{len(stale)} of {len(records)} records to measure", flush=True)
-    with CompilePool(max(2, min(16, os.cpu_count() or 2))) as pool:
+    with CompilePool(knobs.compile_workers) as pool:
         jobs = []
         for i in stale:
             r = records[i]

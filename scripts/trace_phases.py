@@ -21,11 +21,11 @@ block (thread 0 of the producer, thread 0 of the first consumer warpgroup):
 
 and the global timer at start, drained, end, and when the block's last consumer warp is done
 (``last_warp_ns``: after warp 0's drain; ``end_after_cluster_ns``: the producer's end after
-the last warp of its cluster's blocks, negative where it leaves first). The kernel runs ``--runs`` times on the same inputs,
-L2 flushed before each (as the tuner times); per phase, the median over blocks and runs of
-the cycles since the block's start is printed, with the slowest block's. The global timer
-gives the spread of the blocks' starts and the span from the first start to the last
-drain. Without TRACE the marks compile to nothing: the tuned kernels are unchanged.
+the last warp of its cluster's blocks, negative where it leaves first). The kernel runs
+``--runs`` times on the same inputs, L2 flushed before each (as the tuner times); per phase,
+the median over blocks and runs of the cycles since the block's start is printed, with the
+slowest block's. The global timer gives the spread of the blocks' starts and the span from
+the first start to the last drain. Without TRACE the marks compile to nothing: the tuned kernels are unchanged.
 ``--out FILE`` appends a JSON line per config.
 """
 
