@@ -8,7 +8,7 @@ block (thread 0 of the producer, thread 0 of the first consumer warpgroup):
 
     start        the block's first instruction
     ready        the barriers set up (after the cluster barrier)
-    descs        the producer has issued its tensor maps' prefetches
+    producer     the producer warpgroup's first instruction
     origin       the producer has its first tile's origin and k range
     freed        the producer's first wait for a free stage passed
     first_copy   the producer sends the first stage's copies
@@ -42,9 +42,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from scripts.compare_configs import _groups  # noqa: E402
 
-PHASES = ("start", "ready", "descs", "origin", "freed", "first_copy", "first_stage", "sums", "stored",
+PHASES = ("start", "ready", "producer", "origin", "freed", "first_copy", "first_stage", "sums", "stored",
           "drained", "end")
-CLOCK_SLOTS = {"start": 1, "ready": 2, "descs": 10, "origin": 11, "freed": 12, "first_copy": 3,
+CLOCK_SLOTS = {"start": 1, "ready": 2, "producer": 10, "origin": 11, "freed": 12, "first_copy": 3,
                "first_stage": 4, "sums": 5, "stored": 6, "drained": 7, "end": 9}
 START_NS, DRAINED_NS, LAST_WARP_NS, END_NS = 0, 8, 14, 15      # global-timer slots
 WORDS_PER_BLOCK = 16

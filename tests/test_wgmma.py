@@ -249,9 +249,11 @@ def test_sass_of_a_cluster_config_multicasts_b_and_arrives_remotely(target, layo
     multicast = [x for x in loads if "MULTICAST" in x]
     # A: one plain load per stage; B: its 64-wide chunks (N-major) or this block's half box (K-major)
     assert multicast and len(loads) - len(multicast) == 1, loads
-    assert "UCGABAR_ARV" in sass and "UCGABAR_WAIT" in sass        # cluster barriers at start and end
-    # only those two barriers fence GPU-wide: freeing a stage in the other block must not
-    assert sass.count("MEMBAR.ALL.GPU") == 2
+    assert "UCGABAR_ARV" in sass and "UCGABAR_WAIT" in sass        # the cluster barrier at the start
+    # nothing fences GPU-wide: that barrier's arrive is relaxed (fence.mbarrier_init has released
+    # the barriers' setup), freeing a stage in the other block is a remote arrive, and a block
+    # leaves once its own stages are free instead of at a second cluster barrier
+    assert "MEMBAR.ALL.GPU" not in sass
     # TMA stores: one bulk tensor store per 128 bytes of a warp's 256 bf16 columns, in each of the
     # epilogue's two versions (with beta, reading C, and without)
     assert len(re.findall(r"UTMASTG\.2D", sass)) == 2 * (256 * 2 // 128)
