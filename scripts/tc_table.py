@@ -15,9 +15,12 @@ import math
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from scripts.bench_gemm import MID_SHAPES  # noqa: E402
+
 DEFAULT = Path(__file__).resolve().parent / "results" / "nvidia-h200" / "bench_gemm.json"
-SHORT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64", "tf32": "tf32"}
-MID_SHAPES = ((2048, 2048, 2048), (4096, 4096, 256), (1000, 1000, 1000), (3000, 5000, 700), (128, 4096, 4096))
+SHORT = {"bfloat16": "bf16", "float16": "fp16", "float64": "fp64", "tf32": "tf32"}
 
 
 def _precision(row: dict) -> str:
