@@ -66,29 +66,33 @@ def test_mma_random_configs_are_correct(dtype):
     assert _verify_all(GemmMma(), dtype) >= 40
 
 
-def test_mma_fp64_whole_tile_copies_and_double_buffered_fragments_are_correct():
+def test_mma_fp64_copy_and_pipeline_options_are_correct():
     """UC=1 copies tiles that lie wholly inside the matrices with no bounds; FB=2 reads each
-    step's fragments during the step before (one mma step a stage and two: the template
-    unrolls those differently). Every layout, at sizes of whole tiles only, of partial ones
-    and of both, with k slices and a bias."""
+    step's fragments during the step before (one mma step a stage, two and four: the template
+    unrolls those differently); MBAR=1 tracks FB's stages by mbarriers; LP=1 plans each thread's
+    copies once. Every layout, at sizes of whole tiles only, of partial ones and of both (k past
+    the last tile too), with k slices and a bias."""
     from kgen.kernels.gemm_mma import GemmMma
 
     spec, target = GemmMma(), _target()
     tiles = [dict(BM=128, BN=64, BK=8, WM=32, WN=32, STAGES=4, WK=1),
              dict(BM=64, BN=64, BK=16, WM=32, WN=32, STAGES=3, WK=1),
-             dict(BM=64, BN=64, BK=16, WM=32, WN=32, STAGES=3, WK=2)]
+             dict(BM=64, BN=64, BK=16, WM=32, WN=32, STAGES=3, WK=2),
+             dict(BM=64, BN=128, BK=32, WM=32, WN=32, STAGES=3, WK=1)]
     cases = []
     for layout in LAYOUTS:
         for m, n, k in ((256, 192, 96), (1000, 520, 776), (70, 40, 40)):
             problem = spec.problem(m, n, k, "float64", layout, epilogue="bias" if m == 1000 else "none")
             space = spec.space(problem, target)
             for tile in tiles:
-                for uc, fb in ((1, 1), (0, 2), (1, 2)):
-                    values = dict(tile, VA=problem["align_a"], VB=problem["align_b"], GM=1, MINB=1, UC=uc, FB=fb)
+                for uc, fb, mbar, lp in ((1, 1, 0, 0), (0, 2, 0, 0), (1, 2, 0, 0), (0, 2, 1, 0), (1, 2, 1, 0),
+                                         (0, 1, 0, 1), (0, 2, 0, 1), (0, 2, 1, 1)):
+                    values = dict(tile, VA=problem["align_a"], VB=problem["align_b"], GM=1, MINB=1, UC=uc, FB=fb,
+                                  MBAR=mbar, LP=lp)
                     if space.is_valid(values):
                         config = space.make(values)
                         cases.append((problem, config, render(spec, problem, config, target, space)))
-    assert len(cases) >= 80
+    assert len(cases) >= 200 and sum(c["MBAR"] for _, c, _ in cases) >= 60 and sum(c["LP"] for _, c, _ in cases) >= 80
     _check_cases(spec, cases, lambda index, failures: index)
 
 

@@ -40,7 +40,7 @@ def _pad(dtype: str, kmajor: bool) -> int:
 
 def tile_shape(dtype: str, layout: str, v: Mapping[str, int]) -> dict[str, int]:
     """Padded shared-memory rows and tile sizes (elements) of A and B, and the bytes in all
-    (the pipeline's, or the k slices' partial sums where those need more)."""
+    (the pipeline's and its mbarriers', or the k slices' partial sums where those need more)."""
     a_kmajor, b_kmajor = layout[0] == "N", layout[1] == "T"
     sa_row = (v["BK"] if a_kmajor else v["BM"]) + _pad(dtype, a_kmajor)
     sb_row = (v["BK"] if b_kmajor else v["BN"]) + _pad(dtype, b_kmajor)
@@ -48,8 +48,9 @@ def tile_shape(dtype: str, layout: str, v: Mapping[str, int]) -> dict[str, int]:
     sb_tile = (v["BN"] if b_kmajor else v["BK"]) * sb_row
     acc_size = 8 if dtype == "float64" else 4
     partial = (v.get("WK", 1) - 1) * v["BM"] * v["BN"] * acc_size
+    barriers = 16 * v["STAGES"] if v.get("MBAR") else 0        # a full and an empty mbarrier a stage
     return dict(SA_ROW=sa_row, SB_ROW=sb_row, SA_TILE=sa_tile, SB_TILE=sb_tile,
-                SMEM=max(v["STAGES"] * (sa_tile + sb_tile) * ITEMSIZE[dtype], partial))
+                SMEM=max(v["STAGES"] * (sa_tile + sb_tile) * ITEMSIZE[dtype] + barriers, partial))
 
 
 def _pow2_at_least(x: int) -> int:
@@ -125,6 +126,8 @@ class GemmMma(TensorCoreGemm):
             # compare_f64_m16n8k16.jsonl)
             Param("UC", (0, 1) if dtype == "float64" else (0,), default=0),
             Param("FB", (1, 2) if dtype == "float64" else (1,), default=1),
+            Param("MBAR", (0, 1) if dtype == "float64" else (0,), default=0),
+            Param("LP", (0, 1) if dtype == "float64" else (0,), default=0),
         ]
         constraints = [
             Constraint("block tile fits the problem", lambda v: v["BM"] <= max(16, _pow2_at_least(m))
@@ -135,6 +138,10 @@ class GemmMma(TensorCoreGemm):
             Constraint("k slices of whole mma steps", lambda v: v["BK"] % (v["WK"] * mma_k) == 0, ("BK", "WK")),
             Constraint("double-buffered fragments with one k slice", lambda v: v["FB"] == 1 or v["WK"] == 1,
                        ("FB", "WK")),
+            Constraint("mbarrier stages with double-buffered fragments of two or more mma steps",
+                       lambda v: v["MBAR"] == 0 or (v["FB"] == 2 and v["BK"] // mma_k % 2 == 0),
+                       ("MBAR", "FB", "BK")),
+            Constraint("planned copies for masked tiles only", lambda v: v["LP"] == 0 or v["UC"] == 0, ("LP", "UC")),
             Constraint("accumulators fit in registers", lambda v: accumulators(v) <= 128, ("WM", "WN")),
             Constraint("A vector fits alignment and tile", lambda v: v["VA"] <= align_a and
                        (v["BK"] if a_kmajor else v["BM"]) % v["VA"] == 0, ("BM", "BK", "VA")),
@@ -162,7 +169,7 @@ class GemmMma(TensorCoreGemm):
         def namer(v):
             return (f"gemm_mma_{short}_{layout.lower()}_{v['BM']}x{v['BN']}x{v['BK']}_w{v['WM']}x{v['WN']}"
                     f"_s{v['STAGES']}_va{v['VA']}_vb{v['VB']}_g{v['GM']}_k{v['WK']}_mb{v['MINB']}"
-                    + ("_uc" if v["UC"] else "") + ("_fb2" if v["FB"] == 2 else ""))
+                    + ("_uc" if v["UC"] else "") + ("_fb2" if v["FB"] == 2 else "") + ("_mbar" if v["MBAR"] else "") + ("_lp" if v["LP"] else ""))
 
         return Space(params, constraints, derived, namer)
 
