@@ -135,6 +135,26 @@ def test_fp64_mbarrier_stages_leave_no_block_barrier_in_the_k_loop(target, bk):
         space.config(**dict(tile, FB=1), MBAR=1)
 
 
+def _instructions(sass: str) -> int:
+    return len(re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?[A-Z]", sass))
+
+
+def test_fp64_planned_copies_cut_instructions_and_whole_tiles_skip_zero_fill(target):
+    """LP=1 works each thread's copy addresses and bounds out once (fewer instructions than
+    LP=0); LP=2 adds copies of whole tiles with no zero fill (LDGSTS without .ZFILL)."""
+    problem = SPEC.problem(4096, 4096, 4096, "float64", "NN")
+    space = SPEC.space(problem, target)
+    tile = dict(BM=64, BN=128, BK=16, WM=32, WN=32, STAGES=4, VA=2, VB=2, GM=8, WK=1, MINB=1, UC=0, FB=2)
+    built = {lp: compile_source(render(SPEC, problem, space.config(**tile, LP=lp), target, space)) for lp in (0, 1, 2)}
+    assert all(r.failure is None and r.binary.resources["spill_stores"] == 0 for r in built.values())
+    sass = {lp: sass_or_skip(r.binary.cubin) for lp, r in built.items()}
+    assert _instructions(sass[1]) < _instructions(sass[0])
+    plain = r"LDGSTS\.E\.BYPASS(\.LTC128B)?\.128 "
+    assert re.search(plain, sass[2]) and not re.search(plain, sass[1]) and not re.search(plain, sass[0])
+    with pytest.raises(Exception, match="whole tiles"):
+        space.config(**dict(tile, FB=1), LP=2)
+
+
 def test_default_and_model_picks_by_tiles_per_sm(target):
     """The default is the largest tile with a tile for every SM; its 16-bit tiles of 64x64 or
     less take k tiles of 64; the picks add the next larger tile, which the rule passed over."""

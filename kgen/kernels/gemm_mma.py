@@ -127,7 +127,7 @@ class GemmMma(TensorCoreGemm):
             Param("UC", (0, 1) if dtype == "float64" else (0,), default=0),
             Param("FB", (1, 2) if dtype == "float64" else (1,), default=1),
             Param("MBAR", (0, 1) if dtype == "float64" else (0,), default=0),
-            Param("LP", (0, 1) if dtype == "float64" else (0,), default=0),
+            Param("LP", (0, 1, 2) if dtype == "float64" else (0,), default=0),
         ]
         constraints = [
             Constraint("block tile fits the problem", lambda v: v["BM"] <= max(16, _pow2_at_least(m))
@@ -141,7 +141,9 @@ class GemmMma(TensorCoreGemm):
             Constraint("mbarrier stages with double-buffered fragments of two or more mma steps",
                        lambda v: v["MBAR"] == 0 or (v["FB"] == 2 and v["BK"] // mma_k % 2 == 0),
                        ("MBAR", "FB", "BK")),
-            Constraint("planned copies for masked tiles only", lambda v: v["LP"] == 0 or v["UC"] == 0, ("LP", "UC")),
+            Constraint("planned copies without UC; whole tiles among the mma with FB alone",
+                       lambda v: v["LP"] == 0 or (v["UC"] == 0 and (v["LP"] == 1 or (v["FB"] == 2 and not v["MBAR"]))),
+                       ("LP", "UC", "FB", "MBAR")),
             Constraint("accumulators fit in registers", lambda v: accumulators(v) <= 128, ("WM", "WN")),
             Constraint("A vector fits alignment and tile", lambda v: v["VA"] <= align_a and
                        (v["BK"] if a_kmajor else v["BM"]) % v["VA"] == 0, ("BM", "BK", "VA")),
@@ -169,7 +171,7 @@ class GemmMma(TensorCoreGemm):
         def namer(v):
             return (f"gemm_mma_{short}_{layout.lower()}_{v['BM']}x{v['BN']}x{v['BK']}_w{v['WM']}x{v['WN']}"
                     f"_s{v['STAGES']}_va{v['VA']}_vb{v['VB']}_g{v['GM']}_k{v['WK']}_mb{v['MINB']}"
-                    + ("_uc" if v["UC"] else "") + ("_fb2" if v["FB"] == 2 else "") + ("_mbar" if v["MBAR"] else "") + ("_lp" if v["LP"] else ""))
+                    + ("_uc" if v["UC"] else "") + ("_fb2" if v["FB"] == 2 else "") + ("_mbar" if v["MBAR"] else "") + (f"_lp{v['LP']}" if v["LP"] else ""))
 
         return Space(params, constraints, derived, namer)
 
