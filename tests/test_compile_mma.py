@@ -115,26 +115,6 @@ def test_fp64_double_buffered_fragments_interleave_copies_with_dmma(target):
     assert sum(op.startswith("LDS") for op in interleaved) >= 16
 
 
-@pytest.mark.parametrize("bk", [16, 32])
-def test_fp64_mbarrier_stages_leave_no_block_barrier_in_the_k_loop(target, bk):
-    """MBAR=1: the k loop waits on the stages' mbarriers (SYNCS try-waits, cp.async arrivals)
-    and has no BAR.SYNC; the one block-wide barrier left publishes the barriers' setup."""
-    problem = SPEC.problem(4096, 4096, 4096, "float64", "NN")
-    space = SPEC.space(problem, target)
-    tile = dict(BM=64, BN=128, BK=bk, WM=32, WN=32, STAGES=4 if bk == 16 else 3, VA=2, VB=2, GM=8, WK=1,
-                MINB=1, UC=0, FB=2)
-    tracked = compile_source(render(SPEC, problem, space.config(**tile, MBAR=1), target, space))
-    plain = compile_source(render(SPEC, problem, space.config(**tile, MBAR=0), target, space))
-    assert tracked.failure is None and plain.failure is None
-    assert tracked.binary.resources["spill_stores"] == 0
-    sass, plain_sass = sass_or_skip(tracked.binary.cubin), sass_or_skip(plain.binary.cubin)
-    assert len(re.findall(r"\bBAR\.SYNC\b", sass)) == 1 and len(re.findall(r"\bBAR\.SYNC\b", plain_sass)) >= 2
-    assert "ARRIVES.LDGSTSBAR" in sass and "SYNCS.PHASECHK" in sass
-    assert "SYNCS" not in plain_sass and "ARRIVES" not in plain_sass
-    with pytest.raises(Exception, match="mbarrier"):
-        space.config(**dict(tile, FB=1), MBAR=1)
-
-
 def _instructions(sass: str) -> int:
     return len(re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?[A-Z]", sass))
 

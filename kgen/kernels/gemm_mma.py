@@ -40,7 +40,7 @@ def _pad(dtype: str, kmajor: bool) -> int:
 
 def tile_shape(dtype: str, layout: str, v: Mapping[str, int]) -> dict[str, int]:
     """Padded shared-memory rows and tile sizes (elements) of A and B, and the bytes in all
-    (the pipeline's and its mbarriers', or the k slices' partial sums where those need more)."""
+    (the pipeline's, or the k slices' partial sums where those need more)."""
     a_kmajor, b_kmajor = layout[0] == "N", layout[1] == "T"
     sa_row = (v["BK"] if a_kmajor else v["BM"]) + _pad(dtype, a_kmajor)
     sb_row = (v["BK"] if b_kmajor else v["BN"]) + _pad(dtype, b_kmajor)
@@ -48,9 +48,8 @@ def tile_shape(dtype: str, layout: str, v: Mapping[str, int]) -> dict[str, int]:
     sb_tile = (v["BN"] if b_kmajor else v["BK"]) * sb_row
     acc_size = 8 if dtype == "float64" else 4
     partial = (v.get("WK", 1) - 1) * v["BM"] * v["BN"] * acc_size
-    barriers = 16 * v["STAGES"] if v.get("MBAR") else 0        # a full and an empty mbarrier a stage
     return dict(SA_ROW=sa_row, SB_ROW=sb_row, SA_TILE=sa_tile, SB_TILE=sb_tile,
-                SMEM=max(v["STAGES"] * (sa_tile + sb_tile) * ITEMSIZE[dtype] + barriers, partial))
+                SMEM=max(v["STAGES"] * (sa_tile + sb_tile) * ITEMSIZE[dtype], partial))
 
 
 def _pow2_at_least(x: int) -> int:
@@ -58,7 +57,7 @@ def _pow2_at_least(x: int) -> int:
 
 
 # (BM, BN, WM, WN) of the default config, largest first (``GemmMma.default_config``)
-TILE_PREFERENCE = ((128, 128, 64, 64), (128, 64, 64, 32), (64, 64, 32, 32), (32, 64, 16, 32), (16, 64, 16, 16),
+TILE_PREFERENCE = ((128, 128, 64, 64), (128, 64, 64, 32), (128, 64, 32, 32), (64, 64, 32, 32), (32, 64, 16, 32), (16, 64, 16, 16),
                    (64, 16, 16, 16), (16, 16, 16, 16))
 
 
@@ -116,8 +115,11 @@ class GemmMma(TensorCoreGemm):
             Param("GM", (1, 8)),
             Param("WK", (1, 2, 4)),
             Param("MINB", (1, 2)),
-            # fp64 only for now: unmasked copies of whole tiles, fragments double-buffered. Tried
-            # and dropped: 16-byte fragment reads, by a k order of pairs (66 more IMAD, likely
+            # fp64 only for now: unmasked copies of whole tiles, fragments double-buffered, copies
+            # planned once (LP=1; LP=2 adds whole tiles with no bounds among the mma: 4096^3 2.41 ms
+            # against 2.60, compare_f64_planned_copies.jsonl). Tried and dropped: the stages tracked
+            # by mbarriers instead of a block barrier (143d9ac; 2.67-3.06 ms against 2.61-2.70,
+            # compare_f64_mbar_lp.jsonl), 16-byte fragment reads, by a k order of pairs (66 more IMAD, likely
             # moves into the DMMA's register order: 4096^3 2.80 ms against 2.59), by tiles stored
             # in fragment order (62b334a; its 8-byte copies: 3.63 ms) or by swapped operands,
             # C^T = B^T A^T (aadd3c5; 2.67 ms: 9 fewer instructions a loop, of 230, most of them
@@ -126,7 +128,6 @@ class GemmMma(TensorCoreGemm):
             # compare_f64_m16n8k16.jsonl)
             Param("UC", (0, 1) if dtype == "float64" else (0,), default=0),
             Param("FB", (1, 2) if dtype == "float64" else (1,), default=1),
-            Param("MBAR", (0, 1) if dtype == "float64" else (0,), default=0),
             Param("LP", (0, 1, 2) if dtype == "float64" else (0,), default=0),
         ]
         constraints = [
@@ -138,12 +139,8 @@ class GemmMma(TensorCoreGemm):
             Constraint("k slices of whole mma steps", lambda v: v["BK"] % (v["WK"] * mma_k) == 0, ("BK", "WK")),
             Constraint("double-buffered fragments with one k slice", lambda v: v["FB"] == 1 or v["WK"] == 1,
                        ("FB", "WK")),
-            Constraint("mbarrier stages with double-buffered fragments of two or more mma steps",
-                       lambda v: v["MBAR"] == 0 or (v["FB"] == 2 and v["BK"] // mma_k % 2 == 0),
-                       ("MBAR", "FB", "BK")),
-            Constraint("planned copies without UC; whole tiles among the mma with FB alone",
-                       lambda v: v["LP"] == 0 or (v["UC"] == 0 and (v["LP"] == 1 or (v["FB"] == 2 and not v["MBAR"]))),
-                       ("LP", "UC", "FB", "MBAR")),
+            Constraint("planned copies without UC; whole tiles among the mma with FB",
+                       lambda v: v["LP"] == 0 or (v["UC"] == 0 and (v["LP"] == 1 or v["FB"] == 2)), ("LP", "UC", "FB")),
             Constraint("accumulators fit in registers", lambda v: accumulators(v) <= 128, ("WM", "WN")),
             Constraint("A vector fits alignment and tile", lambda v: v["VA"] <= align_a and
                        (v["BK"] if a_kmajor else v["BM"]) % v["VA"] == 0, ("BM", "BK", "VA")),
@@ -171,7 +168,7 @@ class GemmMma(TensorCoreGemm):
         def namer(v):
             return (f"gemm_mma_{short}_{layout.lower()}_{v['BM']}x{v['BN']}x{v['BK']}_w{v['WM']}x{v['WN']}"
                     f"_s{v['STAGES']}_va{v['VA']}_vb{v['VB']}_g{v['GM']}_k{v['WK']}_mb{v['MINB']}"
-                    + ("_uc" if v["UC"] else "") + ("_fb2" if v["FB"] == 2 else "") + ("_mbar" if v["MBAR"] else "") + (f"_lp{v['LP']}" if v["LP"] else ""))
+                    + ("_uc" if v["UC"] else "") + ("_fb2" if v["FB"] == 2 else "") + (f"_lp{v['LP']}" if v["LP"] else ""))
 
         return Space(params, constraints, derived, namer)
 
@@ -225,9 +222,12 @@ class GemmMma(TensorCoreGemm):
         k_tiles = (choices[2], choices[1]) if ITEMSIZE[dtype] == 2 and bm * bn <= 64 * 64 else (choices[1],)
         # fp64 double-buffers its fragments where it can: 64x64x16 tiles of 32x32 warp tiles at
         # 4096^3 ran 2.73 ms against 3.08 without (scripts/results/nvidia-h200/compare_f64_uc_fb.jsonl)
+        # and plans its copies (LP=2 with FB, else 1): at 4096^3 128x64x16 tiles of 32x32 warp
+        # tiles so ran 2.41 ms where the tuned 64x128x16 without planned copies ran 2.60 (both in
+        # scripts/results/nvidia-h200/compare_f64_planned_copies.jsonl)
         buffers = (2, 1) if dtype == "float64" else (1,)
         candidates = (dict(BM=bm, BN=bn, BK=bk, WM=wm, WN=wn, STAGES=stages, VA=va, VB=vb, GM=gm, WK=1,
-                           MINB=1, FB=fb)
+                           MINB=1, FB=fb, LP=(fb if dtype == "float64" else 0))
                       for va in (min(widest, problem["align_a"]), 1)
                       for vb in (min(widest, problem["align_b"]), 1)
                       for fb in buffers for stages in (4, 3, 2) for bk in k_tiles for gm in (8, 1))
