@@ -128,7 +128,7 @@ class GemmMma(TensorCoreGemm):
             # compare_f64_m16n8k16.jsonl)
             Param("UC", (0, 1) if dtype == "float64" else (0,), default=0),
             Param("FB", (1, 2) if dtype == "float64" else (1,), default=1),
-            Param("LP", (0, 1, 2) if dtype == "float64" else (0,), default=0),
+            Param("LP", (0, 1, 2) if dtype == "float64" else (0, 1), default=0),
         ]
         constraints = [
             Constraint("block tile fits the problem", lambda v: v["BM"] <= max(16, _pow2_at_least(m))
