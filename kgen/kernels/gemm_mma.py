@@ -7,7 +7,7 @@ layout, any size and alignment, with the fused epilogue of ``kgen.kernels.gemm_t
 >>> spec = GemmMma()
 >>> p = spec.problem(4096, 4096, 4096, "bfloat16", "NN")
 >>> spec.default_config(p, Target.h200()).name
-'gemm_mma_bf16_nn_128x128x32_w64x64_s4_va8_vb8_g8_k1_mb1'
+'gemm_mma_bf16_nn_128x128x32_w64x64_s4_va8_vb8_g8_k1_mb1_lp1'
 """
 
 from __future__ import annotations
@@ -222,12 +222,13 @@ class GemmMma(TensorCoreGemm):
         k_tiles = (choices[2], choices[1]) if ITEMSIZE[dtype] == 2 and bm * bn <= 64 * 64 else (choices[1],)
         # fp64 double-buffers its fragments where it can: 64x64x16 tiles of 32x32 warp tiles at
         # 4096^3 ran 2.73 ms against 3.08 without (scripts/results/nvidia-h200/compare_f64_uc_fb.jsonl)
-        # and plans its copies (LP=2 with FB, else 1): at 4096^3 128x64x16 tiles of 32x32 warp
-        # tiles so ran 2.41 ms where the tuned 64x128x16 without planned copies ran 2.60 (both in
-        # scripts/results/nvidia-h200/compare_f64_planned_copies.jsonl)
+        # Every precision plans its copies (LP=1; fp64 LP=2 with FB): at fp64 4096^3 128x64x16
+        # tiles of 32x32 warp tiles so ran 2.41 ms where the tuned 64x128x16 without planned
+        # copies ran 2.60 (compare_f64_planned_copies.jsonl); bf16 3000x5000x700's tuned tile
+        # 0.1018 ms against 0.1134, fp16's 0.1042 against 0.1103 (compare_16bit_planned_copies.jsonl)
         buffers = (2, 1) if dtype == "float64" else (1,)
         candidates = (dict(BM=bm, BN=bn, BK=bk, WM=wm, WN=wn, STAGES=stages, VA=va, VB=vb, GM=gm, WK=1,
-                           MINB=1, FB=fb, LP=(fb if dtype == "float64" else 0))
+                           MINB=1, FB=fb, LP=(fb if dtype == "float64" else 1))
                       for va in (min(widest, problem["align_a"]), 1)
                       for vb in (min(widest, problem["align_b"]), 1)
                       for fb in buffers for stages in (4, 3, 2) for bk in k_tiles for gm in (8, 1))
