@@ -91,7 +91,8 @@ def test_mma_fp64_copy_and_pipeline_options_are_correct():
                     if space.is_valid(values):
                         config = space.make(values)
                         cases.append((problem, config, render(spec, problem, config, target, space)))
-    assert len(cases) >= 150 and sum(c["LP"] == 1 for _, c, _ in cases) >= 40 and sum(c["LP"] == 2 for _, c, _ in cases) >= 30
+    assert len(cases) >= 150
+    assert sum(c["LP"] == 1 for _, c, _ in cases) >= 40 and sum(c["LP"] == 2 for _, c, _ in cases) >= 30
     _check_cases(spec, cases, lambda index, failures: index)
 
 

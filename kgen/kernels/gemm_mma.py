@@ -57,8 +57,8 @@ def _pow2_at_least(x: int) -> int:
 
 
 # (BM, BN, WM, WN) of the default config, largest first (``GemmMma.default_config``)
-TILE_PREFERENCE = ((128, 128, 64, 64), (128, 64, 64, 32), (128, 64, 32, 32), (64, 64, 32, 32), (32, 64, 16, 32), (16, 64, 16, 16),
-                   (64, 16, 16, 16), (16, 16, 16, 16))
+TILE_PREFERENCE = ((128, 128, 64, 64), (128, 64, 64, 32), (128, 64, 32, 32), (64, 64, 32, 32), (32, 64, 16, 32),
+                   (16, 64, 16, 16), (64, 16, 16, 16), (16, 16, 16, 16))
 
 
 class GemmMma(TensorCoreGemm):
@@ -115,10 +115,11 @@ class GemmMma(TensorCoreGemm):
             Param("GM", (1, 8)),
             Param("WK", (1, 2, 4)),
             Param("MINB", (1, 2)),
-            # fp64 only for now: unmasked copies of whole tiles, fragments double-buffered, copies
-            # planned once (LP=1; LP=2 adds whole tiles with no bounds among the mma: 4096^3 2.41 ms
-            # against 2.60, compare_f64_planned_copies.jsonl). Tried and dropped: the stages tracked
-            # by mbarriers instead of a block barrier (143d9ac; 2.67-3.06 ms against 2.61-2.70,
+            # Copies planned once (LP=1, every precision); fp64 only for now: unmasked copies of
+            # whole tiles (UC), fragments double-buffered (FB), and with FB whole tiles copied with
+            # no bounds among the mma (LP=2: 4096^3 2.41 ms against 2.60,
+            # compare_f64_planned_copies.jsonl). Tried and dropped for fp64: the stages tracked by
+            # mbarriers instead of a block barrier (143d9ac; 2.67-3.06 ms against 2.61-2.70,
             # compare_f64_mbar_lp.jsonl), 16-byte fragment reads, by a k order of pairs (66 more IMAD, likely
             # moves into the DMMA's register order: 4096^3 2.80 ms against 2.59), by tiles stored
             # in fragment order (62b334a; its 8-byte copies: 3.63 ms) or by swapped operands,
@@ -168,7 +169,8 @@ class GemmMma(TensorCoreGemm):
         def namer(v):
             return (f"gemm_mma_{short}_{layout.lower()}_{v['BM']}x{v['BN']}x{v['BK']}_w{v['WM']}x{v['WN']}"
                     f"_s{v['STAGES']}_va{v['VA']}_vb{v['VB']}_g{v['GM']}_k{v['WK']}_mb{v['MINB']}"
-                    + ("_uc" if v["UC"] else "") + ("_fb2" if v["FB"] == 2 else "") + (f"_lp{v['LP']}" if v["LP"] else ""))
+                    + ("_uc" if v["UC"] else "") + ("_fb2" if v["FB"] == 2 else "")
+                    + (f"_lp{v['LP']}" if v["LP"] else ""))
 
         return Space(params, constraints, derived, namer)
 
