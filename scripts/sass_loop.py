@@ -20,6 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from scripts.compare_configs import _groups  # noqa: E402
+
 _LINE = re.compile(r"\s+/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)(.*)")
 _MMA = ("DMMA", "HMMA", "HGMMA")
 
@@ -40,33 +42,28 @@ def k_loop(sass: str) -> collections.Counter:
 
 def main(argv: list[str]) -> None:
     from kgen.compile import compile_source
-    from kgen.kernels.gemm_mma import GemmMma
-    from kgen.kernels.gemm_wgmma import GemmWgmma
     from kgen.problem import Target
     from kgen.render import render
     from kgen.sass import sass_of
+    from kgen.spec import get_spec
 
-    target, problem_arg = Target.h200(), None
-    for arg in argv:
-        if ":" in arg:
-            problem_arg = arg
-            continue
-        if problem_arg is None:
-            raise SystemExit(f"{arg}: name a problem (dtype:layout:MxNxK) first")
-        dtype, layout, shape = problem_arg.split(":")
-        spec = GemmMma() if arg.startswith("gemm_mma_") else GemmWgmma()
-        problem = spec.problem(*(int(x) for x in shape.split("x")), dtype, layout)
-        space = spec.space(problem, target)
-        found = space.find([arg])
-        if arg not in found:
-            raise SystemExit(f"{arg}: not a valid config of {problem_arg}")
-        result = compile_source(render(spec, problem, found[arg], target, space))
-        if result.failure is not None:
-            raise SystemExit(f"{arg}: {result.failure.detail[:300]}")
-        loop = k_loop(sass_of(result.binary.cubin))
-        top = ", ".join(f"{op} {n}" for op, n in loop.most_common(8))
-        print(f"{arg}: {sum(loop.values())} instructions a k loop "
-              f"({sum(loop[m] for m in _MMA)} mma; {top}); {result.binary.resources['registers']} registers")
+    target = Target.h200()
+    for head, names in _groups(argv):
+        dtype, layout, shape = head.split(":")
+        for name in names:
+            spec = get_spec("gemm_mma" if name.startswith("gemm_mma_") else "gemm_wgmma")
+            problem = spec.problem(*(int(x) for x in shape.split("x")), dtype, layout)
+            space = spec.space(problem, target)
+            found = space.find([name])
+            if name not in found:
+                raise SystemExit(f"{name}: not a valid config of {head}")
+            result = compile_source(render(spec, problem, found[name], target, space))
+            if result.failure is not None:
+                raise SystemExit(f"{name}: {result.failure.detail[:300]}")
+            loop = k_loop(sass_of(result.binary.cubin))
+            top = ", ".join(f"{op} {n}" for op, n in loop.most_common(8))
+            print(f"{name}: {sum(loop.values())} instructions a k loop "
+                  f"({sum(loop[m] for m in _MMA)} mma; {top}); {result.binary.resources['registers']} registers")
 
 
 if __name__ == "__main__":
