@@ -77,10 +77,10 @@ def checked_runs(family: str, items: list[str], base_template: Path | None = Non
                     print(f"{head} {name}: not a valid config of this problem's space", flush=True)
                     continue
                 for suffix, variant in variants:
-                    jobs.append((name + suffix, by_name[name],
+                    jobs.append((name + suffix, variant, by_name[name],
                                  pool.submit(render(variant, problem, by_name[name], target, space))))
             cases.append((head, problem, jobs))
-        cases = [(head, problem, [(name, config, fut.result()) for name, config, fut in jobs])
+        cases = [(head, problem, [(name, variant, config, fut.result()) for name, variant, config, fut in jobs])
                  for head, problem, jobs in cases]
     checked = []
     for head, problem, jobs in cases:
@@ -88,18 +88,20 @@ def checked_runs(family: str, items: list[str], base_template: Path | None = Non
         check_ops = spec.inputs(problem, seed=2)          # fresh inputs for the check, and their
         expected = spec.reference(problem, check_ops)     # reference, once for every config
         runs = {}
-        for name, config, result in jobs:
+        for name, variant, config, result in jobs:
             if result.failure is not None:
                 print(f"{head} {name}: does not compile ({result.failure.detail[:300]})", flush=True)
                 continue
             binary = result.binary
             kernel = CupyKernel(binary.cubin, binary.entry, binary.path)
-            check = verify(spec, problem, config, kernel, check_ops, expected)   # outputs poisoned each time
+            # each variant launched through its own spec: its arguments, and its workspaces
+            # (kgen.kernels.gemm_wgmma keeps one per template), are its own
+            check = verify(variant, problem, config, kernel, check_ops, expected)   # outputs poisoned each time
             if not check.ok:
                 print(f"{head} {name}: WRONG ({check.detail})", flush=True)
                 continue
-            runs[name] = (lambda kernel=kernel, config=config, problem=problem, ops=ops:
-                          spec.run(kernel, problem, config, ops))
+            runs[name] = (lambda kernel=kernel, variant=variant, config=config, problem=problem, ops=ops:
+                          variant.run(kernel, problem, config, ops))
         cublas = torch_baseline(problem, ops)
         if cublas is not None:
             runs["cublas"] = cublas

@@ -14,14 +14,20 @@ block (thread 0 of the producer, thread 0 of the first consumer warpgroup):
     first_copy   the producer sends the first stage's copies
     first_stage  the first consumer sees the first stage land
     sums         the first unit's mainloop done (its last wgmma complete)
+    parted       split-K: the first unit's part written to the workspace (and fenced)
+    turn_first   split-K: the part learnt a later part finishes the tile (the counter's answer)
+    turn_last    split-K: the part learnt it finishes the tile
+    added        split-K: the other parts read and added (the tile's last part)
     stored       every unit's epilogue issued
     drained      the consumer's TMA stores done
     end          the producer's last instruction (in a cluster, once every stage it filled is
                  freed in each block it feeds)
 
-and the global timer at start, drained, end, and when the block's last consumer warp is done
-(``last_warp_ns``: after warp 0's drain; ``end_after_cluster_ns``: the producer's end after
-the last warp of its cluster's blocks, negative where it leaves first). The kernel runs
+and the global timer at start, sums, drained, end, and when the block's last consumer warp is
+done (``last_warp_ns``: after warp 0's drain; ``end_after_cluster_ns``: the producer's end after
+the last warp of its cluster's blocks, negative where it leaves first). From the sums stamps:
+``sums_spread_ns``, the last block's mainloop end after the first's, and ``tail_ns``, the last
+drain after the last mainloop end. The kernel runs
 ``--runs`` times on the same inputs, L2 flushed before each (as the tuner times); per phase,
 the median over blocks and runs of the cycles since the block's start is printed, with the
 slowest block's. The global timer gives the spread of the blocks' starts and the span from
@@ -42,12 +48,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from scripts.compare_configs import _groups  # noqa: E402
 
-PHASES = ("start", "ready", "descs", "origin", "freed", "first_copy", "first_stage", "sums", "stored",
-          "drained", "end")
+PHASES = ("start", "ready", "descs", "origin", "freed", "first_copy", "first_stage", "sums", "parted",
+          "turn_first", "turn_last", "added", "stored", "drained", "end")
 CLOCK_SLOTS = {"start": 1, "ready": 2, "descs": 10, "origin": 11, "freed": 12, "first_copy": 3,
-               "first_stage": 4, "sums": 5, "stored": 6, "drained": 7, "end": 9}
-START_NS, DRAINED_NS, LAST_WARP_NS, END_NS = 0, 8, 14, 15      # global-timer slots
-WORDS_PER_BLOCK = 16
+               "first_stage": 4, "sums": 5, "parted": 16, "turn_first": 17, "turn_last": 18, "added": 19,
+               "stored": 6, "drained": 7, "end": 9}
+START_NS, DRAINED_NS, LAST_WARP_NS, END_NS, SUMS_NS = 0, 8, 14, 15, 20      # global-timer slots
+WORDS_PER_BLOCK = 32     # the template's KGEN_TRACE_WORDS
 
 
 def traced(spec):
@@ -65,6 +72,7 @@ def phase_summary(words, blocks: int, cluster: int = 1) -> dict:
               for name, slot in CLOCK_SLOTS.items() if name != "start"}
     starts = [r[START_NS] for r in rows]
     drains = [r[DRAINED_NS] for r in rows if r[DRAINED_NS]]
+    sums = [r[SUMS_NS] for r in rows if r[SUMS_NS]]
     last_warp = [r[LAST_WARP_NS] - r[DRAINED_NS] for r in rows if r[LAST_WARP_NS] and r[DRAINED_NS]]
     end_after = []
     for b, r in enumerate(rows):
@@ -73,6 +81,8 @@ def phase_summary(words, blocks: int, cluster: int = 1) -> dict:
             end_after.append(r[END_NS] - max(m[LAST_WARP_NS] for m in mates))
     return {"cycles": cycles, "start_spread_ns": max(starts) - min(starts),
             "span_ns": (max(drains) - min(starts)) if drains else None,
+            "sums_spread_ns": (max(sums) - min(sums)) if sums else None,
+            "tail_ns": (max(drains) - max(sums)) if sums and drains else None,
             "last_warp_ns": last_warp, "end_after_cluster_ns": end_after}
 
 
@@ -133,6 +143,9 @@ def main(argv: list[str]) -> None:
             for stamp in ("last_warp_ns", "end_after_cluster_ns"):
                 values = [v for r in runs for v in r[stamp]]
                 row[stamp] = statistics.median(values) if values else None
+            for spread in ("sums_spread_ns", "tail_ns"):
+                values = [r[spread] for r in runs if r[spread] is not None]
+                row[spread] = statistics.median(values) if values else None
             print(f"{head} {name}: {blocks} blocks, starts spread {row['start_spread_ns']} ns, "
                   f"first start to last drain {row['span_ns']} ns", flush=True)
             for phase in row["median_cycles"]:
@@ -140,6 +153,8 @@ def main(argv: list[str]) -> None:
                       f"{row['slowest_cycles'][phase]:9.0f})", flush=True)
             print(f"    last warp done {row['last_warp_ns']} ns after warp 0; producer's end "
                   f"{row['end_after_cluster_ns']} ns after its cluster's last warp", flush=True)
+            print(f"    mainloop ends spread over {row['sums_spread_ns']} ns; last drain "
+                  f"{row['tail_ns']} ns after the last mainloop end", flush=True)
             if args.out:
                 with args.out.open("a") as f:
                     f.write(json.dumps(row) + "\n")

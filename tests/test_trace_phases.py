@@ -17,7 +17,7 @@ from kgen.render import render
 from compiling import sass_or_skip
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from scripts.trace_phases import (CLOCK_SLOTS, DRAINED_NS, END_NS, LAST_WARP_NS, START_NS,  # noqa: E402
+from scripts.trace_phases import (CLOCK_SLOTS, DRAINED_NS, END_NS, LAST_WARP_NS, START_NS, SUMS_NS,  # noqa: E402
                                   WORDS_PER_BLOCK, phase_summary, traced)
 
 SPEC = GemmWgmma()
@@ -35,8 +35,8 @@ def test_only_a_traced_render_marks_phases():
     assert plain.digest != marked.digest        # never one cache entry for both
     plain_sass = sass_or_skip(compile_source(plain, use_cache=False).binary.cubin)
     marked_sass = sass_or_skip(compile_source(marked, use_cache=False).binary.cubin)
-    # the global timer at start, drained, the last warp's end and the producer's end
-    assert "GLOBALTIMER" not in plain_sass and marked_sass.count("GLOBALTIMER") == 4
+    # the global timer at start, the sums, drained, the last warp's end and the producer's end
+    assert "GLOBALTIMER" not in plain_sass and marked_sass.count("GLOBALTIMER") == 5
     assert "REDG.E.MAX.64" in marked_sass and "REDG" not in plain_sass   # the last warp's stamp
     assert marked_sass.count("CS2R") > plain_sass.count("CS2R")     # the clock reads
 
@@ -55,6 +55,20 @@ def test_phase_summary_counts_cycles_from_each_blocks_start():
     assert summary["cycles"]["sums"] == []      # marks not written are left out
     assert summary["start_spread_ns"] == 300 and summary["span_ns"] == 3000
     assert summary["last_warp_ns"] == [] and summary["end_after_cluster_ns"] == []
+    assert summary["sums_spread_ns"] is None and summary["tail_ns"] is None   # no sums stamped
+    words[SUMS_NS], words[WORDS_PER_BLOCK + SUMS_NS] = 3000, 3400
+    summary = phase_summary(words, 2)
+    assert summary["sums_spread_ns"] == 400 and summary["tail_ns"] == 600
+
+
+def test_a_traced_split_k_render_marks_how_the_parts_meet():
+    target = Target.h200()
+    problem = SPEC.problem(64, 4096, 4096, "bfloat16", "NN")
+    space = SPEC.space(problem, target)
+    name = "gemm_wgmma_bf16_nn_64x64x64_s8_c1_g1_k2_ts"
+    code = render(traced(SPEC), problem, space.find([name])[name], target, space).code
+    for phase in ("parted", "turn_first", "turn_last", "added"):
+        assert f"KGEN_MARK({CLOCK_SLOTS[phase]})" in code, phase
 
 
 def test_phase_summary_times_the_end_against_the_clusters_last_warp():

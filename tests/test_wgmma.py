@@ -21,7 +21,7 @@ import pytest
 from kgen import tma
 from kgen.compile import CompilePool, compile_source
 from kgen.kernels.gemm_tc import EPILOGUES, allowed_outputs
-from kgen.kernels.gemm_wgmma import BK, GemmWgmma, block_k, smem_bytes
+from kgen.kernels.gemm_wgmma import BK, GemmWgmma, block_k, smem_bytes, split_parts_poll
 from kgen.problem import Target
 from kgen.render import render
 
@@ -622,7 +622,13 @@ def _splitk_jobs(target):
         if not SPEC.supports(problem, target):
             continue
         split = [c for c in SPEC.space(problem, target).configs() if c["SPLITK"] > 1]
-        jobs[("splitk", shape, layout)] = (problem, rng.sample(split, min(3, len(split))))
+        picks = rng.sample(split, min(3, len(split)))
+        # and one of each way the parts meet: polling (a unit a block) and the counters
+        for polls in (True, False):
+            ways = [c for c in split if split_parts_poll(problem, c, target.sm_count) == polls]
+            if ways and not any(split_parts_poll(problem, c, target.sm_count) == polls for c in picks):
+                picks.append(rng.choice(ways))
+        jobs[("splitk", shape, layout)] = (problem, picks)
     return jobs
 
 
@@ -839,15 +845,17 @@ def test_gpu_cluster_configs_share_b_and_are_correct(gpu, shape, layout):
 @pytest.mark.parametrize("shape", SPLITK_SHAPES)
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_gpu_split_k_adds_every_part_launch_after_launch(gpu, shape, layout):
-    """Each config three times on fresh inputs: right every time, counters back at zero."""
+    """Each config three times on fresh inputs: right every time, counters back at zero and
+    every partial slot empty again (both ways of meeting: by polling and by the counters)."""
     from kgen.kernels import gemm_wgmma
 
     problem, configs = _job_or_skip(gpu, ("splitk", shape, layout))
     assert configs and all(c["SPLITK"] > 1 for c in configs)
     for launch in range(3):
         _verify_all(gpu, ("splitk", shape, layout), first_seed=10 * launch)
-    for _partials, counters, *_ in gemm_wgmma._WORKSPACES.values():
+    for partials, counters, *_ in gemm_wgmma._WORKSPACES.values():
         assert int(counters.max()) == 0 == int(counters.min())
+        assert bool((partials == gemm_wgmma.EMPTY_BITS).all())
 
 
 @pytest.mark.gpu
@@ -897,6 +905,18 @@ def test_model_picks_are_one_config_per_tile_default_first(target):
                                        "gemm_wgmma_bf16_nn_64x256x64_s5_c1_g8_ts_x2"]    # TMA stores before a 6th stage
     skinny = SPEC.model_picks(SPEC.problem(128, 4096, 4096, "bfloat16", "NN"), target, 3)
     assert [c["CLUSTER"] for c in skinny] == [2, 2, 1]       # 128 rows of 128-row tiles: no pair of block rows
+
+
+def test_split_k_tests_take_both_ways_the_parts_meet(target):
+    jobs = _splitk_jobs(target)
+    ways = {split_parts_poll(problem, c, target.sm_count) for problem, configs in jobs.values() for c in configs}
+    assert ways == {True, False}
+    problem = SPEC.problem(64, 4096, 4096, "bfloat16", "NN")
+    space = SPEC.space(problem, target)
+    one_wave = space.find(["gemm_wgmma_bf16_nn_64x64x64_s8_c1_g1_k2_ts"])["gemm_wgmma_bf16_nn_64x64x64_s8_c1_g1_k2_ts"]
+    two_waves = space.make({**one_wave.as_dict(), "SPLITK": 4})     # 256 units on 132 SMs
+    assert split_parts_poll(problem, one_wave, 132) and not split_parts_poll(problem, two_waves, 132)
+    assert not split_parts_poll(problem, space.make({**one_wave.as_dict(), "SPLITK": 1}), 132)
 
 
 def test_split_k_is_offered_only_where_tiles_leave_sms_idle(target):

@@ -79,6 +79,7 @@ ALIGN_SLACK = 1024            # the kernel rounds its shared base up to 1024 byt
 STORE_ROWS = 16               # TMA stores: a consumer warp's band of an m64 slab
 STORE_BUFFER = STORE_ROWS * SWIZZLE   # 2 KiB: 16 rows x 128 bytes of output columns
 STORE_BUFFERS_PER_WARP = 2    # one filled while the other drains
+EMPTY_BITS = 0x7FA5A5A5       # a split-K workspace slot between launches: a NaN no arithmetic gives
 
 
 def smem_bytes(bm: int, bn: int, stages: int, consumers: int = 2, tma_store: int = 0, staged: int = 0) -> int:
@@ -296,12 +297,13 @@ class GemmWgmma(TensorCoreGemm):
                     break
         return picks
 
+    def context(self, problem: Problem, config, space) -> dict:
+        return {**super().context(problem, config, space), "EMPTY_BITS": hex(EMPTY_BITS)}
+
     # ---- launch -----------------------------------------------------------------------
     def launch(self, problem: Problem, config: Config) -> Launch:
         bm, bn, cluster = config["BM"], config["BN"], config.get("CLUSTER", 1)
-        m, n = kernel_dims(problem, config)
-        units = _ceil_div(_ceil_div(m, bm), cluster) * _ceil_div(n, bn) * config.get("SPLITK", 1)
-        grid = cluster * max(1, min(units, self.sm_count // cluster))   # whole clusters
+        grid = cluster * max(1, min(work_units(problem, config), self.sm_count // cluster))   # whole clusters
         return Launch((grid, 1, 1), (128 * (config["CONSUMERS"] + 1), 1, 1),
                       smem_bytes(bm, bn, config["STAGES"], config["CONSUMERS"], config.get("TMA_STORE", 0),
                                  config.get("XS", 0)))
@@ -366,7 +368,7 @@ class GemmWgmma(TensorCoreGemm):
 
         # the last operands' maps and the last C's, each entry replaced whole (thread-safe)
         last = [((None, None), None), (None, None)]
-        scratch = workspace_args(problem, config)
+        scratch = workspace_args(problem, config, self.template)
 
         def build(pa, pb, pc, pbias, alpha, beta, stream=None, device=None):
             inputs, output = last
@@ -381,6 +383,19 @@ class GemmWgmma(TensorCoreGemm):
                     np.uint64(pbias), *dims, np.float32(alpha), np.float32(beta), c_by_tma, *scratch(stream, device))
 
         return build
+
+
+def work_units(problem: Problem, config) -> int:
+    """The kernel's work units: (tile of a cluster, split-K part) pairs."""
+    m, n = kernel_dims(problem, config)
+    cluster = config.get("CLUSTER", 1)
+    return _ceil_div(_ceil_div(m, config["BM"]), cluster) * _ceil_div(n, config["BN"]) * config.get("SPLITK", 1)
+
+
+def split_parts_poll(problem: Problem, config, sms: int) -> bool:
+    """Whether a split-K config's parts meet by polling (every unit a block or cluster of its
+    own, as the kernel decides at launch) rather than by the workspace counters."""
+    return config.get("SPLITK", 1) > 1 and work_units(problem, config) <= sms // config.get("CLUSTER", 1)
 
 
 def splitk_useful(m: int, n: int, k: int, bm: int, bn: int, split: int, sms: int, bk: int = BK) -> bool:
@@ -411,13 +426,15 @@ def workspace_bytes(problem: Problem, config: Config) -> tuple[int, int]:
     return tiles * split * bm * bn * 4, tiles * groups * 4 * 4
 
 
-def workspace_args(problem: Problem, config: Config):
+def workspace_args(problem: Problem, config: Config, template: str = GemmWgmma.template):
     """A function of the launch's stream and device (None: CuPy's current ones) giving the
     (partials, counters) pointer arguments: null without split-K; else a workspace on that
-    device, made on first use with its counters zeroed before the first launch (each launch
-    leaves them zero again), one per device, stream and size, so launches of one plan on two
-    streams never share one. A workspace first needed while the stream is being captured
-    into a CUDA graph is made outside the capture (``_new_workspace``)."""
+    device, made on first use with its counters zeroed and its slots empty before the first
+    launch (each launch leaves them so again), one per device, stream, size and ``template``
+    (an older template's kernels, compared side by side, may leave it otherwise), so
+    launches of one plan on two streams never share one. A workspace first needed while the
+    stream is being captured into a CUDA graph is made outside the capture
+    (``_new_workspace``)."""
     partial_bytes, counter_bytes = workspace_bytes(problem, config)
     if not partial_bytes:
         return lambda stream=None, device=None: _NO_WORKSPACE
@@ -429,7 +446,7 @@ def workspace_args(problem: Problem, config: Config):
             device = cupy.cuda.runtime.getDevice()
         if stream is None:
             stream = cupy.cuda.get_current_stream().ptr
-        key = (device, stream, partial_bytes, counter_bytes)
+        key = (device, stream, partial_bytes, counter_bytes, template)
         found = _WORKSPACES.get(key)
         if found is None:
             found = _WORKSPACES[key] = _new_workspace(device, partial_bytes, counter_bytes)
@@ -439,8 +456,9 @@ def workspace_args(problem: Problem, config: Config):
 
 
 def _new_workspace(device: int, partial_bytes: int, counter_bytes: int) -> tuple:
-    """(partials, counters, their pointers): allocated, and the counters zeroed on a private
-    stream that is synchronised, so the zeros are there before any launch on any stream. The
+    """(partials, counters, their pointers): allocated, the counters zeroed and every partial
+    slot emptied (``EMPTY_BITS``) on a private stream that is synchronised, so they are so
+    before any launch on any stream. The
     thread's capture mode is relaxed meanwhile: while a stream is captured into a CUDA graph,
     an allocation is otherwise refused, and the graph keeps these buffers, which live on."""
     import cupy
@@ -449,7 +467,7 @@ def _new_workspace(device: int, partial_bytes: int, counter_bytes: int) -> tuple
         side = cupy.cuda.Stream(non_blocking=True)
         with side:
             counters = cupy.zeros(counter_bytes // 4, dtype=cupy.int32)
-            partials = cupy.empty(partial_bytes // 4, dtype=cupy.float32)
+            partials = cupy.full(partial_bytes // 4, EMPTY_BITS, dtype=cupy.uint32)   # every slot empty
         side.synchronize()
     return partials, counters, np.uint64(partials.data.ptr), np.uint64(counters.data.ptr)
 
