@@ -489,11 +489,7 @@ class Tuner:
         return pool.submit(render(self.spec, self.problem, config, self.target, self.space))
 
     def _task(self, config: Config, result: CompileResult) -> MeasureTask:
-        binary = result.binary
-        return MeasureTask(spec=self.spec, problem=self.problem, config=config,
-                           cubin=binary.cubin if binary else b"", entry=config.name,
-                           resources=dict(binary.resources) if binary else {}, timing=self.timing,
-                           seed=self.seed, compile_s=result.seconds)
+        return MeasureTask.of(self.spec, self.problem, config, result, timing=self.timing, seed=self.seed)
 
     def _finish(self, study: optuna.Study, trial: optuna.Trial, m: Measurement) -> None:
         if m.ok:

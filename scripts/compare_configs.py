@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import os
 import statistics
 import sys
 from pathlib import Path
@@ -64,7 +63,7 @@ def checked_runs(family: str, items: list[str], base_template: Path | None = Non
         base.template = str(base_template.resolve())
         variants.append(("@base", base))
     cases = []          # (head, problem, [(name, config, future)])
-    with CompilePool(max(2, min(16, os.cpu_count() or 2))) as pool:
+    with CompilePool() as pool:          # knobs.compile_workers processes
         for head, names in _groups(items):
             dtype, layout, shape = head.split(":")
             m, n, k = (int(x) for x in shape.split("x"))

@@ -64,10 +64,8 @@ def main(argv: list[str]) -> None:
                 if result.failure is not None:
                     print(f"{config.name}: does not compile ({result.failure.detail[:200]})", flush=True)
                     continue
-                binary = result.binary
-                task = MeasureTask(spec=spec, problem=problem, config=config, cubin=binary.cubin, entry=config.name,
-                                   resources=dict(binary.resources), timing=Timing(**old.measurement.timing.as_dict()),
-                                   seed=knobs.seed, compile_s=result.seconds)
+                task = MeasureTask.of(spec, problem, config, result, timing=Timing(**old.measurement.timing.as_dict()),
+                                      seed=knobs.seed)
                 measured = runner.submit(task).result()
                 why = ("again" if old.provenance.template_digest == spec.template_digest()
                        else f"template {old.provenance.template_digest} changed")

@@ -396,3 +396,21 @@ def test_random_search_proposes_valid_configs_only():
                   sampler="random", seed=3, warm_start=False)
     assert len(result.trials) == 40 and result.failures["constraints"] == 0
     assert len({m.config_name for m in result.trials}) == 40
+
+
+def test_a_measure_task_carries_its_compile_result():
+    from types import SimpleNamespace
+
+    from kgen.compile import CompileResult
+    from kgen.measure.task import MeasureTask
+    from kgen.measurement import Timing
+    from kgen.space import Config
+
+    config, timing = Config("k_a", (("A", 1),)), Timing(runs=20)
+    binary = SimpleNamespace(cubin=b"\x7fELF", resources={"registers": 40})
+    task = MeasureTask.of("spec", "problem", config, CompileResult(binary, None, seconds=1.5), timing=timing, seed=3)
+    assert (task.cubin, task.entry, task.resources, task.compile_s, task.seed) == (b"\x7fELF", "k_a", {"registers": 40},
+                                                                                   1.5, 3)
+    replayed = MeasureTask.of("spec", "problem", config, CompileResult(None, None), timing=timing)
+    assert (replayed.cubin, replayed.resources, replayed.compile_s) == (b"", {}, 0.0)
+    assert MeasureTask.of(None, "problem", config, timing=timing).cubin == b""     # nothing compiled

@@ -106,7 +106,7 @@ def _task(record: Record, runner, target):
     m = record.measurement
     problem = Problem.from_key(m.problem_key)
     config = Config(m.config_name, tuple(m.config.items()))
-    spec, cubin, resources = None, b"", {}
+    spec, compiled = None, None
     if runner.needs_binaries:
         spec = get_spec(record.family)
         if spec.template_digest() != record.provenance.template_digest:
@@ -115,16 +115,14 @@ def _task(record: Record, runner, target):
         config = space.make(dict(m.config))
         if config.name != m.config_name:
             raise KgenError(f"this kgen names that config {config.name}")
-        result = compile_source(render(spec, problem, config, target, space))
-        if result.failure is not None:
-            return None, Measurement(m.config_name, dict(m.config), m.problem_key, failure=result.failure)
-        cubin, resources = result.binary.cubin, dict(result.binary.resources)
+        compiled = compile_source(render(spec, problem, config, target, space))
+        if compiled.failure is not None:
+            return None, Measurement(m.config_name, dict(m.config), m.problem_key, failure=compiled.failure)
     from kgen.knobs import knobs
 
     timing = Timing(warmup=knobs.bench_warmup, runs=max(20, knobs.bench_runs),
                     l2=l2_label())
-    return MeasureTask(spec=spec, problem=problem, config=config, cubin=cubin, entry=config.name,
-                       resources=resources, timing=timing), None
+    return MeasureTask.of(spec, problem, config, compiled, timing=timing), None
 
 
 def verify(db: Database, runner, target, family: str | None = None,
