@@ -948,3 +948,29 @@ def test_default_tile_follows_the_wave_model(target):
     assert modelled_time(4096, 4096, 128, 256, 132) < modelled_time(4096, 4096, 128, 128, 132)
     skinny = SPEC.default_config(SPEC.problem(128, 4096, 4096, "bfloat16", "NN"), target)
     assert (skinny["BM"], skinny["BN"]) == (64, 64)
+
+
+def test_split_parts_poll_where_every_unit_has_a_block_of_its_own(target):
+    """split_parts_poll (what the workspace and the tests go by) says what the kernel decides
+    at launch: units <= blocks (clusters) of the launch."""
+    from kgen.kernels.gemm_wgmma import work_units
+
+    for shape in ((64, 4096, 4096), (1, 8192, 8192), (128, 4096, 4096), (1000, 1000, 1000)):
+        problem = SPEC.problem(*shape, "bfloat16", "NN")
+        for config in (c for c in SPEC.space(problem, target).configs() if c["SPLITK"] > 1):
+            cluster = config.get("CLUSTER", 1)
+            units_per_launch = SPEC.launch(problem, config).grid[0] // cluster
+            assert split_parts_poll(problem, config, target.sm_count) == (work_units(problem, config) <= units_per_launch)
+
+
+def test_the_empty_slot_pattern_is_a_nan_arithmetic_never_gives(target):
+    from kgen.kernels.gemm_wgmma import EMPTY_BITS
+
+    assert EMPTY_BITS & 0x7F800000 == 0x7F800000 and EMPTY_BITS & 0x007FFFFF   # a NaN
+    assert not EMPTY_BITS & 0x00400000          # signalling: results of arithmetic are quiet NaNs
+    assert np.isnan(np.array([EMPTY_BITS], dtype=np.uint32).view(np.float32)[0])
+    problem = SPEC.problem(64, 4096, 4096, "bfloat16", "NN")
+    space = SPEC.space(problem, target)
+    name = "gemm_wgmma_bf16_nn_64x64x64_s8_c1_g1_k2_ts"
+    code = render(SPEC, problem, space.find([name])[name], target, space).code
+    assert f"EMPTY_BITS = {hex(EMPTY_BITS)}u" in code
