@@ -62,7 +62,7 @@ def checked_runs(family: str, items: list[str], base_template: Path | None = Non
         base = copy.copy(spec)
         base.template = str(base_template.resolve())
         variants.append(("@base", base))
-    cases = []          # (head, problem, [(name, config, future)])
+    cases = []          # (head, problem, [(name, variant spec, config, future)])
     with CompilePool() as pool:          # knobs.compile_workers processes
         for head, names in _groups(items):
             dtype, layout, shape = head.split(":")

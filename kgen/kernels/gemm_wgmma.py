@@ -460,9 +460,9 @@ def workspace_args(problem: Problem, config: Config, template: str = GemmWgmma.t
 def _new_workspace(device: int, partial_bytes: int, counter_bytes: int) -> tuple:
     """(partials, counters, their pointers): allocated, the counters zeroed and every partial
     slot emptied (``EMPTY_BITS``) on a private stream that is synchronised, so they are so
-    before any launch on any stream. The
-    thread's capture mode is relaxed meanwhile: while a stream is captured into a CUDA graph,
-    an allocation is otherwise refused, and the graph keeps these buffers, which live on."""
+    before any launch on any stream. The thread's capture mode is relaxed meanwhile: while a
+    stream is captured into a CUDA graph, an allocation is otherwise refused, and the graph
+    keeps these buffers, which live on."""
     import cupy
 
     with cupy.cuda.Device(device), _capture_relaxed():
