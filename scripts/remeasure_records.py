@@ -47,7 +47,7 @@ def main(argv: list[str]) -> None:
              if r.provenance.template_digest != get_spec(r.family).template_digest()
              or r.measurement.config_name in args.again]
     print(f"{len(stale)} of {len(records)} records to measure", flush=True)
-    with CompilePool(knobs.compile_workers) as pool:
+    with CompilePool() as pool:          # knobs.compile_workers processes
         jobs = []
         for i in stale:
             r = records[i]
