@@ -187,7 +187,7 @@ class GemmWgmma(TensorCoreGemm):
             Param("PINGPONG", (0, 1)),
             Param("SPLITK", SPLITS, default=1),
             Param("TMA_STORE", (0, 1), default=0),
-            Param("CLUSTER", (1, 2, 4), default=1),
+            Param("CLUSTER", (1, 2), default=1),
             Param("XS", staging_choices(problem), default=0),
             Param("RS", register_choices(problem), default=0),
         ]
@@ -215,9 +215,9 @@ class GemmWgmma(TensorCoreGemm):
             Constraint("grouping only with several block rows (of pairs, in clusters)",
                        lambda v: v["GM"] == 1 or v["GM"] < _ceil_div(rows(v)[0], v["BM"] * v["CLUSTER"]),
                        ("BM", "GM", "CLUSTER", "RS")),
-            Constraint("a cluster takes as many block rows as it has blocks and multicasts B, which TMA must load",
+            Constraint("a cluster pairs two block rows and multicasts B, which TMA must load",
                        lambda v: v["CLUSTER"] == 1
-                       or (_ceil_div(rows(v)[0], v["BM"]) >= v["CLUSTER"] and not cp_b and not v["RS"]),
+                       or (_ceil_div(rows(v)[0], v["BM"]) >= 2 and not cp_b and not v["RS"]),
                        ("BM", "CLUSTER", "RS")),
             Constraint("split-K only while the tiles leave SMs idle, two k-blocks a part at least",
                        lambda v: v["SPLITK"] == 1 or splitk_useful(*rows(v), k, v["BM"], v["BN"], v["SPLITK"],
