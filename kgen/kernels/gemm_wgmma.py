@@ -81,7 +81,6 @@ ALIGN_SLACK = 1024            # the kernel rounds its shared base up to 1024 byt
 STORE_ROWS = 16               # TMA stores: a consumer warp's band of an m64 slab
 STORE_BUFFER = STORE_ROWS * SWIZZLE   # 2 KiB: 16 rows x 128 bytes of output columns
 STORE_BUFFERS_PER_WARP = 2    # one filled while the other drains
-WGMMA_ROWS = 64               # rows of one wgmma (m64); a 32-row tile uses half of them
 EMPTY_BITS = 0x7FA5A5A5       # a split-K workspace slot between launches: a NaN no arithmetic gives
 
 
@@ -90,8 +89,7 @@ def smem_bytes(bm: int, bn: int, stages: int, consumers: int = 2, tma_store: int
     buffers of a transposed B (``staged`` k-blocks of BN rows of 128 bytes), the TMA store
     buffers (two per consumer warp), barriers, alignment slack."""
     store = consumers * 4 * STORE_BUFFERS_PER_WARP * STORE_BUFFER if tma_store else 0
-    a_rows = max(bm, WGMMA_ROWS)          # a 32-row tile's A stage still holds the m64 wgmma's rows
-    return ((stages * (a_rows + bn) + staged * bn) * SWIZZLE + store + (stages + staged) * BARRIER_BYTES + 16
+    return ((stages * (bm + bn) + staged * bn) * SWIZZLE + store + (stages + staged) * BARRIER_BYTES + 16
             + ALIGN_SLACK)
 
 
@@ -176,11 +174,11 @@ class GemmWgmma(TensorCoreGemm):
         bk = block_k(dtype)
         cp_b = copied_transposed(dtype, layout)[1]
 
-        def rpc(v):   # rows of the tile one consumer warpgroup owns (a 32-row tile: its m64 slab's)
-            return max(WGMMA_ROWS, v["BM"] if v["PINGPONG"] else v["BM"] // v["CONSUMERS"])
+        def rpc(v):   # rows of the tile one consumer warpgroup owns
+            return v["BM"] if v["PINGPONG"] else v["BM"] // v["CONSUMERS"]
 
         params = [
-            Param("BM", (32, 64, 128, 256)),
+            Param("BM", (64, 128, 256)),
             Param("BN", (64, 128, 192, 256)),
             Param("BK", (bk,)),
             Param("STAGES", STAGE_CHOICES),
@@ -206,12 +204,6 @@ class GemmWgmma(TensorCoreGemm):
                        lambda v: smem_bytes(v["BM"], v["BN"], v["STAGES"], v["CONSUMERS"], v["TMA_STORE"], v["XS"])
                        <= target.smem_per_block_optin,
                        ("BM", "BN", "STAGES", "CONSUMERS", "TMA_STORE", "XS")),
-            Constraint("a 32-row tile: one consumer, no split-K, a 16-bit A TMA reads K-major (the rows of a "
-                       "cluster's blocks, which share B)",
-                       lambda v: v["BM"] >= WGMMA_ROWS
-                       or (v["CONSUMERS"] == 1 and v["PINGPONG"] == 0 and v["SPLITK"] == 1 and v["RS"] == 0
-                           and dtype != "float32" and layout[0] == "N"),
-                       ("BM", "CONSUMERS", "PINGPONG", "SPLITK", "RS")),
             Constraint("ping-pong needs two consumers", lambda v: not v["PINGPONG"] or v["CONSUMERS"] == 2,
                        ("CONSUMERS", "PINGPONG")),
             Constraint("a consumer warpgroup owns 64 or 128 rows", lambda v: rpc(v) in (64, 128),
@@ -283,7 +275,7 @@ class GemmWgmma(TensorCoreGemm):
         registers = 1 in choices["RS"]
         k = problem["k"]
         rows, cols = kernel_dims(problem, {"RS": int(registers)})
-        tiles = sorted({(bm, bn) for bm in choices["BM"] if bm >= WGMMA_ROWS for bn in choices["BN"]},
+        tiles = sorted({(bm, bn) for bm in choices["BM"] for bn in choices["BN"]},
                        key=lambda t: (modelled_time(rows, cols, t[0], t[1], target.sm_count), -t[1], t))
         bk = block_k(problem["dtype"])
         # a staged B first where it can be, two buffers before three (tf32 NN, 256x128 tiles:
