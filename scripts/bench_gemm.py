@@ -89,6 +89,11 @@ SUITES = {
     "tc-mid-rest": [
         (d, "NN", 3000, 5000, 700, 200, {"families": ["gemm_wgmma", "gemm_mma"]}) for d in ("bfloat16", "float16")
     ],
+    # 1000^3 with both tensor-core families side by side (the portable one's planned copies won
+    # 3000x5000x700)
+    "tc-1000": [
+        (d, "NN", 1000, 1000, 1000, 200, {"families": ["gemm_wgmma", "gemm_mma"]}) for d in ("bfloat16", "float16")
+    ],
     # tf32 on the Hopper family: NN (B transposed by the producers) and NT (TMA only)
     "tc-tf32": [
         ("float32", l, s, s, s, 200, {"precision": "tf32", "families": ["gemm_wgmma"]})
