@@ -79,10 +79,10 @@ def _fmt_ms(ms: Optional[float]) -> str:
 class _LiveView:
     """Trials done, failures by kind, best so far and its ratio to the baseline."""
 
-    def __init__(self, problem, baseline_ms: Optional[float], flops: float):
+    def __init__(self, problem, flops: float):
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        self.baseline_ms, self.flops = baseline_ms, flops
+        self.flops = flops
         self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TimeElapsedColumn(), TextColumn("{task.fields[status]}"), console=console)
         self.task = self.progress.add_task(problem.key, total=1, status="starting")
@@ -92,8 +92,8 @@ class _LiveView:
         parts = [f"best {_fmt_ms(best)}"]
         if best and self.flops:
             parts.append(f"{self.flops / best / 1e9:.1f} TFLOP/s")
-        if best and self.baseline_ms:
-            parts.append(f"x{self.baseline_ms / best:.3f} vs cuBLAS")
+        if best and p.vendor_ms:
+            parts.append(f"x{p.vendor_ms / best:.3f} vs cuBLAS")
         fails = {k: v for k, v in p.failures.items() if v}
         if fails:
             parts.append("failed: " + ", ".join(f"{k} {v}" for k, v in sorted(fails.items())))
@@ -139,7 +139,6 @@ def tune(family: str = typer.Argument("gemm", help="kernel family"),
             raise KgenError(f"unknown sampler {sampler!r}", remedy=f"use one of {', '.join(SAMPLERS)}")
         if None in (m, n, k):
             raise KgenError("give the problem's sizes", remedy="pass --m, --n and --k, or a file with --from")
-        baseline_ms = None
         if replay:
             recording = Recording.load(replay)
             target = Target.h200(recording.device_name() or "NVIDIA H200")
@@ -154,11 +153,9 @@ def tune(family: str = typer.Argument("gemm", help="kernel family"),
             runner = LocalGPURunner((device,), target.l2_bytes)
         store = _open_db(db)
         with runner:
-            if not replay:
-                baseline_ms = _baseline_ms(runner, spec, problem)
             console.print(f"tuning [bold]{problem.key}[/] on {target.name} ({target.arch}), "
                           f"{trials} trials, sampler {sampler}")
-            view = _LiveView(problem, baseline_ms, spec.flops(problem))
+            view = _LiveView(problem, spec.flops(problem))
             trial_log = _trial_log(log, runner)
             with view.progress:
                 try:
@@ -169,7 +166,7 @@ def tune(family: str = typer.Argument("gemm", help="kernel family"),
                         trial_log.close()
     except KgenError as exc:
         _fail(exc)
-    _summary(result, baseline_ms, spec.flops(problem))
+    _summary(result, spec.flops(problem))
     if result.best is None:
         raise typer.Exit(1)
 
@@ -314,18 +311,7 @@ def worker(scheduler: str = typer.Option(..., help="the Dask scheduler's address
         pass
 
 
-def _baseline_ms(runner, spec, problem) -> Optional[float]:
-    from kgen.measure.task import MeasureTask
-    from kgen.measurement import Timing
-    from kgen.space import Config
-
-    task = MeasureTask(spec=spec, problem=problem, config=Config("baseline", ()), cubin=b"", entry="",
-                       resources={}, timing=Timing(), baseline=True)
-    m = runner.submit(task).result()
-    return m.time_ms if m.ok else None
-
-
-def _summary(result, baseline_ms, flops) -> None:
+def _summary(result, flops) -> None:
     table = Table(title=f"tune of {result.problem.key}")
     table.add_column("what")
     table.add_column("value")
@@ -342,8 +328,10 @@ def _summary(result, baseline_ms, flops) -> None:
         table.add_row("best config", result.best.config_name)
         table.add_row("best time", f"{_fmt_ms(result.best.time_ms)}"
                       + (f" ({flops / result.best.time_ms / 1e9:.1f} TFLOP/s)" if flops else ""))
-        if baseline_ms:
-            table.add_row("cuBLAS", f"{_fmt_ms(baseline_ms)}  ratio x{baseline_ms / result.best.time_ms:.3f}")
+        if result.vendor is not None:
+            vendor_ms = result.vendor.time_ms
+            table.add_row("cuBLAS (config cublas)", f"{_fmt_ms(vendor_ms)}  ratio x{vendor_ms / result.best.time_ms:.3f}"
+                          + ("  (dispatch takes cuBLAS)" if vendor_ms < result.best.time_ms else ""))
     else:
         table.add_row("best config", "[red]none: every trial failed[/]")
     console.print(table)
@@ -402,21 +390,31 @@ def bench(family: str = typer.Argument("gemm"), m: int = typer.Option(...), n: i
 @db_app.command("ls")
 def db_ls(family: Optional[str] = typer.Option(None), device: Optional[str] = typer.Option(None),
           db: str = typer.Option("")) -> None:
-    """Tuned problems: records, failures, best time and config."""
+    """Tuned problems: records, failures, the best generated kernel's time and config, and the
+    vendor library's time (config ``cublas``, measured beside it)."""
+    from kgen.db.base import usable_time
+    from kgen.vendor import is_vendor_record
+
+    def fastest(records):
+        timed = [r for r in records if usable_time(r) is not None]
+        return min(timed, key=lambda r: (usable_time(r), r.measurement.config_name), default=None)
+
     try:
         store = _open_db(db)
         table = Table(title="tuned problems")
-        for col in ("family", "device", "problem", "records", "failed", "best", "config"):
+        for col in ("family", "device", "problem", "records", "failed", "best", "config", "cuBLAS"):
             table.add_column(col)
         for fam in ([family] if family else store.families()):
             for key in store.problems(fam, device):
                 records = store.records(fam, key, device)
                 for dev in sorted({r.provenance.device for r in records}):
                     mine = [r for r in records if r.provenance.device == dev]
-                    best = store.best(fam, key, dev)
+                    best = fastest(r for r in mine if not is_vendor_record(r))
+                    vendor = fastest(r for r in mine if is_vendor_record(r))
                     table.add_row(fam, dev, key, str(len(mine)), str(sum(1 for r in mine if r.measurement.failure)),
                                   _fmt_ms(best.measurement.time_ms) if best else "-",
-                                  best.measurement.config_name if best else "-")
+                                  best.measurement.config_name if best else "-",
+                                  _fmt_ms(vendor.measurement.time_ms) if vendor else "-")
     except KgenError as exc:
         _fail(exc)
     console.print(table)
@@ -606,7 +604,7 @@ def info() -> None:
     from kgen.problem import Target
     from kgen.provenance import kgen_version
     from kgen.render import data_root
-    from kgen.spec import families
+    from kgen.spec import families, get_spec
 
     table = Table(title="kgen")
     table.add_column("what")
@@ -620,6 +618,12 @@ def info() -> None:
     except KgenError as exc:
         table.add_row("device", f"none ({exc.message})")
     table.add_row("families", ", ".join(families()))
+    models = {}
+    for family in families():
+        version = get_spec(family).model_version()
+        if version:
+            models.setdefault(version, []).append(family)
+    table.add_row("cost models", "; ".join(f"{v} ({', '.join(f)})" for v, f in models.items()) or "none")
     table.add_row("database", knobs.db_url or f"sqlite:///{knobs.home / 'kgen.db'}")
     table.add_row("shipped records", str(data_root() / "tuning_db"))
     table.add_row("templates", str(data_root() / "templates"))

@@ -1,17 +1,26 @@
 """The call-time path: operands -> Problem -> best Config -> loaded kernel -> launch.
 
-Policy for a problem, in order: the tuned best for this device and template (exact key);
-else the best config of the nearest tuned problem of the same family (distance on log2 of
-the shape parameters, everything else equal) when it is valid here, among the records
+Policy for a problem, in order: the tuned best for this device and template (exact key),
+or the vendor library's measured time for it (``kgen.vendor``) where that is faster; for an
+untuned problem the vendor library (a problem nobody tuned has no measurement saying a
+generated kernel is faster), unless ``KGEN_VENDOR=0`` or the family has no vendor call;
+else, by ``KGEN_UNTUNED``: the family's cost model's pick (``model``, the default), the best
+config of the nearest tuned problem of the same family (distance on log2 of the shape
+parameters, everything else equal) when it is valid here, among the records
 ``KGEN_DISPATCH_POLICY`` admits (device: this device's; arch: this compute capability's;
-any: every device's; the template digest always matches); else the family's default config. ``KGEN_STRICT=1`` raises instead of falling back. Everything after the first
-call of a problem is served from memory: no database, no compiler, no synchronisation.
+any: every device's; the template digest always matches), and the family's default config.
+``KGEN_STRICT=1`` raises instead of falling back. Everything after the first call of a
+problem is served from memory: no database, no compiler, no synchronisation. A background
+thread looks at the database files' fingerprint every ``KGEN_REFRESH_S`` seconds and drops
+every cached choice when it changed (another process tuned or imported); ``kgen.refresh()``
+does it at once, and is the only way for a database on a server.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from pathlib import Path
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -23,15 +32,31 @@ from kgen.knobs import knobs
 from kgen.problem import Problem, Target, device_name, target_from_dict
 from kgen.render import render
 from kgen.space import Config
+from kgen.vendor import VENDOR_CONFIG, VENDOR_DIGEST, is_vendor_config
 
 log = logging.getLogger(__name__)
+_RANK = {"tuned": 0, "vendor": 1, "model": 2, "nearest": 2, "default": 3}
+
 
 @dataclass(frozen=True)
 class Choice:
     config: Config
-    how: str                 # "tuned" | "nearest" | "default"
+    how: str                 # "tuned" | "vendor" | "model" | "nearest" | "default"
     time_ms: float | None = None
     from_problem: str = ""
+    predicted_ms: float | None = None     # the cost model's prediction, for a "model" choice
+
+    @property
+    def vendor(self) -> bool:
+        return is_vendor_config(self.config.name)
+
+    @property
+    def rank(self) -> tuple:
+        """Order among the choices of several families for one call: measured ones by time,
+        then the vendor library, then the models' picks by predicted time, then defaults."""
+        if self.time_ms is not None:
+            return (0, self.time_ms)
+        return (_RANK[self.how], self.predicted_ms if self.predicted_ms is not None else float("inf"))
 
 
 @dataclass
@@ -56,6 +81,7 @@ class Dispatcher:
         self._lock = threading.Lock()
         self._miss_runner = miss_runner      # device -> Runner, for tune-on-miss (default: local GPU)
         self.background: dict[tuple[str, str, int], threading.Thread] = {}
+        self._watcher: threading.Thread | None = None
 
     # ---- collaborators, made on first use ---------------------------------------------------
     @property
@@ -84,15 +110,37 @@ class Dispatcher:
     def choose(self, spec, problem: Problem, target: Target) -> Choice:
         digest = spec.template_digest()
         best = self._best(spec.family, problem.key, target.name, digest)
+        vendor = self._vendor(spec, problem, target)
         if best is not None:
             m = best.measurement
-            return Choice(spec.space(problem, target).make(m.config), "tuned", m.time_ms, problem.key)
+            tuned = Choice(spec.space(problem, target).make(m.config), "tuned", m.time_ms, problem.key)
+            return vendor if vendor is not None and vendor.rank < tuned.rank else tuned
+        if vendor is not None and (vendor.time_ms is not None or not knobs.strict):
+            return vendor
         if knobs.strict:
             raise NoConfigError(f"KGEN_STRICT=1 and {problem.key} is not tuned for {target.name}",
                                 remedy=f"tune it (kgen tune {spec.family} ...) or unset KGEN_STRICT")
-        nearest = self._nearest(spec, problem, target, digest)
-        if nearest is not None:
-            return nearest
+        return self._untuned(spec, problem, target, digest)
+
+    def _vendor(self, spec, problem: Problem, target: Target) -> Choice | None:
+        """The vendor library as this problem's candidate: with its stored time, or unmeasured."""
+        if not knobs.vendor or not spec.vendor_supported(problem):
+            return None
+        record = self.db.best(spec.family, problem.key, target.name, VENDOR_DIGEST)
+        time_ms = record.measurement.time_ms if record is not None else None
+        return Choice(Config(VENDOR_CONFIG, ()), "vendor", time_ms, problem.key if record else "")
+
+    def _untuned(self, spec, problem: Problem, target: Target, digest: str) -> Choice:
+        """A generated kernel for a problem with no record: KGEN_UNTUNED's order of fallbacks."""
+        policy = knobs.untuned
+        if policy == "model":
+            picked = spec.model_choice(problem, target)
+            if picked is not None:
+                return Choice(picked[0], "model", predicted_ms=picked[1])
+        if policy in ("model", "nearest"):
+            nearest = self._nearest(spec, problem, target, digest)
+            if nearest is not None:
+                return nearest
         return Choice(spec.default_config(problem, target), "default")
 
     def _best(self, family: str, key: str, device: str, digest: str, **scope):
@@ -139,9 +187,15 @@ class Dispatcher:
             if loaded is None:
                 loaded = self._from_memo(spec, problem, device)
             if loaded is None:
+                self._watch()
                 fingerprint = dispatch_memo.database_fingerprint() if self._default_db else None
                 target = self.target(device)
                 choice = self.choose(spec, problem, target)
+                if choice.vendor:      # the plan calls the library itself: nothing to compile
+                    self._loaded[key] = loaded = _Loaded(spec, problem, choice, None)
+                    if choice.time_ms is None and knobs.tune_on_miss > 0:
+                        self._tune_in_background(spec, problem, device, target)
+                    return loaded
                 source = render(spec, problem, choice.config, target)
                 result = compile_source(source)
                 if result.failure is not None:
@@ -222,9 +276,34 @@ class Dispatcher:
         spec.run(loaded.kernel, problem, loaded.choice.config, operands)
 
     def clear(self) -> None:
+        """Drop every loaded kernel and call plan: the next call of each problem chooses again."""
         with self._lock:
             self._loaded.clear()
             self.plans.clear()
+
+    refresh = clear
+
+    # ---- seeing other processes' records --------------------------------------------------------
+    def _watch(self) -> None:
+        """Start, once, the thread that drops the cached choices when the database files change."""
+        if self._watcher is not None or not self._default_db or knobs.refresh_s <= 0:
+            return
+        first = dispatch_memo.database_fingerprint()
+        if first is None:       # a database on a server: no cheap check; kgen.refresh() only
+            self._watcher = threading.current_thread()
+            return
+
+        def watch(last=first) -> None:
+            while True:
+                time.sleep(knobs.refresh_s)
+                now = dispatch_memo.database_fingerprint()
+                if now != last:
+                    log.info("the tuning database changed: choosing again at the next call of each problem")
+                    last = now
+                    self.clear()
+
+        self._watcher = threading.Thread(target=watch, name="kgen-database-watch", daemon=True)
+        self._watcher.start()
 
 
 def _same_device(target: Target, device: int) -> bool:
@@ -260,6 +339,18 @@ def set_default_dispatcher(dispatcher: Dispatcher | None) -> Dispatcher | None:
     global _default
     old, _default = _default, dispatcher
     return old
+
+
+def refresh() -> None:
+    """Drop every cached choice of this process: the next call of each problem reads the
+    database again (records another process tuned or imported). Done on its own every
+    ``KGEN_REFRESH_S`` seconds when the database files changed; needed by hand only for a
+    database on a server (``KGEN_DB_URL`` / ``KGEN_TEAM_DB_URL`` not SQLite).
+
+    >>> refresh()
+    """
+    if _default is not None:
+        _default.refresh()
 
 
 def run(spec, problem: Problem, operands: Mapping[str, Any], device: int = 0) -> None:

@@ -69,7 +69,7 @@ def database_fingerprint() -> list | None:
 
 def memo_key(family: str, problem_key: str, device: int, digest: str) -> str:
     return "|".join([family, digest, str(device), knobs.dispatch_policy, str(int(knobs.verified_only)),
-                     knobs.arch, problem_key])
+                     knobs.arch, f"vendor={int(knobs.vendor)}", problem_key])
 
 
 def _read() -> dict:

@@ -113,6 +113,18 @@ class Knobs:
     dist_timeout_s = _EnvKnob("KGEN_DIST_TIMEOUT", float, lambda: 2 * knobs.trial_timeout_s + 30,
                               "seconds a measurement sent to a Dask worker may take before that worker "
                               "is restarted and the trial stored as a timeout")
+    vendor = _EnvKnob("KGEN_VENDOR", _parse_bool, lambda: True,
+                      "the vendor library (cuBLAS) is a candidate of the GEMM families: measured in every "
+                      "tune, stored as config 'cublas', and chosen by dispatch where it is the faster "
+                      "measured one or the problem is untuned (0: generated kernels only)")
+    untuned = _EnvKnob("KGEN_UNTUNED", _one_of("model", "nearest", "default"), lambda: "model",
+                       "how dispatch picks a config for a problem with no tuned record: model (the "
+                       "family's cost model ranks its candidates), nearest (the best config of the "
+                       "nearest tuned problem), default (the family's default config)")
+    refresh_s = _EnvKnob("KGEN_REFRESH_S", float, lambda: 1.0,
+                         "seconds between a background thread's checks of the database files' "
+                         "fingerprint; a change drops every cached choice so the next call chooses "
+                         "again (0: only kgen.refresh())")
     dispatch_memo = _EnvKnob("KGEN_DISPATCH_MEMO", _parse_bool, lambda: True,
                              "remember dispatch's tuned choices on disk so a new process's first call "
                              "skips the database, the template and the compiler (see kgen/dispatch_memo.py)")

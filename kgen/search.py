@@ -36,6 +36,7 @@ from kgen.provenance import provenance_for
 from kgen.render import render
 from kgen.search_model import AdditiveModel
 from kgen.space import Config, Space
+from kgen.vendor import VENDOR_CONFIG, VENDOR_DIGEST, vendor_record, vendor_task
 
 log = logging.getLogger("kgen.search")
 SAMPLERS = ("kgen", "tpe", "random", "gp", "cmaes", "exhaustive")
@@ -56,6 +57,7 @@ class TuneProgress:
     failures: Counter
     elapsed_s: float
     in_flight: int = 0
+    vendor_ms: float | None = None   # the vendor candidate's time, when measured
 
 
 @dataclass
@@ -69,6 +71,7 @@ class TuneResult:
     compile_s: float = 0.0
     measure_s: float = 0.0
     trials: list[Measurement] = field(default_factory=list)
+    vendor: Measurement | None = None   # the vendor candidate (cuBLAS), measured or stored for this problem
 
 
 def make_sampler(name: str, seed: int, n_startup: int) -> optuna.samplers.BaseSampler:
@@ -166,6 +169,25 @@ class Tuner:
             self.known[r.measurement.config_name] = r.measurement
             if r.measurement.ok:
                 self._worst_ms = max(self._worst_ms, r.measurement.time_ms)
+
+    def _vendor(self) -> Measurement | None:
+        """The vendor candidate of this problem: stored, else measured now and stored (once per
+        problem, device and timing); None when off (KGEN_VENDOR=0), absent from a replay, or
+        when the family has no library baseline."""
+        if not knobs.vendor or (self._allowed is not None and VENDOR_CONFIG not in self._allowed):
+            return None
+        stored = self.db.best(self.spec.family, self.problem.key, self.target.name, VENDOR_DIGEST)
+        if stored is not None:
+            return stored.measurement
+        try:
+            m = self.runner.submit(vendor_task(self.spec, self.problem, self.timing, self.seed)).result()
+        except Exception as exc:        # the candidate is optional: the tune goes on without it
+            log.warning("the vendor candidate of %s was not measured: %s", self.problem.key, exc)
+            return None
+        if m.failure is not None and m.failure.kind == "constraints":
+            return None                 # no library call runs this problem: nothing to store
+        self.db.commit([vendor_record(self.spec.family, m, self.provenance)])
+        return m if m.ok else None
 
     def _value(self, m: Measurement) -> float:
         return m.time_ms if m.ok else _PENALTY * self._worst_ms
@@ -413,6 +435,7 @@ class Tuner:
             on_progress: Callable[[TuneProgress], None] | None = None) -> TuneResult:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self._load_known()
+        vendor = self._vendor()
         dists = _distributions(self.space)
         self._queue = self._first_configs()
         n_startup = min(len(self._queue), 16) + len(self.known)
@@ -472,14 +495,15 @@ class Tuner:
                                                    "(path above)")
                     if on_progress:
                         on_progress(TuneProgress(self.problem, done_before + len(new), budget, self.best(),
-                                                 m, self.failures, time.perf_counter() - start, len(inflight)))
+                                                 m, self.failures, time.perf_counter() - start, len(inflight),
+                                                 vendor.time_ms if vendor else None))
         finally:
             for fut in inflight:
                 fut.cancel()
             if own_pool:
                 pool.close()
         return TuneResult(self.problem, self.best(), len(new), done_before, self.failures,
-                          time.perf_counter() - start, compile_s, measure_s, new)
+                          time.perf_counter() - start, compile_s, measure_s, new, vendor)
 
     def _start(self, pool: CompilePool | None, config: Config) -> Future:
         if pool is None:   # the runner needs no binary (replay)

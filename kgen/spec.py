@@ -63,6 +63,27 @@ class KernelSpec:
         their default."""
         return [self.default_config(problem, target)][:count]
 
+    def model_choice(self, problem: Problem, target: Target) -> tuple[Config, float] | None:
+        """(config, predicted ms) of the config a cost model predicts fastest for an untuned
+        problem, or None (no model: dispatch falls back to the nearest tuned problem's best,
+        then the default). Predictions of the families that run one request are compared
+        with each other, so they are times on the device, not scores."""
+        return None
+
+    def model_version(self) -> str | None:
+        """The version of the cost model behind ``model_choice`` (``kgen info`` shows it)."""
+        return None
+
+    # --- the vendor library as a candidate (kgen.vendor) ----------------------------------
+    def vendor_supported(self, problem: Problem) -> bool:
+        """Whether ``vendor_call`` runs ``problem`` (families with a library call override)."""
+        return False
+
+    def vendor_call(self, problem: Problem):
+        """A function (a, b, c, alpha, beta, bias) computing the problem with the vendor library
+        on the caller's arrays and current stream."""
+        raise NotImplementedError(f"{self.family} has no vendor call")
+
     def first_valid(self, space: Space, candidates, problem: Problem) -> Config:
         """The first of ``candidates`` (parameter dicts) valid in ``space``, else the space's first
         config; NoConfigError when the space is empty."""

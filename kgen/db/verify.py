@@ -20,6 +20,7 @@ from kgen.db.base import Database, best_order, canonical, usable_time
 from kgen.errors import KgenError
 from kgen.measure.bench import l2_label
 from kgen.measurement import Measurement, Record, Timing
+from kgen.vendor import VENDOR_DIGEST
 
 TOLERANCE = 0.15
 VERIFIED, REJECTED = "verify:verified", "verify:rejected"
@@ -82,7 +83,7 @@ def to_verify(db: Database, device: str, family: str | None = None) -> list[Reco
     for fam in [family] if family else db.families():
         for key in db.problems(fam, device):
             records = db.records(fam, key, device)
-            for digest in sorted({r.provenance.template_digest for r in records}):
+            for digest in sorted({r.provenance.template_digest for r in records} - {VENDOR_DIGEST}):
                 mine = [r for r in records if r.provenance.template_digest == digest]
                 imported = [r for r in mine if is_imported(r) and usable_time(r) is not None]
                 if any(is_trusted(r, mine) for r in imported):

@@ -21,6 +21,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from kgen.kernels import gemm_rules as rules
+from kgen.kernels import gemm_vendor
 from kgen.measure.arg_pack import cupy_ndarray, data_pointer
 from kgen.problem import Problem, Target
 from kgen.space import Config, Constraint, Param, Space
@@ -269,6 +270,22 @@ class GemmSimt(KernelSpec):
     def tolerance(self, problem: Problem) -> float:
         return DTYPES[problem["dtype"]][5]
 
+    def model_choice(self, problem: Problem, target: Target):
+        from kgen.kernels import gemm_cost      # the model reads the family modules' rules
+
+        return gemm_cost.pick(self, problem, target)
+
+    def model_version(self) -> str | None:
+        from kgen.kernels import gemm_cost
+
+        return gemm_cost.model_version() if gemm_cost.has_model(self.family) else None
+
+    def vendor_supported(self, problem: Problem) -> bool:
+        return gemm_vendor.vendor_supported(problem)
+
+    def vendor_call(self, problem: Problem):
+        return gemm_vendor.vendor_call(problem, prefer_torch=False)   # what ``baseline`` times
+
     def flops(self, problem: Problem) -> float:
         return 2.0 * problem["m"] * problem["n"] * problem["k"]
 
@@ -354,6 +371,8 @@ class _Plan:
     launch: Any = None        # kernel.bind(...): (a, b, c pointers, *dims, alpha, beta) -> launch
     dims: tuple = ()          # m, n, k, lda, ldb, ldc as the kernel's scalar types
     split_k: bool = False
+    how: str = ""             # how dispatch chose (kgen.dispatch.Choice.how)
+    vendor: Any = None        # the vendor library's call, when dispatch chose it
 
 
 def _scalar_type(problem: Problem) -> type:
@@ -396,10 +415,14 @@ def _make_plan(dispatcher, a, b, c) -> _Plan:
         return plan
     loaded = dispatcher.prepare(_SPEC, problem, device)
     config = loaded.choice.config
+    plan.config, plan.how = config, loaded.choice.how
+    if loaded.choice.vendor:
+        plan.vendor = _SPEC.vendor_call(problem)
+        return plan
     geo = _SPEC.launch(problem, config)
     ldc = describe(c, "c").strides[0] if c is not None else problem["n"]
     scalar = _scalar_type(problem)
-    plan.kernel, plan.config, plan.split_k = loaded.kernel, config, config["SK"] > 1
+    plan.kernel, plan.split_k = loaded.kernel, config["SK"] > 1
     plan.dims = _dims(problem, describe(a, "a"), describe(b, "b"), ldc)
     template = (np.uint64(0), np.uint64(0), np.uint64(0), *plan.dims, scalar(0), scalar(0))
     plan.launch = loaded.kernel.bind(geo.grid, geo.block, geo.shared_mem, template)
@@ -468,8 +491,10 @@ def gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, *, bias=None, acti
         c = dispatcher.launcher.empty((problem["m"], problem["n"]), problem["dtype"], like=a)
         pc = data_pointer(c)
         beta = 0.0
-    if plan.launch is None:      # an empty output: nothing to compute
-        return c
+    if plan.launch is None:
+        if plan.vendor is not None:
+            plan.vendor(a, b, c, alpha, beta, None)
+        return c                 # (else an empty output: nothing to compute)
     if plan.split_k:
         plan.kernel.scale(c, beta)
     plan.launch((pa, pb, pc, *plan.dims, alpha, beta))

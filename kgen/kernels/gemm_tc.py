@@ -24,7 +24,8 @@ import numpy as np
 
 from kgen.errors import DtypeError, KgenError
 from kgen.kernels import gemm_rules as rules
-from kgen.problem import Problem
+from kgen.kernels import gemm_vendor
+from kgen.problem import Problem, Target
 from kgen.spec import Check, KernelSpec
 
 # input dtype -> (C++ input type, accumulator C++ type, input bytes, short name)
@@ -282,6 +283,22 @@ class TensorCoreGemm(KernelSpec):
             return None
         a, b, c = operands["a"], operands["b"], operands["c"]
         return lambda: cupy.matmul(a, b, out=c)
+
+    def model_choice(self, problem: Problem, target: Target):
+        from kgen.kernels import gemm_cost      # the model reads the family modules' rules
+
+        return gemm_cost.pick(self, problem, target)
+
+    def model_version(self) -> str | None:
+        from kgen.kernels import gemm_cost
+
+        return gemm_cost.model_version() if gemm_cost.has_model(self.family) else None
+
+    def vendor_supported(self, problem: Problem) -> bool:
+        return gemm_vendor.vendor_supported(problem)
+
+    def vendor_call(self, problem: Problem):
+        return gemm_vendor.vendor_call(problem)    # PyTorch first, as ``baseline`` times it
 
     def flops(self, problem: Problem) -> float:
         return 2.0 * problem["m"] * problem["n"] * problem["k"]

@@ -21,9 +21,6 @@ from kgen.kernels.gemm_route import tensor_core_specs, uses_tensor_cores
 from kgen.kernels.gemm_tc import allowed_outputs, epilogue_name
 from kgen.problem import Problem
 
-_RANK = {"tuned": 0, "nearest": 1, "default": 2}
-
-
 @dataclass
 class TcPlan:
     spec: Any
@@ -37,6 +34,7 @@ class TcPlan:
     build: Any = None    # (pointers, alpha, beta) -> kernel arguments
     bound: Any = None    # kernel.bind(...) with the first call's arguments as the template
     simt: bool = False   # float32 without tf32 after all: the CUDA-core path runs it
+    vendor: Any = None   # the vendor library's call (a, b, c, alpha, beta, bias), when chosen
 
 
 def _input_dtype(info: ArrayInfo, dtype: str | None, name: str) -> str:
@@ -92,13 +90,15 @@ def make_plan(dispatcher, a, b, c, bias, activation, precision, dtype, out_dtype
         if m == 0 or n == 0:
             return TcPlan(spec, problem, None, None, None, array_kind(a), ai.device)
         loaded = dispatcher.prepare(spec, problem, ai.device)
-        choice = loaded.choice
-        rank = (_RANK[choice.how], choice.time_ms if choice.time_ms is not None else float("inf"), order)
+        rank = (loaded.choice.rank, order)
         if best is None or rank < best[0]:
             best = (rank, spec, problem, loaded)
     _, spec, problem, loaded = best
     ldc = describe(c, "c").strides[0] if c is not None else n
     config = loaded.choice.config
+    if loaded.choice.vendor:
+        return TcPlan(spec, problem, None, config, None, array_kind(a), ai.device, loaded.choice.how,
+                      vendor=spec.vendor_call(problem))
     return TcPlan(spec, problem, loaded.kernel, config, spec.launch(problem, config), array_kind(a), ai.device,
                   loaded.choice.how, spec.arg_builder(problem, config, (lda, ldb, max(ldc, 1))))
 
@@ -176,4 +176,34 @@ def tc_gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, *, bias=None, a
             geo = plan.launch
             plan.bound = plan.kernel.bind(geo.grid, geo.block, geo.shared_mem, args)
         plan.bound(args, stream=stream)
+    elif plan.vendor is not None:
+        plan.vendor(a, b, c, alpha, beta, bias)
     return _to_jax(c, problem["out_dtype"]) if plan.kind == "jax" else c
+
+
+@dataclass(frozen=True)
+class GemmChoice:
+    """What ``kgen.gemm`` runs for a call: the family, the config (``cublas``: the vendor
+    library) and how dispatch chose it (tuned, vendor, model, nearest, default)."""
+
+    family: str
+    config: str
+    how: str
+
+
+def gemm_choice(a, b, c=None, *, bias=None, activation=None, precision=None, dtype=None,
+                out_dtype=None) -> GemmChoice:
+    """The kernel ``kgen.gemm`` would run for these arguments, chosen (and loaded) as a call
+    would, without running it.
+
+    >>> # kgen.gemm_choice(a, b)  ->  GemmChoice(family='gemm_wgmma', config='gemm_wgmma_bf16_nn_...', how='model')
+    """
+    from kgen.dispatch import default_dispatcher
+    from kgen.kernels import gemm as simt
+
+    dispatcher = default_dispatcher()
+    plan = make_plan(dispatcher, a, b, c, bias, activation, precision, dtype, out_dtype)
+    if plan.simt:
+        plan = simt._make_plan(dispatcher, a, b, c)
+        return GemmChoice("gemm", plan.config.name if plan.config else "", plan.how)
+    return GemmChoice(plan.spec.family, plan.config.name if plan.config else "", plan.how)

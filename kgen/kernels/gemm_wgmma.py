@@ -88,7 +88,7 @@ def smem_bytes(bm: int, bn: int, stages: int, consumers: int = 2, tma_store: int
     """Dynamic shared memory of a config: the A and B rings (rows of 128 bytes), the staging
     buffers of a transposed B (``staged`` k-blocks of BN rows of 128 bytes), the TMA store
     buffers (two per consumer warp), barriers, alignment slack."""
-    store = consumers * 4 * STORE_BUFFERS_PER_WARP * STORE_BUFFER if tma_store else 0
+    store = consumers * 4 * STORE_BUFFERS_PER_WARP * STORE_BUFFER * (tma_store != 0)   # numpy columns too
     return ((stages * (bm + bn) + staged * bn) * SWIZZLE + store + (stages + staged) * BARRIER_BYTES + 16
             + ALIGN_SLACK)
 

@@ -65,9 +65,7 @@ def measure(task: MeasureTask, cache: _ProblemCache, flush) -> Measurement:
     spec, problem, config = task.spec, task.problem, task.config
     operands, expected = cache.get(spec, problem, task.seed)
     if task.baseline:
-        times = time_runs(spec.baseline(problem, operands), task.timing, flush, knobs.bench_min_ms)
-        return Measurement(config_name="baseline", config={}, problem_key=problem.key, times_ms=tuple(times),
-                           timing=task.timing, measure_s=time.perf_counter() - start)
+        return _measure_baseline(task, operands, expected, flush, start)
     kernel = CupyKernel(task.cubin, task.entry)
     resources = {**task.resources, **kernel.resources}
     base = dict(config_name=config.name, config=config.as_dict(), problem_key=problem.key,
@@ -86,6 +84,31 @@ def measure(task: MeasureTask, cache: _ProblemCache, flush) -> Measurement:
     times = time_runs(run, task.timing, flush, knobs.bench_min_ms)
     return Measurement(**base, times_ms=tuple(times), error=check.error,
                        measure_s=time.perf_counter() - start)
+
+
+def _measure_baseline(task: MeasureTask, operands, expected, flush, start: float) -> Measurement:
+    """The spec's library baseline (the vendor candidate): checked like a config, then timed."""
+    import cupy
+
+    from kgen.knobs import knobs
+    from kgen.measure.bench import time_runs
+    from kgen.measure.verify import poison
+
+    spec, problem = task.spec, task.problem
+    base = dict(config_name=task.config.name, config={}, problem_key=problem.key, timing=task.timing)
+    run = spec.baseline(problem, operands)
+    if run is None:
+        return Measurement(**base, failure=Failure("constraints", f"no library baseline runs {problem.key} here"),
+                           measure_s=time.perf_counter() - start)
+    poison(operands, spec.outputs)
+    run()
+    cupy.cuda.get_current_stream().synchronize()
+    check = spec.check(problem, operands, expected)
+    if not check.ok:
+        return Measurement(**base, failure=Failure("correctness", check.detail), error=check.error,
+                           measure_s=time.perf_counter() - start)
+    times = time_runs(run, task.timing, flush, knobs.bench_min_ms)
+    return Measurement(**base, times_ms=tuple(times), error=check.error, measure_s=time.perf_counter() - start)
 
 
 def _is_cuda_error(exc: BaseException) -> bool:

@@ -1,0 +1,94 @@
+"""kgen.gemm on shapes nobody tuned, on the GPU: the cost model's picks at odd, unaligned and
+TT shapes against a float64 reference per dtype, and the vendor candidate's result against
+cuBLAS's own. Marked ``gpu``; scripts/gpu_check.sh runs them."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+# odd, unaligned (rows not a multiple of 16 bytes), decode-like and TT shapes
+SHAPES = [(37, 1001, 333, "TT"), (1, 4095, 257, "NN"), (523, 77, 2049, "TN"), (1000, 1000, 1000, "NT"),
+          (3, 5, 7, "TT"), (2048, 64, 4099, "NN")]
+TOLERANCE = {"bfloat16": 2e-2, "float16": 5e-3, "tf32": 5e-3, "float32": 1e-4, "float64": 1e-12}
+
+
+def _operands(m, n, k, layout, dtype, seed):
+    import cupy
+
+    from kgen.kernels.gemm_tc import as_float64, to_bf16
+
+    rng = cupy.random.default_rng(seed)
+    store = "float32" if dtype in ("tf32", "bfloat16") else dtype
+
+    def stored(rows, cols, transposed):
+        x = rng.random((cols, rows) if transposed else (rows, cols), dtype=cupy.float64) * 2 - 1
+        x = x.astype(store)
+        return to_bf16(x) if dtype == "bfloat16" else x
+
+    a_s, b_s = stored(m, k, layout[0] == "T"), stored(k, n, layout[1] == "T")
+    a = a_s.T if layout[0] == "T" else a_s
+    b = b_s.T if layout[1] == "T" else b_s
+    real = "bfloat16" if dtype == "bfloat16" else store
+    ref = as_float64(a, real) @ as_float64(b, real)
+    kwargs = {"precision": "tf32"} if dtype == "tf32" else {}
+    if dtype == "bfloat16":
+        kwargs["dtype"] = "bfloat16"
+    return a, b, ref, kwargs, real
+
+
+def _relerr(c, ref, real) -> float:
+    import cupy
+
+    from kgen.kernels.gemm_tc import as_float64
+
+    return float(cupy.abs(as_float64(c, real) - ref).max() / max(float(cupy.abs(ref).max()), 1e-300))
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "tf32", "float32", "float64"])
+def test_untuned_model_picks_are_correct_on_odd_shapes(dtype, monkeypatch):
+    import cupy
+
+    import kgen
+
+    monkeypatch.setenv("KGEN_VENDOR", "0")
+    monkeypatch.setenv("KGEN_USE_SHIPPED_DB", "0")      # nothing tuned: the model picks every kernel
+    kgen.refresh()
+    failures = []
+    for i, (m, n, k, layout) in enumerate(SHAPES):
+        a, b, ref, kwargs, real = _operands(m, n, k, layout, dtype, seed=i)
+        choice = kgen.gemm_choice(a, b, **kwargs)
+        c = cupy.full((m, n), 0x7FC0 if real == "bfloat16" else float("nan"),
+                      dtype=cupy.uint16 if real == "bfloat16" else real)
+        kgen.gemm(a, b, c, **kwargs)
+        err = _relerr(c, ref, real)
+        if not err <= TOLERANCE[dtype]:
+            failures.append(f"{m}x{n}x{k} {layout} {choice.config} ({choice.how}): error {err:.2e}")
+        assert choice.how in ("model", "default") and choice.config != "cublas"
+    kgen.refresh()
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_the_vendor_choice_gives_cublas_result(dtype, monkeypatch):
+    import cupy
+    import torch
+
+    import kgen
+    from kgen.kernels.gemm_tc import torch_view
+
+    monkeypatch.setenv("KGEN_VENDOR", "1")
+    monkeypatch.setenv("KGEN_USE_SHIPPED_DB", "0")
+    kgen.refresh()
+    m, n, k, layout = 523, 77, 2049, "TN"
+    a, b, ref, kwargs, real = _operands(m, n, k, layout, dtype, seed=7)
+    assert kgen.gemm_choice(a, b, **kwargs).config == "cublas"
+    c = kgen.gemm(a, b, **kwargs)
+    expected = torch.matmul(torch_view(a, real) if real == "bfloat16" else torch.from_dlpack(a),
+                            torch_view(b, real) if real == "bfloat16" else torch.from_dlpack(b))
+    got = torch_view(c, real) if real == "bfloat16" else torch.from_dlpack(c)
+    assert torch.equal(got, expected)           # the library's own result, bit for bit
+    assert _relerr(c, ref, real) <= TOLERANCE[dtype]
+    cupy.cuda.get_current_stream().synchronize()
+    kgen.refresh()
