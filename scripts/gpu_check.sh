@@ -28,6 +28,8 @@
 #                                        #   cuBLAS run for seconds (scripts/clock_probe.py) -> $OUT/clock_probe.jsonl
 #   scripts/gpu_check.sh trace ARGS      # the phase marks of named gemm_wgmma configs, per block
 #                                        #   (scripts/trace_phases.py) -> $OUT/trace_phases.jsonl
+#   scripts/gpu_check.sh shapes [ARGS]   # kgen (untuned; tuned: ARGS --modes) and cuBLAS side by side on random
+#                                        #   shapes nobody tunes for (scripts/bench_shapes.py) -> $OUT/bench_shapes.json
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu_out}
@@ -95,5 +97,8 @@ if [ "$what" = trace ]; then
 fi
 if [ "$what" = clocks ]; then
   logged clock_probe.log python3 scripts/clock_probe.py --out "$OUT/clock_probe.jsonl" "$@"
+fi
+if [ "$what" = shapes ]; then
+  logged bench_shapes.log python3 scripts/bench_shapes.py --out "$OUT/bench_shapes.json" "$@"
 fi
 exit $status
