@@ -77,6 +77,7 @@ class Dispatcher:
         self._launcher = launcher
         self._targets: dict[int, Target] = dict(targets or {})
         self._loaded: dict[tuple[str, str, int], _Loaded] = {}
+        self._decided: dict[tuple[str, str, int], Choice] = {}   # choices made, not yet loaded
         self.plans: dict = {}    # families' per-signature call plans (see kgen.kernels.gemm.gemm)
         self._lock = threading.Lock()
         self._miss_runner = miss_runner      # device -> Runner, for tune-on-miss (default: local GPU)
@@ -177,6 +178,28 @@ class Dispatcher:
         return None
 
     # ---- the hot path ---------------------------------------------------------------------------
+    def decide(self, spec, problem: Problem, device: int) -> Choice:
+        """The choice ``prepare`` would load for ``problem``, made (and kept) without compiling
+        or loading anything: a request that several families can run decides for each, then
+        prepares the winner alone."""
+        key = (spec.family, problem.key, device)
+        loaded = self._loaded.get(key)
+        if loaded is not None:
+            return loaded.choice
+        choice = self._decided.get(key)
+        if choice is None:
+            with self._lock:
+                choice = self._decided.get(key)
+                if choice is None:
+                    entry = self._memo_entry(spec, problem, device)
+                    if entry is not None:
+                        choice = Choice(_memo_config(entry), "tuned", entry.get("time_ms"), problem.key)
+                    else:
+                        self._watch()
+                        choice = self.choose(spec, problem, self.target(device))
+                    self._decided[key] = choice
+        return choice
+
     def prepare(self, spec, problem: Problem, device: int) -> _Loaded:
         key = (spec.family, problem.key, device)
         loaded = self._loaded.get(key)
@@ -190,7 +213,7 @@ class Dispatcher:
                 self._watch()
                 fingerprint = dispatch_memo.database_fingerprint() if self._default_db else None
                 target = self.target(device)
-                choice = self.choose(spec, problem, target)
+                choice = self._decided.pop(key, None) or self.choose(spec, problem, target)
                 if choice.vendor:      # the plan calls the library itself: nothing to compile
                     self._loaded[key] = loaded = _Loaded(spec, problem, choice, None)
                     if choice.time_ms is None and knobs.tune_on_miss > 0:
@@ -216,23 +239,27 @@ class Dispatcher:
             self._loaded[key] = loaded
         return loaded
 
-    def _from_memo(self, spec, problem: Problem, device: int) -> _Loaded | None:
+    def _memo_entry(self, spec, problem: Problem, device: int) -> dict | None:
         """A tuned choice remembered by an earlier process, when still valid (see dispatch_memo)."""
         if not self._default_db or not knobs.dispatch_memo:
             return None
         key = dispatch_memo.memo_key(spec.family, problem.key, device, spec.template_digest())
-        entry = dispatch_memo.lookup(key, dispatch_memo.database_fingerprint())
+        return dispatch_memo.lookup(key, dispatch_memo.database_fingerprint())
+
+    def _from_memo(self, spec, problem: Problem, device: int) -> _Loaded | None:
+        """The remembered tuned choice with its kernel loaded from the cubin it names."""
+        entry = self._memo_entry(spec, problem, device)
         if entry is None:
             return None
         try:
             target = self._targets.get(device) or target_from_dict(entry["target"])
             if not _same_device(target, device):
                 return None
-            config = Config(entry["name"], tuple((k, v) for k, v in entry["config"]))
+            config = _memo_config(entry)
             binary = Binary(Path(entry["cubin"]).read_bytes(), config.name, entry["source_digest"],
                             entry["arch"], dict(entry["resources"]), entry["cubin"])
         except (KeyError, TypeError, ValueError, OSError) as exc:
-            log.debug("dispatch memo entry %s unusable: %s", key, exc)
+            log.debug("dispatch memo entry of %s unusable: %s", problem.key, exc)
             return None
         self._targets.setdefault(device, target)
         choice = Choice(config, "tuned", entry.get("time_ms"), problem.key)
@@ -267,6 +294,8 @@ class Dispatcher:
         with self._lock:
             for key in [k for k in self._loaded if k[0] == family and k[1] == problem_key]:
                 del self._loaded[key]
+            for key in [k for k in self._decided if k[0] == family and k[1] == problem_key]:
+                del self._decided[key]
             for sig in [s for s, plan in self.plans.items() if getattr(plan, "problem", None) is not None
                         and plan.problem.family == family and plan.problem.key == problem_key]:
                 del self.plans[sig]
@@ -279,6 +308,7 @@ class Dispatcher:
         """Drop every loaded kernel and call plan: the next call of each problem chooses again."""
         with self._lock:
             self._loaded.clear()
+            self._decided.clear()
             self.plans.clear()
 
     refresh = clear
@@ -304,6 +334,10 @@ class Dispatcher:
 
         self._watcher = threading.Thread(target=watch, name="kgen-database-watch", daemon=True)
         self._watcher.start()
+
+
+def _memo_config(entry: dict) -> Config:
+    return Config(entry["name"], tuple((k, v) for k, v in entry["config"]))
 
 
 def _same_device(target: Target, device: int) -> bool:

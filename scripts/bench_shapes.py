@@ -475,12 +475,14 @@ def precompile(shapes: list[dict], modes: list[str], target, log=print) -> tuple
         set_mode(mode)
         for shape in shapes:
             try:
-                for spec, problem in gemm_request("gemm", shape["m"], shape["n"], shape["k"], shape["dtype"],
-                                                  shape["layout"], target, precision=shape.get("precision")):
-                    choice = dispatcher.choose(spec, problem, target)
-                    if not choice.vendor:
-                        source = render(spec, problem, choice.config, target)
-                        sources[source.digest] = source
+                pairs = gemm_request("gemm", shape["m"], shape["n"], shape["k"], shape["dtype"], shape["layout"],
+                                     target, precision=shape.get("precision"))
+                ranked = [(dispatcher.choose(spec, problem, target), order, spec, problem)
+                          for order, (spec, problem) in enumerate(pairs)]
+                choice, _, spec, problem = min(ranked, key=lambda r: (r[0].rank, r[1]))   # as a call ranks
+                if not choice.vendor:
+                    source = render(spec, problem, choice.config, target)
+                    sources[source.digest] = source
             except Exception as exc:         # the timed loop meets it again and records it
                 log(f"   (precompile of {shape_name(shape)} {mode}: {_error(exc)})")
     start = time.perf_counter()

@@ -48,7 +48,7 @@ def test_row_major_operands_launch_the_chosen_config_with_spec_geometry(fake):
 
     problem = gemm_problem(m, n, k, "float32", "NN")
     choice = fake.dispatcher.choose(SPEC, problem, TARGET)
-    assert choice.how == "default" and kernel.entry == choice.config.name
+    assert choice.how == "model" and kernel.entry == choice.config.name
     geo = SPEC.launch(problem, choice.config)
     assert (launch.grid, launch.block, launch.shared_mem) == (geo.grid, geo.block, geo.shared_mem)
     args = [x.item() if hasattr(x, "item") else x for x in launch.args]
@@ -229,7 +229,7 @@ def test_verified_only_dispatch_ignores_imported_records_until_verified(monkeypa
     imported = Record("gemm", Measurement(config.name, config.as_dict(), problem.key, times_ms=(1.0,) * 5), prov)
     db = MemoryStore([imported])
     monkeypatch.setenv("KGEN_VERIFIED_ONLY", "1")
-    assert Dispatcher(db=db, targets={0: target}).choose(spec, problem, target).how == "default"
+    assert Dispatcher(db=db, targets={0: target}).choose(spec, problem, target).how == "model"
     verdict = dataclasses.replace(imported, provenance=dataclasses.replace(
         prov, origin=VERIFIED, created="2026-01-02T00:00:00+00:00"))
     db.commit([verdict])
@@ -256,7 +256,7 @@ def test_tune_on_miss_tunes_in_the_background_and_the_next_call_uses_it(monkeypa
         kgen.gemm(a, b, c)
         problem = gemm_problem(1000, 1000, 1000)
         first = dispatcher.prepare(GemmSimt(), problem, 0).choice
-        assert first.how == "default"
+        assert first.how == "model"
         dispatcher.background[("gemm", problem.key, 0)].join(60)
         assert len(dispatcher.db.records("gemm", problem.key)) == 6
         kgen.gemm(a, b, c)                      # the plan was dropped: this call chooses again

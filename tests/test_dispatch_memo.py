@@ -121,7 +121,7 @@ _render = dispatch_module.render
 def test_untuned_choices_are_not_remembered(fresh):
     d, _ = _new_process_dispatcher()
     d._targets[0] = TARGET
-    assert d.prepare(SPEC, PROBLEM, 0).choice.how == "default"
+    assert d.prepare(SPEC, PROBLEM, 0).choice.how == "model"
     key = dispatch_memo.memo_key(SPEC.family, PROBLEM.key, 0, SPEC.template_digest())
     assert key not in dispatch_memo._read()
 

@@ -89,11 +89,11 @@ def make_plan(dispatcher, a, b, c, bias, activation, precision, dtype, out_dtype
     for order, (spec, problem) in enumerate(tensor_core_specs(args, target)):
         if m == 0 or n == 0:
             return TcPlan(spec, problem, None, None, None, array_kind(a), ai.device)
-        loaded = dispatcher.prepare(spec, problem, ai.device)
-        rank = (loaded.choice.rank, order)
+        rank = (dispatcher.decide(spec, problem, ai.device).rank, order)
         if best is None or rank < best[0]:
-            best = (rank, spec, problem, loaded)
-    _, spec, problem, loaded = best
+            best = (rank, spec, problem)
+    _, spec, problem = best
+    loaded = dispatcher.prepare(spec, problem, ai.device)      # the winner's kernel alone
     ldc = describe(c, "c").strides[0] if c is not None else n
     config = loaded.choice.config
     if loaded.choice.vendor:
