@@ -345,7 +345,8 @@ def test_dispatch_picks_the_tuned_best(tuned_db):
     assert choice.time_ms == result.best.time_ms
 
 
-def test_dispatch_uses_the_nearest_tuned_problem(tuned_db):
+def test_dispatch_uses_the_nearest_tuned_problem(tuned_db, monkeypatch):
+    monkeypatch.setenv("KGEN_UNTUNED", "nearest")
     db, result = tuned_db
     choice = Dispatcher(db=db, targets={0: TARGET}).choose(SPEC, NEAR, TARGET)
     assert choice.how == "nearest" and choice.from_problem == P.key
@@ -356,7 +357,8 @@ def test_dispatch_uses_the_nearest_tuned_problem(tuned_db):
                                      gemm_problem(32, 32, 64, "float32", "TT"),
                                      gemm_problem(32, 32, 64, align_a=1)],
                          ids=["other-dtype", "other-layout", "other-alignment"])
-def test_dispatch_falls_back_to_the_default_elsewhere(tuned_db, problem):
+def test_dispatch_falls_back_to_the_default_elsewhere(tuned_db, problem, monkeypatch):
+    monkeypatch.setenv("KGEN_UNTUNED", "nearest")
     db, _ = tuned_db
     choice = Dispatcher(db=db, targets={0: TARGET}).choose(SPEC, problem, TARGET)
     assert choice.how == "default"

@@ -19,13 +19,15 @@ def test_shipped_records_are_valid_and_current():
             "the gemm template changed since tuning_db/ was measured: re-run scripts/bench_gemm.py --export"
 
 
-def test_dispatch_uses_shipped_records_for_tuned_and_nearby_problems():
+def test_dispatch_uses_shipped_records_for_tuned_problems_and_the_model_elsewhere(monkeypatch):
     spec, target = get_spec("gemm"), Target.h200()
     dispatcher = Dispatcher(db=open_default(), targets={0: target})
     tuned = dispatcher.choose(spec, gemm_problem(4096, 4096, 4096, "float32", "NN"), target)
     assert tuned.how == "tuned" and tuned.time_ms > 0
-    near = dispatcher.choose(spec, gemm_problem(4000, 4096, 4096, "float32", "NN"), target)
-    assert near.how == "nearest"
+    untuned = gemm_problem(4000, 4096, 4096, "float32", "NN")
+    assert dispatcher.choose(spec, untuned, target).how == "model"
+    monkeypatch.setenv("KGEN_UNTUNED", "nearest")
+    assert dispatcher.choose(spec, untuned, target).how == "nearest"
     other = dispatcher.choose(spec, gemm_problem(64, 64, 64, "float64", "NN"), target)
     assert other.how == "default"
 
