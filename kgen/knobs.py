@@ -117,6 +117,15 @@ class Knobs:
                       "the vendor library (cuBLAS) is a candidate of the GEMM families: measured in every "
                       "tune, stored as config 'cublas', and chosen by dispatch where it is the faster "
                       "measured one or the problem is untuned (0: generated kernels only)")
+    staging = _EnvKnob("KGEN_STAGING", _parse_bool, lambda: True,
+                       "operands the Hopper family cannot read by TMA (rows not a multiple of 16 bytes) "
+                       "may be copied into padded rows so it runs them, where that wins with the copy's "
+                       "cost counted (0: such requests go to the portable family)")
+    staging_copy_gbs = _EnvKnob("KGEN_STAGING_COPY_GBS", float, lambda: 2500.0,
+                                "the copy rate (GB/s, bytes read plus written) dispatch assumes for staging "
+                                "an operand into padded rows")
+    staging_launch_us = _EnvKnob("KGEN_STAGING_LAUNCH_US", float, lambda: 5.0,
+                                 "the fixed cost (microseconds) dispatch adds per staged operand")
     untuned = _EnvKnob("KGEN_UNTUNED", _one_of("model", "nearest", "default"), lambda: "model",
                        "how dispatch picks a config for a problem with no tuned record: model (the "
                        "family's cost model ranks its candidates), nearest (the best config of the "

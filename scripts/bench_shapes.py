@@ -461,12 +461,13 @@ def run_tune(shape: dict, timeout_s: float) -> tuple[float, str | None]:
 
 
 def precompile(shapes: list[dict], modes: list[str], target, log=print) -> tuple[int, int]:
-    """Compile, in a pool of processes, every kernel dispatch would choose for ``shapes`` in
-    ``modes`` (fresh arrays: the alignment their row strides give), so that the timed loop
-    meets a warm cubin cache instead of compiling one kernel at a time. (kernels, failures)."""
+    """Compile, in a pool of processes, the kernel dispatch would choose for each way the
+    GEMM families can run ``shapes`` in ``modes`` (as fresh arrays give them: rows of their
+    natural alignment; staged operands too), so that the timed loop meets a warm cubin cache
+    instead of compiling one kernel at a time. (kernels, failures)."""
     from kgen.compile import CompilePool
     from kgen.dispatch import default_dispatcher
-    from kgen.kernels.gemm_route import gemm_request
+    from kgen.kernels.gemm_route import gemm_request, tensor_core_candidates, uses_tensor_cores
     from kgen.render import render
 
     dispatcher = default_dispatcher()
@@ -474,15 +475,18 @@ def precompile(shapes: list[dict], modes: list[str], target, log=print) -> tuple
     for mode in modes:
         set_mode(mode)
         for shape in shapes:
+            m, n, k, dtype, layout, precision = (shape[f] for f in ("m", "n", "k", "dtype", "layout", "precision"))
             try:
-                pairs = gemm_request("gemm", shape["m"], shape["n"], shape["k"], shape["dtype"], shape["layout"],
-                                     target, precision=shape.get("precision"))
-                ranked = [(dispatcher.choose(spec, problem, target), order, spec, problem)
-                          for order, (spec, problem) in enumerate(pairs)]
-                choice, _, spec, problem = min(ranked, key=lambda r: (r[0].rank, r[1]))   # as a call ranks
-                if not choice.vendor:
-                    source = render(spec, problem, choice.config, target)
-                    sources[source.digest] = source
+                if uses_tensor_cores(dtype, precision, "none", None):
+                    pairs = [(spec, problem) for spec, problem, _ in tensor_core_candidates(
+                        dict(m=m, n=n, k=k, dtype=dtype, layout=layout), target)]
+                else:
+                    pairs = gemm_request("gemm", m, n, k, dtype, layout, target, precision=precision)
+                for spec, problem in pairs:
+                    choice = dispatcher.choose(spec, problem, target)
+                    if not choice.vendor:
+                        source = render(spec, problem, choice.config, target)
+                        sources[source.digest] = source
             except Exception as exc:         # the timed loop meets it again and records it
                 log(f"   (precompile of {shape_name(shape)} {mode}: {_error(exc)})")
     start = time.perf_counter()

@@ -147,3 +147,19 @@ def test_cli_routes_tensor_core_dtypes():
     assert spec.family == "gemm_mma" and problem["out_dtype"] == "float32" and problem["layout"] == "NT"
     spec, problem = _problem("gemm", 128, 64, 32, "float32", "NN", TARGET, precision="tf32")
     assert spec.family == "gemm_mma" and problem["precision"] == "tf32"
+
+
+def test_unaligned_operands_are_staged_for_the_hopper_family_where_that_wins(monkeypatch):
+    from kgen.kernels.gemm_tc_call import make_plan
+
+    monkeypatch.setenv("KGEN_VENDOR", "0")
+    with fake_dispatch(H200) as f:
+        a = FakeArray((4096, 4095), "float16")                      # rows of 8190 bytes: no TMA
+        b = FakeArray((4095, 4096), "float16", ptr=BASE + 0x1000_0000)
+        plan = make_plan(f.dispatcher, a, b, None, None, None, None, None, None)
+        assert plan.spec.family == "gemm_wgmma" and plan.staging.stage == (True, False)
+        assert plan.problem["align_a"] == 8 and plan.staging.lds == (4096, 4096)
+        assert 0 < plan.staging.cost_ms() < 0.1
+        monkeypatch.setenv("KGEN_STAGING", "0")
+        plan = make_plan(f.dispatcher, a, b, None, None, None, None, None, None)
+        assert plan.spec.family == "gemm_mma" and plan.staging is None

@@ -13,7 +13,7 @@ True
 from __future__ import annotations
 
 from kgen.errors import DtypeError, KgenError
-from kgen.kernels.gemm_tc import TC_INPUTS, tc_problem
+from kgen.kernels.gemm_tc import ITEMSIZE, TC_INPUTS, tc_problem
 from kgen.problem import Problem, Target
 from kgen.spec import get_spec
 
@@ -55,6 +55,33 @@ def tensor_core_specs(problem_args: dict, target: Target) -> list[tuple[object, 
         raise DtypeError(f"no tensor-core GEMM family runs {problem_args['dtype']} on {target.name} "
                          f"(compute capability {target.cc[0]}.{target.cc[1]})",
                          remedy="tensor-core GEMM needs sm_80 or later")
+    return found
+
+
+def tensor_core_candidates(problem_args: dict, target: Target) -> list[tuple[object, Problem, tuple[bool, bool]]]:
+    """(spec, problem, staged operands) of every way the tensor cores can run the request:
+    each family that runs it as it is (nothing staged), then each family that runs it once
+    the operands it cannot read are copied into padded rows (``gemm_staging``; KGEN_STAGING)."""
+    from kgen.knobs import knobs
+    from kgen.spec import families
+
+    found = [(spec, problem, (False, False)) for spec, problem in tensor_core_specs(problem_args, target)]
+    if not knobs.staging:
+        return found
+    direct = {spec.family for spec, _, _ in found}
+    for family in TENSOR_CORE_FAMILIES:
+        if family in direct or family not in families():
+            continue
+        spec = get_spec(family)
+        needed = getattr(spec, "staging_needed", None)
+        stage = needed(tc_problem(family, **problem_args)) if needed is not None else (False, False)
+        if not any(stage):
+            continue
+        widest = 16 // ITEMSIZE[problem_args["dtype"]]
+        staged = tc_problem(family, **{**problem_args, **{key: widest for key, on in
+                                                          (("align_a", stage[0]), ("align_b", stage[1])) if on}})
+        if spec.supports(staged, target):
+            found.append((spec, staged, stage))
     return found
 
 

@@ -17,7 +17,8 @@ from kgen.arrays import ArrayInfo, array_kind, describe
 from kgen.errors import DeviceError, DtypeError, InputError, LayoutError, ShapeError
 from kgen.kernels import gemm_rules as rules
 from kgen.kernels.gemm import check_output, matmul_shape, operand_layout
-from kgen.kernels.gemm_route import tensor_core_specs, uses_tensor_cores
+from kgen.kernels.gemm_route import tensor_core_candidates, uses_tensor_cores
+from kgen.kernels.gemm_staging import Staging, storage_shape
 from kgen.kernels.gemm_tc import allowed_outputs, epilogue_name
 from kgen.problem import Problem
 
@@ -35,6 +36,7 @@ class TcPlan:
     bound: Any = None    # kernel.bind(...) with the first call's arguments as the template
     simt: bool = False   # float32 without tf32 after all: the CUDA-core path runs it
     vendor: Any = None   # the vendor library's call (a, b, c, alpha, beta, bias), when chosen
+    staging: Any = None  # Staging: operands copied into padded rows before each launch
 
 
 def _input_dtype(info: ArrayInfo, dtype: str | None, name: str) -> str:
@@ -85,22 +87,34 @@ def make_plan(dispatcher, a, b, c, bias, activation, precision, dtype, out_dtype
     args = dict(m=m, n=n, k=k, dtype=in_a, layout=la + lb, out_dtype=out,
                 epilogue=epilogue_name(bias is not None, activation),
                 align_a=rules.alignment(ai.ptr, lda, ai.itemsize), align_b=rules.alignment(bi.ptr, ldb, bi.itemsize))
+    kind = array_kind(a)
     best = None
-    for order, (spec, problem) in enumerate(tensor_core_specs(args, target)):
+    for order, (spec, problem, stage) in enumerate(tensor_core_candidates(args, target)):
         if m == 0 or n == 0:
-            return TcPlan(spec, problem, None, None, None, array_kind(a), ai.device)
-        rank = (dispatcher.decide(spec, problem, ai.device).rank, order)
+            return TcPlan(spec, problem, None, None, None, kind, ai.device)
+        staging = None
+        if any(stage):
+            staging = Staging(stage, (storage_shape(m, n, k, la + lb, "a"), storage_shape(m, n, k, la + lb, "b")),
+                              in_a, kind)
+        choice = dispatcher.decide(spec, problem, ai.device)
+        if choice.vendor and staging is not None:
+            continue                    # the library reads the operands as they are
+        group, ms = choice.rank
+        rank = (group, ms + (staging.cost_ms() if staging is not None else 0.0), order)
         if best is None or rank < best[0]:
-            best = (rank, spec, problem)
-    _, spec, problem = best
+            best = (rank, spec, problem, staging)
+    _, spec, problem, staging = best
     loaded = dispatcher.prepare(spec, problem, ai.device)      # the winner's kernel alone
     ldc = describe(c, "c").strides[0] if c is not None else n
     config = loaded.choice.config
     if loaded.choice.vendor:
-        return TcPlan(spec, problem, None, config, None, array_kind(a), ai.device, loaded.choice.how,
+        return TcPlan(spec, problem, None, config, None, kind, ai.device, loaded.choice.how,
                       vendor=spec.vendor_call(problem))
-    return TcPlan(spec, problem, loaded.kernel, config, spec.launch(problem, config), array_kind(a), ai.device,
-                  loaded.choice.how, spec.arg_builder(problem, config, (lda, ldb, max(ldc, 1))))
+    if staging is not None:
+        lda, ldb = (ld if not staged else padded for ld, padded, staged in
+                    zip((lda, ldb), staging.lds, staging.stage))
+    return TcPlan(spec, problem, loaded.kernel, config, spec.launch(problem, config), kind, ai.device,
+                  loaded.choice.how, spec.arg_builder(problem, config, (lda, ldb, max(ldc, 1))), staging=staging)
 
 
 def _view(x) -> tuple[tuple, int]:
@@ -171,6 +185,8 @@ def tc_gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, *, bias=None, a
         beta = 0.0
     if plan.kernel is not None:
         stream = _torch_stream(plan.device) if plan.kind == "torch" else None
+        if plan.staging is not None:
+            pa, pb = plan.staging.pointers(a, b, pa, pb, problem["layout"], plan.device, stream)
         args = plan.build(pa, pb, pc, pbias, alpha, beta, stream, plan.device)
         if plan.bound is None:
             geo = plan.launch
@@ -189,6 +205,7 @@ class GemmChoice:
     family: str
     config: str
     how: str
+    staged: str = ""       # the operands copied into padded rows first: "a", "b", "ab" or ""
 
 
 def gemm_choice(a, b, c=None, *, bias=None, activation=None, precision=None, dtype=None,
@@ -206,4 +223,5 @@ def gemm_choice(a, b, c=None, *, bias=None, activation=None, precision=None, dty
     if plan.simt:
         plan = simt._make_plan(dispatcher, a, b, c)
         return GemmChoice("gemm", plan.config.name if plan.config else "", plan.how)
-    return GemmChoice(plan.spec.family, plan.config.name if plan.config else "", plan.how)
+    staged = "".join(x for x, on in zip("ab", plan.staging.stage) if on) if plan.staging is not None else ""
+    return GemmChoice(plan.spec.family, plan.config.name if plan.config else "", plan.how, staged)

@@ -165,6 +165,17 @@ class GemmWgmma(TensorCoreGemm):
                 and (cp_a or problem["align_a"] >= tma_align) and (cp_b or problem["align_b"] >= tma_align)
                 and min(problem["m"], problem["n"], problem["k"]) >= 1)
 
+    def staging_needed(self, problem: Problem) -> tuple[bool, bool]:
+        """Which operands (A, B) TMA must read but cannot (a row stride or start not a
+        multiple of 16 bytes); a copy into padded rows (``kgen.kernels.gemm_staging``) makes
+        the problem one this family runs."""
+        dtype = problem["dtype"]
+        if dtype not in DTYPES:
+            return False, False
+        tma_align = 16 // ELEMENT_BYTES[dtype]
+        cp_a, cp_b = copied_transposed(dtype, problem["layout"])
+        return (not cp_a and problem["align_a"] < tma_align), (not cp_b and problem["align_b"] < tma_align)
+
     # ---- space ------------------------------------------------------------------------
     def space(self, problem: Problem, target: Target) -> Space:
         self.sm_count = target.sm_count
