@@ -84,6 +84,16 @@ class KernelSpec:
         on the caller's arrays and current stream."""
         raise NotImplementedError(f"{self.family} has no vendor call")
 
+    def vendor_run(self, problem: Problem, operands: Mapping[str, Any]):
+        """The vendor call on a tune's operands, as a tune times it (None: no vendor call):
+        what is timed is what dispatch runs when it chooses the vendor."""
+        if not self.vendor_supported(problem):
+            return None
+        call = self.vendor_call(problem)
+        a, b, c, bias = operands["a"], operands["b"], operands["c"], operands.get("bias")
+        alpha, beta = operands.get("alpha", 1.0), operands.get("beta", 0.0)
+        return lambda: call(a, b, c, alpha, beta, bias)
+
     def first_valid(self, space: Space, candidates, problem: Problem) -> Config:
         """The first of ``candidates`` (parameter dicts) valid in ``space``, else the space's first
         config; NoConfigError when the space is empty."""

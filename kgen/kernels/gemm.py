@@ -284,7 +284,7 @@ class GemmSimt(KernelSpec):
         return gemm_vendor.vendor_supported(problem)
 
     def vendor_call(self, problem: Problem):
-        return gemm_vendor.vendor_call(problem, prefer_torch=False)   # what ``baseline`` times
+        return gemm_vendor.vendor_call(problem)
 
     def flops(self, problem: Problem) -> float:
         return 2.0 * problem["m"] * problem["n"] * problem["k"]

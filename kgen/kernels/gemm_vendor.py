@@ -1,8 +1,8 @@
 """The GEMM families' vendor candidate: cuBLAS on the caller's arrays, on the caller's stream.
 
-The call is the one each family's ``baseline`` times in a tune (so the stored ``cublas``
-time is the time of what runs): ``torch.matmul`` (``torch.addmm`` with beta), then bias and
-activation as PyTorch operations, where PyTorch is installed; else ``cupy.matmul``, which
+A tune times this very call on its operands (``KernelSpec.vendor_run``), so the stored
+``cublas`` time is the time of what dispatch runs: ``torch.matmul`` (``torch.addmm`` with
+beta), then bias and activation as PyTorch operations, where PyTorch is installed; else ``cupy.matmul``, which
 covers float16, float32 and float64 without an epilogue. A problem whose output dtype is
 not its input dtype has no vendor candidate (the library would round the product to the
 input dtype first).
@@ -46,9 +46,9 @@ def vendor_supported(problem: Problem) -> bool:
     return _torch_installed() or _cupy_runs(problem)
 
 
-def vendor_call(problem: Problem, prefer_torch: bool = True):
+def vendor_call(problem: Problem):
     """``call(a, b, c, alpha, beta, bias)``: c = act(alpha a @ b + beta c + bias) by cuBLAS."""
-    if prefer_torch and _torch_installed():
+    if _torch_installed():
         return _torch_call(problem)
     return _cupy_call(problem)
 
@@ -62,8 +62,25 @@ def _torch_call(problem: Problem):
     activation = epilogue.replace("bias", "").strip("_")
     streams: dict[int, object] = {}
 
-    def tensor(x, dt):
-        t = x if isinstance(x, torch.Tensor) else torch.from_dlpack(x)
+    last: list = [None, None, None]   # per operand: (pointer, shape, strides) and its PyTorch view
+
+    def tensor(x, dt, slot):
+        """A PyTorch view of ``x``; of a CuPy array, the last call's view where it is the same
+        array (the view holds that one array alive until the next call)."""
+        if isinstance(x, torch.Tensor):
+            return x
+        data = getattr(x, "data", None)
+        key = (getattr(data, "ptr", None), getattr(x, "shape", None), getattr(x, "strides", None))
+        seen = last[slot]
+        if key[0] is not None and seen is not None and seen[0] == key:
+            return seen[1]
+        t = torch.from_dlpack(x)
+        t = t.view(torch.bfloat16) if dt == "bfloat16" and t.dtype == torch.uint16 else t
+        last[slot] = (key, t) if key[0] is not None else None
+        return t
+
+    def torch_bits(x, dt):
+        t = torch.from_dlpack(x)
         return t.view(torch.bfloat16) if dt == "bfloat16" and t.dtype == torch.uint16 else t
 
     def compute(ta, tb, tc, alpha, beta, bias):
@@ -74,16 +91,17 @@ def _torch_call(problem: Problem):
             if alpha != 1.0:
                 tc.mul_(alpha)
         if bias is not None:
-            tc.add_(tensor(bias, out))
+            tc.add_(bias if isinstance(bias, torch.Tensor) else torch_bits(bias, out))
         if activation == "relu":
             torch.relu_(tc)
         elif activation == "gelu":
             tc.copy_(torch.nn.functional.gelu(tc))
 
     def call(a, b, c, alpha, beta, bias):
-        ta, tb, tc = tensor(a, dtype), tensor(b, dtype), tensor(c, out)
+        ta, tb, tc = tensor(a, dtype, 0), tensor(b, dtype, 1), tensor(c, out, 2)
         allowed = torch.backends.cuda.matmul.allow_tf32
-        torch.backends.cuda.matmul.allow_tf32 = tf32
+        if allowed != tf32:
+            torch.backends.cuda.matmul.allow_tf32 = tf32
         try:
             if isinstance(a, torch.Tensor):       # PyTorch's current stream, as kgen's kernels use
                 compute(ta, tb, tc, alpha, beta, bias)
@@ -98,7 +116,8 @@ def _torch_call(problem: Problem):
             with torch.cuda.stream(stream):
                 compute(ta, tb, tc, alpha, beta, bias)
         finally:
-            torch.backends.cuda.matmul.allow_tf32 = allowed
+            if allowed != tf32:
+                torch.backends.cuda.matmul.allow_tf32 = allowed
 
     return call
 

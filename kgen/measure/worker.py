@@ -87,7 +87,7 @@ def measure(task: MeasureTask, cache: _ProblemCache, flush) -> Measurement:
 
 
 def _measure_baseline(task: MeasureTask, operands, expected, flush, start: float) -> Measurement:
-    """The spec's library baseline (the vendor candidate): checked like a config, then timed."""
+    """The spec's vendor call (the vendor candidate): checked like a config, then timed."""
     import cupy
 
     from kgen.knobs import knobs
@@ -96,7 +96,7 @@ def _measure_baseline(task: MeasureTask, operands, expected, flush, start: float
 
     spec, problem = task.spec, task.problem
     base = dict(config_name=task.config.name, config={}, problem_key=problem.key, timing=task.timing)
-    run = spec.baseline(problem, operands)
+    run = spec.vendor_run(problem, operands)
     if run is None:
         return Measurement(**base, failure=Failure("constraints", f"no library baseline runs {problem.key} here"),
                            measure_s=time.perf_counter() - start)
