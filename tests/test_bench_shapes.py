@@ -48,18 +48,47 @@ def test_the_set_is_reproducible_from_its_seed_and_differs_between_seeds_and_dty
     assert len(shape_set(DEFAULT_SEED, "float16", 24)) == 24
 
 
+def _shapes_of(lines) -> set[tuple[int, int, int]]:
+    found = set()
+    for line in lines:
+        if line.strip():
+            fields = dict(part.split("=", 1) for part in json.loads(line)["problem_key"].split("|")[1:])
+            found.add((int(fields["m"]), int(fields["n"]), int(fields["k"])))
+    return found
+
+
+def _test_shapes() -> set[tuple[int, int, int]]:
+    return {(s["m"], s["n"], s["k"]) for dtype in DTYPES for s in shape_set(DEFAULT_SEED, dtype)}
+
+
 def test_no_shape_of_the_default_seed_is_in_the_shipped_tuning_db():
     tuned = set()
     files = sorted((ROOT / "tuning_db").glob("*.jsonl"))
     assert files
     for path in files:
-        for line in path.read_text().splitlines():
-            if line.strip():
-                fields = dict(part.split("=", 1) for part in json.loads(line)["problem_key"].split("|")[1:])
-                tuned.add((int(fields["m"]), int(fields["n"]), int(fields["k"])))
+        tuned |= _shapes_of(path.read_text().splitlines())
     assert (4096, 4096, 4096) in tuned          # the keys were read
-    for dtype in DTYPES:
-        assert not {(s["m"], s["n"], s["k"]) for s in shape_set(DEFAULT_SEED, dtype)} & tuned
+    assert not _test_shapes() & tuned
+
+
+def test_no_shape_of_the_default_seed_is_in_the_cost_models_training_data():
+    """The cost model is judged on the test set: neither its training grid nor any recording
+    it is fitted on holds a test shape."""
+    import gzip
+    import sys
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from record_grid import grid
+    from train_gemm_cost import SHIPPED, SPACE_FILES
+
+    trained = {(p["m"], p["n"], p["k"]) for p in grid()}
+    for path in {f for files in SPACE_FILES.values() for f in files} | set(SHIPPED.values()):
+        full = ROOT / path
+        if full.exists():
+            opener = gzip.open if full.suffix == ".gz" else open
+            with opener(full, "rt") as f:
+                trained |= _shapes_of(f)
+    assert (4096, 4096, 4096) in trained and not _test_shapes() & trained
 
 
 def test_the_second_seed():
