@@ -56,9 +56,9 @@ def _local_db(url: str):
 def _problem(family: str, m: int, n: int, k: int, dtype: str, layout: str, target=None,
              out_dtype: Optional[str] = None, epilogue: str = "none", precision: Optional[str] = None):
     """(spec, problem) of a GEMM request; ``gemm`` routes half precision, float64 and tf32 to the
-    tensor-core families (the one preferred on ``target``)."""
+    tensor-core families (the way the cost model predicts fastest on ``target``)."""
     from kgen.kernels.gemm import LAYOUTS
-    from kgen.kernels.gemm_route import gemm_request
+    from kgen.kernels.gemm_route import preferred_request
     from kgen.problem import Target
     from kgen.spec import get_spec
 
@@ -68,8 +68,8 @@ def _problem(family: str, m: int, n: int, k: int, dtype: str, layout: str, targe
         raise KgenError(f"layout {layout!r} is not one of {LAYOUTS}", remedy="give two letters of N and T")
     if min(m, n, k) < 1:
         raise KgenError(f"sizes must be >= 1 (got m={m}, n={n}, k={k})")
-    return gemm_request(family, m, n, k, dtype, layout, target or Target.h200(), out_dtype=out_dtype,
-                        epilogue=epilogue, precision=precision)[0]
+    return preferred_request(family, m, n, k, dtype, layout, target or Target.h200(), out_dtype=out_dtype,
+                             epilogue=epilogue, precision=precision)
 
 
 def _fmt_ms(ms: Optional[float]) -> str:

@@ -108,3 +108,28 @@ def gemm_request(family: str, m: int, n: int, k: int, dtype: str, layout: str, t
         raise KgenError(f"{family} cannot run {problem.key} on {target.name}",
                         remedy="use family gemm, which picks one that can")
     return [(spec, problem)]
+
+
+def preferred_request(family: str, m: int, n: int, k: int, dtype: str, layout: str, target: Target,
+                      **options) -> tuple[object, Problem]:
+    """The (spec, problem) a tune of the request should search: for ``gemm`` on the tensor
+    cores, the way to run it (a family, directly or with staged operands) whose cost-model
+    pick is predicted fastest, the staging copy included, as an untuned call would rank them;
+    otherwise the first of ``gemm_request``."""
+    from kgen.kernels.gemm_staging import staging_ms
+
+    if family != "gemm" or not uses_tensor_cores(dtype, options.get("precision"), options.get("epilogue", "none"),
+                                                 options.get("out_dtype")):
+        return gemm_request(family, m, n, k, dtype, layout, target, **options)[0]
+    gemm_request(family, m, n, k, dtype, layout, target, **options)       # the request's own checks
+    args = dict(m=m, n=n, k=k, dtype=dtype, layout=layout, out_dtype=options.get("out_dtype"),
+                epilogue=options.get("epilogue", "none"), align_a=options.get("align_a"),
+                align_b=options.get("align_b"))
+
+    def predicted(candidate) -> float:
+        spec, problem, stage = candidate
+        picked = spec.model_choice(problem, target)
+        return (picked[1] if picked else float("inf")) + staging_ms(m, n, k, layout, dtype, stage)
+
+    spec, problem, _ = min(tensor_core_candidates(args, target), key=predicted)
+    return spec, problem

@@ -44,6 +44,12 @@ def copy_ms(rows: int, cols: int, itemsize: int) -> float:
     return 2.0 * rows * cols * itemsize / (knobs.staging_copy_gbs * 1e9) * 1e3 + knobs.staging_launch_us * 1e-3
 
 
+def staging_ms(m: int, n: int, k: int, layout: str, dtype: str, stage: tuple[bool, bool]) -> float:
+    """Predicted time of staging the operands ``stage`` names (A, B) of an m x n x k problem."""
+    return sum(copy_ms(*storage_shape(m, n, k, layout, operand), _ITEMSIZE[dtype])
+               for operand, staged in zip("ab", stage) if staged)
+
+
 def storage_shape(m: int, n: int, k: int, layout: str, operand: str) -> tuple[int, int]:
     """(rows, cols) of an operand's row-major storage: A is m x k (N) or k x m (T); B is
     k x n (N) or n x k (T)."""

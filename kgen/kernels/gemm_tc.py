@@ -223,14 +223,18 @@ class TensorCoreGemm(KernelSpec):
                 return to_bf16(x)
             return x.astype(dt)
 
-        def operand(rows, cols, transposed):
-            x = values((cols, rows) if transposed else (rows, cols), dtype)
+        def operand(rows, cols, transposed, align):
+            """Row-major storage (transposed: a view of its transpose) whose row stride is a
+            multiple of ``align``: a staged problem's padded rows (``gemm_staging``)."""
+            r, c = (cols, rows) if transposed else (rows, cols)
+            x = values((r, -(-c // align) * align), dtype)[:, :c]
             return x.T if transposed else x
 
         has_bias, _ = epilogue_parts(problem)
         c = cupy.empty((m, n), dtype=cupy.uint16 if out == "bfloat16" else out)
         c.fill(0xFFFF if out == "bfloat16" else cupy.nan)
-        return {"a": operand(m, k, layout[0] == "T"), "b": operand(k, n, layout[1] == "T"), "c": c,
+        return {"a": operand(m, k, layout[0] == "T", problem["align_a"]),
+                "b": operand(k, n, layout[1] == "T", problem["align_b"]), "c": c,
                 "bias": values((n,), out) if has_bias else None, "alpha": 1.0, "beta": 0.0}
 
     def reference(self, problem: Problem, operands: Mapping[str, Any]) -> dict[str, Any]:
