@@ -509,6 +509,18 @@ def train(family: str, lopo_eval: bool = True, verbose: bool = True):
     return fitted, rows
 
 
+def rounded(value):
+    """Floats rounded to 12 decimals, all the way down: fits on two machines differ in the last
+    bits (summation order), not in what they predict."""
+    if isinstance(value, float):
+        return round(value, 12) + 0.0
+    if isinstance(value, list):
+        return [rounded(v) for v in value]
+    if isinstance(value, dict):
+        return {k: rounded(v) for k, v in value.items()}
+    return value
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--no-lopo", action="store_true", help="fit and write the model only")
@@ -520,9 +532,10 @@ def main(argv=None) -> int:
         fitted, rows = train(family, not args.no_lopo)
         families[family] = fitted
         all_rows += rows
-    model = {"version": f"gemm-cost-1+{gc.parameters_digest(families)}",
-             "target": TARGET.name, "trained_on": sorted({p for f in families for p in SPACE_FILES[f] + [SHIPPED[f]]}),
-             "families": families}
+    families = rounded(families)        # the same data give the same file (and version) on any machine
+    used = {p for f in families for p in SPACE_FILES[f] + [SHIPPED[f]] if (ROOT / p).exists()}
+    model = {"version": f"gemm-cost-1+{gc.parameters_digest(families)}", "target": TARGET.name,
+             "trained_on": sorted(used), "families": families}
     Path(args.out).write_text(json.dumps(model, indent=1, sort_keys=True) + "\n")
     print(f"wrote {args.out} ({Path(args.out).stat().st_size / 1024:.0f} KiB), version {model['version']}")
     if all_rows:
