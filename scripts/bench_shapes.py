@@ -28,7 +28,8 @@ they are keyed by everything that changes the binary) unless --fresh-cubins.
 Writes scripts/results/<device>/bench_shapes.json (or --out): {"device", "commit", "date",
 "seed", "seed2", "rows", "summary", ...}; one row per (shape, dtype, mode, seed): m, n, k,
 layout, dtype, precision, mode, kgen_ms, baselines {"cublas": ms}, ratio (cuBLAS ms / kgen
-ms: above 1, kgen is faster), choice (config name, or "cublas"), how, seed, relerr, ok,
+ms: above 1, kgen is faster), choice (config name, or "cublas"), how, staged (the operands
+copied into padded rows first: "a", "b", "ab" or ""), seed, relerr, ok,
 tuned_subset (the shape is one of the tuned ones), and error where something raised. The file
 is rewritten after each dtype, so a run cut short keeps what it measured ("complete": false).
 
@@ -256,6 +257,7 @@ def bench_shape(shape: dict, modes, gpu, seed: int, operand_seed: int, tuned_sub
                 kgen.refresh()
                 choice = kgen.gemm_choice(case.a, case.b, case.c, **case.kwargs)
                 row["choice"], row["how"] = choice.config, choice.how
+                row["staged"] = getattr(choice, "staged", "")
 
                 def run(case=case):
                     kgen.gemm(case.a, case.b, case.c, **case.kwargs)
