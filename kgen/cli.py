@@ -591,6 +591,9 @@ def export_cmd(family: str = typer.Argument("gemm", help="kernel family"),
         _fail(exc)
     console.print(f"wrote {summary.path}: {summary.problems} problems, {summary.kernels} kernels "
                   f"({summary.device}, cubins for {summary.arch} and PTX for newer GPUs)")
+    if summary.skipped:
+        console.print(f"[yellow]left out {len(summary.skipped)} problems whose best record is not a valid "
+                      f"config[/]: {', '.join(summary.skipped[:5])}" + (" ..." if len(summary.skipped) > 5 else ""))
     console.print(f"use: cd {output} && python -c 'import {name}; print({name}.problems())'")
 
 

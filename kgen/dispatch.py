@@ -27,6 +27,7 @@ from typing import Any, Mapping
 
 from kgen import dispatch_memo
 from kgen.compile import Binary, compile_source
+from kgen.db.base import usable_time
 from kgen.errors import CompileError, NoConfigError
 from kgen.knobs import knobs
 from kgen.problem import Problem, Target, device_name, target_from_dict
@@ -110,11 +111,11 @@ class Dispatcher:
     # ---- policy -------------------------------------------------------------------------------
     def choose(self, spec, problem: Problem, target: Target) -> Choice:
         digest = spec.template_digest()
-        best = self._best(spec.family, problem.key, target.name, digest)
+        best = self._valid_best(spec, problem, target, digest)
         vendor = self._vendor(spec, problem, target)
         if best is not None:
-            m = best.measurement
-            tuned = Choice(spec.space(problem, target).make(m.config), "tuned", m.time_ms, problem.key)
+            record, config = best
+            tuned = Choice(config, "tuned", record.measurement.time_ms, problem.key)
             return vendor if vendor is not None and vendor.rank < tuned.rank else tuned
         if vendor is not None and (vendor.time_ms is not None or not knobs.strict):
             return vendor
@@ -144,6 +145,29 @@ class Dispatcher:
                 return nearest
         return Choice(spec.default_config(problem, target), "default")
 
+    def _valid_best(self, spec, problem: Problem, target: Target, digest: str):
+        """(record, config) of the fastest tuned record whose config is valid in the family's
+        space; a record that is not (a shared file's bad or hostile values) is passed over
+        with a warning and never rendered."""
+        best = self._best(spec.family, problem.key, target.name, digest)
+        if best is None:
+            return None
+        space = spec.space(problem, target)
+        config = space.trusted(best.measurement.config)
+        if config is not None:
+            return best, config
+        log.warning("%s: the best record's config %r is not a valid %s config; passed over",
+                    problem.key, best.measurement.config_name, spec.family)
+        if knobs.verified_only:
+            return None
+        timed = [r for r in self.db.records(spec.family, problem.key, target.name, digest)
+                 if usable_time(r) is not None]
+        for record in sorted(timed, key=lambda r: (usable_time(r), r.measurement.config_name)):
+            config = space.trusted(record.measurement.config)
+            if config is not None:
+                return record, config
+        return None
+
     def _best(self, family: str, key: str, device: str, digest: str, **scope):
         """The database's best record, or only among trusted ones under KGEN_VERIFIED_ONLY=1."""
         if knobs.verified_only:
@@ -169,12 +193,12 @@ class Dispatcher:
             if best is None:
                 continue
             space = space or spec.space(problem, target)
-            values = dict(best.measurement.config)
-            if set(values) == set(space.names) and space.is_valid(values):
+            config = space.trusted(best.measurement.config)
+            if config is not None:
                 if best.provenance.device != target.name:
                     log.info("%s on %s: using the best config of %s measured on %s (KGEN_DISPATCH_POLICY=%s)",
                              problem.key, target.name, key, best.provenance.device, policy)
-                return Choice(space.make(values), "nearest", None, key)
+                return Choice(config, "nearest", None, key)
         return None
 
     # ---- the hot path ---------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,8 @@ from kgen.problem import Problem, Target
 from kgen.provenance import kgen_version
 from kgen.render import render
 from kgen.spec import get_spec
+
+log = logging.getLogger(__name__)
 
 _RUNTIMES = {"gemm": "gemm_module.py"}
 _PYPROJECT = """[build-system]
@@ -47,6 +50,7 @@ class ExportSummary:
     arch: str
     problems: int
     kernels: int
+    skipped: tuple[str, ...] = ()   # problems whose best record is not a valid config: left out
 
 
 def _pick_device(db, family: str, digest: str, device: str | None) -> str:
@@ -134,13 +138,20 @@ def export_package(family: str, out_dir: str | Path, name: str = "kgen_kernels",
     table = {"family": family, "device": device, "arch": arch, "kgen_version": kgen_version(),
              "template_digest": digest, "problems": {}}
     written: set[str] = set()
+    skipped: list[str] = []
     for best in sorted(bests, key=lambda r: r.measurement.problem_key):
         m = best.measurement
         problem = Problem.from_key(m.problem_key)
-        config = spec.space(problem, target).make(m.config)
+        config = spec.space(problem, target).trusted(m.config)
+        if config is None:           # a shared record's invalid values: never compiled or shipped
+            log.warning("export: %s's best config %r is not a valid %s config; left out",
+                        m.problem_key, m.config_name, family)
+            skipped.append(m.problem_key)
+            continue
         _write_kernel(spec, problem, config, target, kernels, written, cc)
         table["problems"][m.problem_key] = {"config": config.name, "values": config.as_dict(),
                                             "problem": problem.as_dict(), "time_ms": m.time_ms}
+    bests = [b for b in bests if b.measurement.problem_key not in skipped]
     table["fallbacks"] = _unaligned_fallbacks(spec, target, bests, kernels, written, cc)
     (package / "table.json").write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
     runtime_dir = Path(__file__).parent / "export_runtime"
@@ -150,4 +161,4 @@ def export_package(family: str, out_dir: str | Path, name: str = "kgen_kernels",
     shutil.copyfile(Path(__file__).parent / "measure" / "arg_pack.py", package / "_launch.py")
     (Path(out_dir) / "pyproject.toml").write_text(
         _PYPROJECT.format(name=name, version=kgen_version().replace("+", ".post0+"), device=device))
-    return ExportSummary(package, device, arch, len(table["problems"]), len(written))
+    return ExportSummary(package, device, arch, len(table["problems"]), len(written), tuple(skipped))

@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kgen.errors import TemplateError
+from kgen.errors import SpaceError, TemplateError
 from kgen.problem import Problem, Target
 
 if TYPE_CHECKING:
@@ -84,6 +84,19 @@ def _environment(folder: str) -> jinja2.Environment:
                               keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
 
 
+def _check_config(spec, problem: Problem, config, space) -> None:
+    """Only a config of the space's declared choices, named as the space names it, is ever
+    rendered: a value or a name that came from a shared record never reaches the source."""
+    values = config.as_dict()
+    broken = space.violations(values)
+    if broken:
+        raise SpaceError(f"{config.name} is not a valid {spec.family} config for {problem.key}: {broken}",
+                         remedy="tune the problem, or drop the record this config came from")
+    if space.make(values).name != config.name:
+        raise SpaceError(f"config {config.name!r} is not the name its values give "
+                         f"({space.make(values).name!r})", remedy="build configs with Space.make or Space.config")
+
+
 def render(spec, problem: Problem, config, target: Target, space=None) -> Source:
     """The CUDA source of one config of ``spec`` for ``problem`` on ``target``."""
     import jinja2
@@ -91,6 +104,7 @@ def render(spec, problem: Problem, config, target: Target, space=None) -> Source
     inline = template_text(spec)
     path = Path(f"<{spec.family} template_source>") if inline else _template_path(spec)
     space = space or spec.space(problem, target)
+    _check_config(spec, problem, config, space)
     env = _environment(str(templates_root()) if inline else str(path.parent))
     try:
         template = env.from_string(inline) if inline else env.get_template(path.name)

@@ -166,6 +166,10 @@ class Tuner:
 
     def _load_known(self) -> None:
         for r in self.db.records(self.spec.family, self.problem.key, self.target.name, self.digest):
+            if self.space.trusted(r.measurement.config) is None:   # a shared file's invalid values
+                log.warning("%s: record %r is not a valid config of the space; ignored",
+                            self.problem.key, r.measurement.config_name)
+                continue
             self.known[r.measurement.config_name] = r.measurement
             if r.measurement.ok:
                 self._worst_ms = max(self._worst_ms, r.measurement.time_ms)

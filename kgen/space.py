@@ -48,6 +48,15 @@ class Param:
             raise SpaceError(f"parameter {self.name!r} repeats a choice: {self.choices}")
         if self.default is not None and self.default not in self.choices:
             raise SpaceError(f"parameter {self.name!r} defaults to {self.default!r}, not one of its choices")
+        object.__setattr__(self, "_allowed", frozenset((type(c), c) for c in self.choices))
+
+    def allows(self, value) -> bool:
+        """Whether ``value`` is one of the choices, of the choice's own type (True is not 1,
+        1.0 is not 1, "8" is not 8: values read from a shared file render only as declared)."""
+        try:
+            return (type(value), value) in self._allowed
+        except TypeError:           # an unhashable value (a list from a file) is no choice
+            return False
 
 
 @dataclass(frozen=True)
@@ -157,7 +166,7 @@ class Space:
         if missing or unknown:
             raise SpaceError(f"config values do not match the space: missing {missing}, unknown {unknown}")
         for p in self.params:
-            if values[p.name] not in p.choices:
+            if not p.allows(values[p.name]):
                 return [f"{p.name}={values[p.name]!r} is not one of {p.choices}"]
         full = self.full_values(values)
         broken = []
@@ -183,6 +192,18 @@ class Space:
         if not _IDENTIFIER.match(name):
             raise SpaceError(f"the namer gave {name!r}, which is not a C identifier")
         return Config(name=name, values=tuple(ordered.items()))
+
+    def trusted(self, values: Values) -> Config | None:
+        """The Config of values read from a record or a file, or None where they are not a
+        valid config of this space (a parameter missing or unknown, a value not one of the
+        declared choices of its type, a broken constraint). The name comes from the values,
+        never from the record."""
+        try:
+            if self.violations(values):
+                return None
+        except SpaceError:
+            return None
+        return self.make(values)
 
     def config(self, **values) -> Config:
         """A valid Config; raises SpaceError naming the broken constraints otherwise."""

@@ -1,0 +1,112 @@
+"""Records from a shared file are data: a value that is not one of a parameter's declared
+choices (an identifier, a string for a number, a bool for an int, an invalid tile), or a
+name that is not the one its values give, never reaches rendering, dispatch, a search's
+known configs or an exported package."""
+
+from __future__ import annotations
+
+import pytest
+
+from kgen.db import MemoryStore
+from kgen.dispatch import Dispatcher
+from kgen.errors import SpaceError
+from kgen.export import export_package
+from kgen.kernels.gemm import GemmSimt, gemm_problem
+from kgen.measurement import Measurement, Provenance, Record
+from kgen.problem import Target
+from kgen.render import render
+from kgen.search import Tuner
+from kgen.space import Config, Param
+
+from fakes import FakeLauncher
+from test_vendor import ScriptedGPU
+
+SPEC = GemmSimt()
+TARGET = Target.h200()
+P = gemm_problem(512, 512, 512)
+
+
+def _valid():
+    return SPEC.default_config(P, TARGET)
+
+
+def _hostile(**changes) -> dict:
+    return {**_valid().as_dict(), **changes}
+
+
+HOSTILE = {
+    "identifier": _hostile(GM="K"),
+    "macro": _hostile(MINB="evil_macro"),
+    "string number": _hostile(BM="128"),
+    "bool for int": _hostile(DB=True),
+    "float for int": _hostile(GM=1.0),
+    "invalid tile": _hostile(BM=100, TM=3),
+    "unknown parameter": _hostile(EXTRA=1),
+    "list": _hostile(BK=[16]),
+}
+
+
+def _record(values: dict, ms: float, name: str | None = None, problem=P) -> Record:
+    m = Measurement(config_name=name or "gemm_simt_planted", config=values, problem_key=problem.key,
+                    times_ms=(ms,) * 5)
+    return Record(SPEC.family, m, Provenance(device=TARGET.name, cc="9.0", template_digest=SPEC.template_digest(),
+                                              origin="import:shared.jsonl"))
+
+
+def test_a_parameter_allows_its_choices_of_their_own_type_only():
+    p = Param("X", (1, 8))
+    assert p.allows(1) and p.allows(8)
+    assert not any(p.allows(v) for v in (True, 1.0, "1", "K", [1], None))
+    assert Param("F", (True, False)).allows(True) and not Param("F", (True, False)).allows(1)
+
+
+@pytest.mark.parametrize("what", sorted(HOSTILE))
+def test_render_refuses_values_that_are_not_declared_choices(what):
+    values = HOSTILE[what]
+    config = Config("gemm_simt_planted", tuple(values.items()))
+    with pytest.raises(SpaceError):
+        render(SPEC, P, config, TARGET)
+    assert SPEC.space(P, TARGET).trusted(values) is None
+
+
+def test_render_refuses_a_name_its_values_do_not_give():
+    valid = _valid()
+    with pytest.raises(SpaceError, match="not the name its values give"):
+        render(SPEC, P, Config("evil_entry", valid.values), TARGET)
+    assert render(SPEC, P, valid, TARGET).entry == valid.name
+
+
+@pytest.mark.parametrize("what", sorted(HOSTILE))
+def test_dispatch_passes_a_hostile_best_over_for_the_next_valid_record(what, monkeypatch):
+    monkeypatch.setenv("KGEN_VENDOR", "0")
+    valid = _valid()
+    db = MemoryStore([_record(HOSTILE[what], 1e-3), _record(valid.as_dict(), 1.0, valid.name)])
+    choice = Dispatcher(db=db, launcher=FakeLauncher(), targets={0: TARGET}).choose(SPEC, P, TARGET)
+    assert choice.how == "tuned" and choice.config.name == valid.name and choice.time_ms == 1.0
+
+
+def test_dispatch_with_only_hostile_records_treats_the_problem_as_untuned(monkeypatch):
+    monkeypatch.setenv("KGEN_VENDOR", "0")
+    db = MemoryStore([_record(v, 1e-3 * (i + 1), f"planted_{i}") for i, v in enumerate(HOSTILE.values())])
+    launcher = FakeLauncher()
+    loaded = Dispatcher(db=db, launcher=launcher, targets={0: TARGET}).prepare(SPEC, P, 0)
+    assert loaded.choice.how == "model"
+    assert all(k.entry.startswith("gemm_simt_f32_") for k in launcher.kernels)
+
+
+def test_a_search_does_not_take_hostile_records_as_known(monkeypatch):
+    monkeypatch.setenv("KGEN_VENDOR", "0")
+    db = MemoryStore([_record(HOSTILE["identifier"], 1e-3, "planted")])
+    tuner = Tuner(SPEC, P, TARGET, ScriptedGPU(), db, sampler="random", seed=1)
+    tuner._load_known()
+    assert "planted" not in tuner.known and tuner.best() is None
+
+
+def test_export_leaves_out_a_problem_whose_best_record_is_hostile(tmp_path):
+    other = gemm_problem(256, 256, 256)
+    good = SPEC.default_config(other, TARGET)
+    db = MemoryStore([_record(HOSTILE["macro"], 1e-3), _record(good.as_dict(), 0.5, good.name, other)])
+    summary = export_package("gemm", tmp_path, name="shared_kernels", db=db)
+    assert summary.skipped == (P.key,) and summary.problems == 1
+    sources = "".join(f.read_text() for f in (summary.path / "kernels").glob("*.cu"))
+    assert "evil_macro" not in sources and good.name in sources
