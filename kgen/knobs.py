@@ -88,6 +88,9 @@ class Knobs:
                     "compile for this arch (sm_90, sm_90a, ...) instead of the device's")
     compile_workers = _EnvKnob("KGEN_COMPILE_WORKERS", int, lambda: max(1, os.cpu_count() or 1),
                                "processes compiling in parallel during a tune")
+    db_max_line_bytes = _EnvKnob("KGEN_DB_MAX_LINE_BYTES", int, lambda: 1 << 20,
+                                 "the longest line a database file may hold (bytes); a longer one stops its "
+                                 "import with the line's number")
     db_workers = _EnvKnob("KGEN_DB_WORKERS", int, lambda: max(1, os.cpu_count() or 1),
                           "processes parsing and validating a large `kgen db import` (1: this process only)")
     trial_timeout_s = _EnvKnob("KGEN_TRIAL_TIMEOUT", float, lambda: 60.0,

@@ -110,3 +110,50 @@ def test_export_leaves_out_a_problem_whose_best_record_is_hostile(tmp_path):
     assert summary.skipped == (P.key,) and summary.problems == 1
     sources = "".join(f.read_text() for f in (summary.path / "kernels").glob("*.cu"))
     assert "evil_macro" not in sources and good.name in sources
+
+
+# ---- limits on what a shared file may hold ------------------------------------------------
+
+def _shipped_line() -> dict:
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).parent.parent / "tuning_db" / "nvidia-h200_gemm.jsonl"
+    return json.loads(path.read_text().splitlines()[0])
+
+
+def _mutated(field: str, value) -> bytes:
+    import json
+
+    line = _shipped_line()
+    target = line
+    *parents, last = field.split(".")
+    for name in parents:
+        target = target[name]
+    target[last] = value
+    return json.dumps(line).encode() + b"\n"
+
+
+LIMITS = {
+    "a huge integer time": (_mutated("time_ms", 10 ** 400), "too large"),
+    "huge integer times": (_mutated("times_ms", [10 ** 400] * 3), "too large"),
+    "a huge integer config value": (_mutated("config.BM", 10 ** 30), "within 64 bits"),
+    "an infinite config value": (_mutated("config.BM", float("inf")), "finite"),
+    "a long string config value": (_mutated("config.GM", "x" * 300), "at most 256"),
+    "deep nesting": (b"[" * 100_000 + b"]" * 100_000 + b"\n", "nested too deeply"),
+    "a huge line": (b'{"family": "' + b"x" * (2 << 20) + b'"}\n', "over the limit"),
+}
+
+
+@pytest.mark.parametrize("what", sorted(LIMITS))
+def test_an_import_over_a_limit_names_the_line_and_stores_nothing(what, tmp_path):
+    from kgen.db.exchange import import_file
+    from kgen.errors import DatabaseError
+
+    line, words = LIMITS[what]
+    path = tmp_path / "shared.jsonl"
+    path.write_bytes(_mutated("time_ms", 0.5) + line)
+    db = MemoryStore()
+    with pytest.raises(DatabaseError, match=f"shared.jsonl:2: .*{words}"):
+        import_file(path, db)
+    assert db.count() == 0

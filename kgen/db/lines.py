@@ -37,6 +37,10 @@ def _why(exc: Exception, cut: bool) -> str:
         return "the last line is cut short (truncated file)" if cut else f"not JSON ({exc.msg} at column {exc.colno})"
     if isinstance(exc, DatabaseError):
         return exc.message
+    if isinstance(exc, OverflowError):
+        return "a number too large for a time or a count"
+    if isinstance(exc, RecursionError):
+        return "JSON nested too deeply for a kgen record"
     return f"not a kgen record ({type(exc).__name__}: {exc})"
 
 
@@ -45,8 +49,13 @@ def parse_chunk(lines: list[bytes], first: int, total: int, origin: str,
     """``(parsed, error)`` for lines numbered from ``first`` of a file of ``total`` lines:
     ``parsed`` holds ``(number, Record)`` (or ``(number, row_of(record))`` with ``as_rows``)
     up to the first bad line; ``error`` is ``(number, why)`` of that line, or None."""
+    from kgen.knobs import knobs
+
     out: list[tuple[int, Any]] = []
+    limit = knobs.db_max_line_bytes
     for number, raw in enumerate(lines, first):
+        if len(raw) > limit:
+            return out, (number, f"a line of {len(raw)} bytes, over the limit of {limit} (KGEN_DB_MAX_LINE_BYTES)")
         if not raw.strip():
             continue
         try:
@@ -58,7 +67,8 @@ def parse_chunk(lines: list[bytes], first: int, total: int, origin: str,
                 out.append((number, row_of_dict(obj)))
             else:
                 out.append((number, validate_line(obj)))
-        except (UnicodeDecodeError, ValueError, DatabaseError, TypeError, KeyError) as exc:
+        except (UnicodeDecodeError, ValueError, DatabaseError, TypeError, KeyError, OverflowError,
+                RecursionError) as exc:
             cut = number == total and not raw.endswith(b"\n") and raw.lstrip().startswith(b"{")
             return out, (number, _why(exc, cut))
     return out, None
