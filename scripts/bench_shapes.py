@@ -214,7 +214,7 @@ def set_mode(mode: str) -> None:
 def new_row(shape: dict, mode: str, seed: int, tuned_subset: bool) -> dict:
     return {"m": shape["m"], "n": shape["n"], "k": shape["k"], "layout": shape["layout"],
             "dtype": shape["dtype"], "precision": shape["precision"], "mode": mode, "kgen_ms": None,
-            "baselines": {"cublas": None}, "ratio": None, "choice": None, "how": None, "seed": seed,
+            "baselines": {"cublas": None}, "ratio": None, "choice": None, "how": None, "staged": "", "seed": seed,
             "relerr": None, "ok": False, "tuned_subset": tuned_subset}
 
 
@@ -257,7 +257,7 @@ def bench_shape(shape: dict, modes, gpu, seed: int, operand_seed: int, tuned_sub
                 kgen.refresh()
                 choice = kgen.gemm_choice(case.a, case.b, case.c, **case.kwargs)
                 row["choice"], row["how"] = choice.config, choice.how
-                row["staged"] = getattr(choice, "staged", "")
+                row["staged"] = choice.staged
 
                 def run(case=case):
                     kgen.gemm(case.a, case.b, case.c, **case.kwargs)

@@ -165,7 +165,7 @@ def fake_kgen(monkeypatch):
         vendor = os.environ["KGEN_VENDOR"] == "1"
         seen.append(("choice", os.environ["KGEN_VENDOR"], dtype))
         return SimpleNamespace(family="gemm_wgmma", config="cublas" if vendor else "gemm_wgmma_x",
-                               how="vendor" if vendor else "model")
+                               how="vendor" if vendor else "model", staged="" if vendor else "a")
 
     def gemm(a, b, c=None, **kwargs):
         if os.environ.get("FAKE_GEMM_RAISES"):
@@ -180,7 +180,7 @@ def fake_kgen(monkeypatch):
 
 SHAPE = {"m": 7, "n": 64, "k": 64, "layout": "TN", "dtype": "bfloat16", "precision": None}
 ROW_FIELDS = {"m", "n", "k", "layout", "dtype", "precision", "mode", "kgen_ms", "baselines", "ratio", "choice",
-              "how", "seed", "relerr", "ok", "tuned_subset"}
+              "how", "staged", "seed", "relerr", "ok", "tuned_subset"}
 
 
 def test_each_mode_refreshes_checks_then_times_cublas_and_kgen(fake_kgen):

@@ -49,3 +49,16 @@ def test_shipped_tensor_core_records_are_current_and_chosen():
     (spec, problem), _ = gemm_request("gemm", 4096, 4096, 4096, "bfloat16", "NN", target)
     tuned = dispatcher.choose(spec, problem, target)
     assert spec.family == "gemm_wgmma" and tuned.how == "tuned" and tuned.time_ms > 0
+
+
+def test_every_shipped_file_imports_into_a_fresh_database(tmp_path):
+    """What a user does with a shared file: every file of tuning_db/ imports whole."""
+    from kgen.db import MemoryStore
+    from kgen.db.exchange import import_file
+
+    files = sorted((data_root() / "tuning_db").glob("*.jsonl"))
+    assert files
+    for path in files:
+        report = import_file(path, MemoryStore())
+        lines = sum(1 for line in path.read_text().splitlines() if line.strip())
+        assert report.imported == lines, path.name
