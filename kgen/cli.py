@@ -110,7 +110,7 @@ def tune(family: str = typer.Argument("gemm", help="kernel family"),
          precision: Optional[str] = typer.Option(None, help="tf32: float32 on the tensor cores"),
          out_dtype: Optional[str] = typer.Option(None, help="C's dtype (float32 allowed for half inputs)"),
          epilogue: str = typer.Option("none", help="fused tail: none, relu, gelu, bias, bias_relu, bias_gelu"),
-         trials: int = typer.Option(100, help="configs measured for this problem, stored ones included"),
+         trials: int = typer.Option(100, min=1, help="configs measured for this problem, stored ones included"),
          timeout: Optional[float] = typer.Option(None, help="stop after this many seconds, keeping the best"),
          sampler: str = typer.Option("kgen", help="kgen (default: the nearest tuned problems' bests, the heuristic pick, then a model of the trials so far), tpe, random, gp, cmaes or exhaustive"),
          seed: Optional[int] = typer.Option(None, help="sampler seed (default KGEN_SEED)"),
@@ -148,6 +148,7 @@ def tune(family: str = typer.Argument("gemm", help="kernel family"),
                                 remedy="recorded problems: " + ", ".join(sorted(recording.problems())[:5]))
             runner = ReplayRunner(recording, seed=seed or 0)
         else:
+            _problem(family, m, n, k, dtype, layout, Target.h200(), **extra)    # a typo fails before the GPU
             target = Target.detect(device)
             spec, problem = _problem(family, m, n, k, dtype, layout, target, **extra)
             runner = LocalGPURunner((device,), target.l2_bytes)

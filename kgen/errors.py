@@ -82,7 +82,7 @@ class CompileError(KgenError):
     """A kernel did not compile (the source is saved under ``fields['source_path']``)."""
 
 
-class NoDeviceError(KgenError):
+class NoDeviceError(DeviceError):
     default_remedy = ("run on a machine with an NVIDIA GPU and driver, or use the replay "
                       "runner (--replay FILE) to tune from recorded measurements")
 

@@ -75,3 +75,32 @@ def test_tune_without_a_gpu_says_what_to_do(cli):
     result = cli("tune", "gemm", *SHAPE, "--trials", "2")
     assert result.exit_code == 2
     assert "no CUDA device" in result.output and "--replay" in result.output
+
+
+@pytest.mark.parametrize("what", ["missing", "folder", "not gzip", "not a recording"])
+def test_a_bad_replay_path_is_a_typed_error(cli, tmp_path, what):
+    path = {"missing": tmp_path / "none.jsonl.gz", "folder": tmp_path}.get(what, tmp_path / "bad.jsonl.gz")
+    if what == "not gzip":
+        path.write_text('{"family": "gemm"}\n')
+    elif what == "not a recording":
+        path = tmp_path / "bad.jsonl"
+        path.write_text("hello\n")
+    result = cli("tune", "gemm", *SHAPE, "--replay", str(path))
+    assert result.exit_code == 2 and "remedy" in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("trials", ["0", "-3"])
+def test_trials_must_be_at_least_one(cli, trials):
+    result = cli("tune", "gemm", *SHAPE, "--trials", trials, "--replay", RECORDING)
+    assert result.exit_code == 2 and "--trials" in result.output
+
+
+def test_a_typo_is_reported_before_the_device_is_looked_for(cli):
+    result = cli("tune", "gemm", *SHAPE, "--dtype", "int8")
+    assert result.exit_code == 2 and "not supported" in result.output and "GPU" not in result.output
+
+
+def test_no_device_error_is_a_device_error():
+    from kgen.errors import DeviceError, NoDeviceError
+
+    assert issubclass(NoDeviceError, DeviceError) and "replay" in NoDeviceError("x").remedy

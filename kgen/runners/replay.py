@@ -41,17 +41,26 @@ class Recording:
     @classmethod
     def load(cls, path: str | Path) -> "Recording":
         path = Path(path)
+        remedy = "give a file written by `kgen db export` or a tune's recording (.jsonl or .jsonl.gz)"
+        if not path.is_file():
+            raise KgenError(f"{path} is {'a folder' if path.is_dir() else 'not there'}, not a recording",
+                            remedy=remedy)
         opener = gzip.open if path.suffix == ".gz" else open
         records = []
-        with opener(path, "rt") as f:
-            for number, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    records.append(record_from_dict(json.loads(line)))
-                except (ValueError, KeyError, TypeError) as exc:
-                    raise KgenError(f"{path}:{number} is not a recorded measurement ({exc})",
-                                    remedy="give a file written by `kgen db export` or a tune's recording") from None
+        number = 0
+        try:
+            with opener(path, "rt") as f:
+                for number, line in enumerate(f, 1):
+                    if not line.strip():
+                        continue
+                    try:
+                        records.append(record_from_dict(json.loads(line)))
+                    except (ValueError, KeyError, TypeError, OverflowError, RecursionError) as exc:
+                        raise KgenError(f"{path}:{number} is not a recorded measurement ({exc})",
+                                        remedy=remedy) from None
+        except (OSError, EOFError, UnicodeDecodeError) as exc:   # not gzip, cut short, binary data
+            raise KgenError(f"{path}:{number + 1} cannot be read as a recording ({type(exc).__name__}: {exc})",
+                            remedy=remedy) from None
         return cls.from_records(records)
 
     def problems(self) -> set[str]:
