@@ -265,3 +265,15 @@ def test_tune_on_miss_tunes_in_the_background_and_the_next_call_uses_it(monkeypa
         assert again.config.name == dispatcher.db.best("gemm", problem.key, "NVIDIA H200").measurement.config_name
     finally:
         set_default_dispatcher(old)
+
+
+@pytest.mark.parametrize("overlap", ["c is a", "c inside b", "c ends in a"])
+def test_an_output_that_aliases_an_input_is_refused(fake, overlap):
+    from kgen.errors import InputError
+
+    a = FakeArray((64, 64))
+    b = FakeArray((64, 64), ptr=BASE + 0x100_0000)
+    ptr = {"c is a": a.ptr, "c inside b": b.ptr + 64 * 4 * 8, "c ends in a": a.ptr - 64 * 4 * 8}[overlap]
+    with pytest.raises(InputError, match="overlaps"):
+        kgen.gemm(a, b, FakeArray((64, 64), ptr=ptr))
+    kgen.gemm(a, b, FakeArray((64, 64), ptr=BASE + 0x200_0000))       # a separate c is fine

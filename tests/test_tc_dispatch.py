@@ -163,3 +163,12 @@ def test_unaligned_operands_are_staged_for_the_hopper_family_where_that_wins(mon
         monkeypatch.setenv("KGEN_STAGING", "0")
         plan = make_plan(f.dispatcher, a, b, None, None, None, None, None, None)
         assert plan.spec.family == "gemm_mma" and plan.staging is None
+
+
+def test_a_tensor_core_output_that_aliases_an_input_is_refused(fake):
+    from kgen.errors import InputError
+
+    a, b = FakeArray((64, 64), "float16"), FakeArray((64, 64), "float16", ptr=BASE + 0x100_0000)
+    kgen.gemm(a, b, FakeArray((64, 64), "float16", ptr=BASE + 0x200_0000))
+    with pytest.raises(InputError, match="overlaps"):
+        kgen.gemm(a, b, FakeArray((64, 64), "float16", ptr=b.ptr + 128))    # the same plan's signature

@@ -372,6 +372,7 @@ class _Plan:
     dims: tuple = ()          # m, n, k, lda, ldb, ldc as the kernel's scalar types
     split_k: bool = False
     how: str = ""             # how dispatch chose (kgen.dispatch.Choice.how)
+    spans: tuple = (0, 0, 0)  # bytes A, B and C reach from their first element (aliasing checks)
     vendor: Any = None        # the vendor library's call, when dispatch chose it
 
 
@@ -413,6 +414,11 @@ def _make_plan(dispatcher, a, b, c) -> _Plan:
     plan = _Plan(problem)
     if problem["m"] == 0 or problem["n"] == 0:
         return plan
+    ai, bi = describe(a, "a"), describe(b, "b")
+    lds = (operand_layout(ai, "a")[1], operand_layout(bi, "b")[1],
+           describe(c, "c").strides[0] if c is not None else problem["n"])
+    plan.spans = rules.footprints(problem["m"], problem["n"], problem["k"], problem["layout"], lds,
+                                  (ai.itemsize,) * 3)
     loaded = dispatcher.prepare(_SPEC, problem, device)
     config = loaded.choice.config
     plan.config, plan.how = config, loaded.choice.how
@@ -491,6 +497,11 @@ def gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, *, bias=None, acti
         c = dispatcher.launcher.empty((problem["m"], problem["n"]), problem["dtype"], like=a)
         pc = data_pointer(c)
         beta = 0.0
+    elif rules.aliases(pc, plan.spans[2], ((pa, plan.spans[0]), (pb, plan.spans[1]))):
+        from kgen.errors import InputError
+
+        raise InputError("c overlaps a or b in memory: the kernel would read what it writes",
+                         remedy="pass a separate output array (or none, for a new one)")
     if plan.launch is None:
         if plan.vendor is not None:
             plan.vendor(a, b, c, alpha, beta, None)

@@ -55,3 +55,31 @@ def problem_key(m, n, k, dtype, layout, align_a, align_b):
     """The same text as ``kgen.Problem.key`` for a GEMM problem."""
     return (f"gemm|align_a={align_a}|align_b={align_b}|dtype={dtype}|k={k}|layout={layout}"
             f"|m={m}|n={n}")
+
+
+def storage_shape(m: int, n: int, k: int, layout: str, operand: str) -> tuple[int, int]:
+    """(rows, cols) of an operand's row-major storage: A is m x k (N) or k x m (T); B is
+    k x n (N) or n x k (T); C is m x n."""
+    if operand == "a":
+        return (m, k) if layout[0] == "N" else (k, m)
+    if operand == "b":
+        return (k, n) if layout[1] == "N" else (n, k)
+    return m, n
+
+
+def footprints(m: int, n: int, k: int, layout: str, lds: tuple[int, int, int], itemsizes: tuple[int, int, int]):
+    """Bytes from the first element of A, B and C to one past the last each may touch.
+
+    >>> footprints(2, 3, 4, "NN", (4, 3, 3), (4, 4, 4))
+    (32, 48, 24)
+    """
+    out = []
+    for operand, ld, size in zip("abc", lds, itemsizes):
+        rows, cols = storage_shape(m, n, k, layout, operand)
+        out.append(0 if rows == 0 or cols == 0 else ((rows - 1) * ld + cols) * size)
+    return tuple(out)
+
+
+def aliases(pc: int, c_bytes: int, operands) -> bool:
+    """Whether the output's bytes overlap any (pointer, bytes) of ``operands``."""
+    return any(p < pc + c_bytes and pc < p + size for p, size in operands if size and c_bytes)

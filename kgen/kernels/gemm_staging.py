@@ -24,6 +24,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from kgen.kernels.gemm_rules import storage_shape
 from kgen.knobs import knobs
 
 TMA_BYTES = 16
@@ -48,14 +49,6 @@ def staging_ms(m: int, n: int, k: int, layout: str, dtype: str, stage: tuple[boo
     """Predicted time of staging the operands ``stage`` names (A, B) of an m x n x k problem."""
     return sum(copy_ms(*storage_shape(m, n, k, layout, operand), _ITEMSIZE[dtype])
                for operand, staged in zip("ab", stage) if staged)
-
-
-def storage_shape(m: int, n: int, k: int, layout: str, operand: str) -> tuple[int, int]:
-    """(rows, cols) of an operand's row-major storage: A is m x k (N) or k x m (T); B is
-    k x n (N) or n x k (T)."""
-    if operand == "a":
-        return (m, k) if layout[0] == "N" else (k, m)
-    return (k, n) if layout[1] == "N" else (n, k)
 
 
 @dataclass

@@ -18,8 +18,10 @@ from kgen.errors import DeviceError, DtypeError, InputError, LayoutError, ShapeE
 from kgen.kernels import gemm_rules as rules
 from kgen.kernels.gemm import check_output, matmul_shape, operand_layout
 from kgen.kernels.gemm_route import tensor_core_candidates, uses_tensor_cores
-from kgen.kernels.gemm_staging import Staging, storage_shape
+from kgen.kernels.gemm_staging import Staging
 from kgen.kernels.gemm_tc import allowed_outputs, epilogue_name
+
+ITEMSIZE_OUT = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 from kgen.problem import Problem
 
 @dataclass
@@ -37,6 +39,7 @@ class TcPlan:
     simt: bool = False   # float32 without tf32 after all: the CUDA-core path runs it
     vendor: Any = None   # the vendor library's call (a, b, c, alpha, beta, bias), when chosen
     staging: Any = None  # Staging: operands copied into padded rows before each launch
+    spans: tuple = (0, 0, 0)   # bytes A, B and C reach from their first element (aliasing checks)
 
 
 def _input_dtype(info: ArrayInfo, dtype: str | None, name: str) -> str:
@@ -94,7 +97,8 @@ def make_plan(dispatcher, a, b, c, bias, activation, precision, dtype, out_dtype
             return TcPlan(spec, problem, None, None, None, kind, ai.device)
         staging = None
         if any(stage):
-            staging = Staging(stage, (storage_shape(m, n, k, la + lb, "a"), storage_shape(m, n, k, la + lb, "b")),
+            staging = Staging(stage, (rules.storage_shape(m, n, k, la + lb, "a"),
+                                      rules.storage_shape(m, n, k, la + lb, "b")),
                               in_a, kind)
         choice = dispatcher.decide(spec, problem, ai.device)
         if choice.vendor and staging is not None:
@@ -109,12 +113,17 @@ def make_plan(dispatcher, a, b, c, bias, activation, precision, dtype, out_dtype
     config = loaded.choice.config
     if loaded.choice.vendor:
         return TcPlan(spec, problem, None, config, None, kind, ai.device, loaded.choice.how,
-                      vendor=spec.vendor_call(problem))
+                      vendor=spec.vendor_call(problem),
+                      spans=rules.footprints(m, n, k, la + lb, (lda, ldb, max(ldc, 1)),
+                                             (ai.itemsize, bi.itemsize, ITEMSIZE_OUT[problem["out_dtype"]])))
+    spans = rules.footprints(m, n, k, la + lb, (lda, ldb, max(ldc, 1)),
+                             (ai.itemsize, bi.itemsize, ITEMSIZE_OUT[problem["out_dtype"]]))
     if staging is not None:
         lda, ldb = (ld if not staged else padded for ld, padded, staged in
                     zip((lda, ldb), staging.lds, staging.stage))
     return TcPlan(spec, problem, loaded.kernel, config, spec.launch(problem, config), kind, ai.device,
-                  loaded.choice.how, spec.arg_builder(problem, config, (lda, ldb, max(ldc, 1))), staging=staging)
+                  loaded.choice.how, spec.arg_builder(problem, config, (lda, ldb, max(ldc, 1))), staging=staging,
+                  spans=spans)
 
 
 def _view(x) -> tuple[tuple, int]:
@@ -183,6 +192,9 @@ def tc_gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, *, bias=None, a
                    problem["out_dtype"])
         pc = _view(c)[1]
         beta = 0.0
+    elif rules.aliases(pc, plan.spans[2], ((pa, plan.spans[0]), (pb, plan.spans[1]))):
+        raise InputError("c overlaps a or b in memory: the kernel would read what it writes",
+                         remedy="pass a separate output array (or none, for a new one)")
     if plan.kernel is not None:
         stream = _torch_stream(plan.device) if plan.kind == "torch" else None
         if plan.staging is not None:
