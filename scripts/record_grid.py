@@ -20,11 +20,8 @@ gets ``--timeout`` seconds at most.
 from __future__ import annotations
 
 import argparse
-import gzip
 import random
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -121,10 +118,10 @@ def main() -> int:
         parser.error("--out is required")
 
     sys.path.insert(0, str(ROOT / "scripts"))
-    from record_space import OnlyListed
+    from record_space import OnlyListed, write_recording
 
     from kgen.compile import CompilePool
-    from kgen.db import MemoryStore, write_jsonl
+    from kgen.db import MemoryStore
     from kgen.problem import Target
     from kgen.runners import LocalGPURunner
     from kgen.search import tune
@@ -146,15 +143,8 @@ def main() -> int:
                 print(f"[{i + 1}/{len(shapes)}] {problem.key}: {len(result.trials)}/{len(listed)} measured, "
                       f"{dict(result.failures) or 'no'} failures, best {best}, {time.perf_counter() - t0:.1f} s",
                       flush=True)
-    records = [r for f in db.families() for r in db.records(f)]
-    out = Path(args.out)
-    with tempfile.TemporaryDirectory() as tmp:
-        plain = Path(tmp) / "recording.jsonl"
-        count = write_jsonl(plain, records)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with open(plain, "rb") as src, gzip.GzipFile(out, "wb", mtime=0) as dst:
-            shutil.copyfileobj(src, dst)
-    print(f"wrote {count} records to {out} in {time.perf_counter() - start:.0f} s")
+    count = write_recording(args.out, [r for f in db.families() for r in db.records(f)])
+    print(f"wrote {count} records to {args.out} in {time.perf_counter() - start:.0f} s")
     return 0
 
 

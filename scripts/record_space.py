@@ -167,7 +167,6 @@ def main() -> int:
     parser.add_argument("--live-trials", type=int, default=50, help="--extend: trials of each")
     args = parser.parse_args()
 
-    from kgen.db import write_jsonl
     from kgen.problem import Target
     from kgen.runners import LocalGPURunner
 
@@ -184,15 +183,24 @@ def main() -> int:
             records = extend(args, family, target, runner)
         else:
             records = sample(args, family, dtype, shapes, target, runner)
-    out = Path(args.out)
+    count = write_recording(args.out, records)
+    print(f"wrote {count} records to {args.out}")
+    return 0
+
+
+def write_recording(path: str, records) -> int:
+    """``records`` as a gzip-compressed JSON lines recording (the same bytes for the same
+    records: no time stamp in the gzip header); how many were written."""
+    from kgen.db import write_jsonl
+
+    out = Path(path)
     with tempfile.TemporaryDirectory() as tmp:
         plain = Path(tmp) / "recording.jsonl"
         count = write_jsonl(plain, records)
         out.parent.mkdir(parents=True, exist_ok=True)
         with open(plain, "rb") as src, gzip.GzipFile(out, "wb", mtime=0) as dst:
             shutil.copyfileobj(src, dst)
-    print(f"wrote {count} records to {out}")
-    return 0
+    return count
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from kgen.kernels import gemm_rules as rules
-from kgen.kernels import gemm_vendor
+from kgen.kernels.gemm_shared import GemmCandidates
 from kgen.measure.arg_pack import cupy_ndarray, data_pointer
 from kgen.problem import Problem, Target
 from kgen.space import Config, Constraint, Param, Space
@@ -70,7 +70,7 @@ def _filling_split(space, values: dict, m: int, n: int, sms: int) -> dict:
     return chosen
 
 
-class GemmSimt(KernelSpec):
+class GemmSimt(GemmCandidates, KernelSpec):
     family = "gemm"
     template = "gemm/simt.cu.j2"
     shape_params = ("m", "n", "k")
@@ -269,22 +269,6 @@ class GemmSimt(KernelSpec):
 
     def tolerance(self, problem: Problem) -> float:
         return DTYPES[problem["dtype"]][5]
-
-    def model_choice(self, problem: Problem, target: Target):
-        from kgen.kernels import gemm_cost      # the model reads the family modules' rules
-
-        return gemm_cost.pick(self, problem, target)
-
-    def model_version(self) -> str | None:
-        from kgen.kernels import gemm_cost
-
-        return gemm_cost.model_version() if gemm_cost.has_model(self.family) else None
-
-    def vendor_supported(self, problem: Problem) -> bool:
-        return gemm_vendor.vendor_supported(problem)
-
-    def vendor_call(self, problem: Problem):
-        return gemm_vendor.vendor_call(problem)
 
     def flops(self, problem: Problem) -> float:
         return 2.0 * problem["m"] * problem["n"] * problem["k"]

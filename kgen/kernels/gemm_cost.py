@@ -459,7 +459,7 @@ def valid_mask(family: str, problem: Problem, target: Target, c: Mapping[str, np
     ok = np.ones(count, dtype=bool)
     m, n, k = _shape(problem)
     dtype, layout = problem["dtype"], problem["layout"]
-    whole, cls, shp = part == "all", part in ("all", "class"), part in ("all", "shape")
+    cls, shp = part in ("all", "class"), part in ("all", "shape")
     if family == "gemm_wgmma":
         from kgen.kernels.gemm_wgmma import (BK, MAX_ACC_FLOATS, RS_FRAGMENT_REGS, STAGE_CHOICES, block_k,
                                              copied_transposed, register_choices, smem_bytes, staging_choices)

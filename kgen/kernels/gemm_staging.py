@@ -93,8 +93,6 @@ class Staging:
     def _copy(self, i: int, x, transposed: bool, device: int, stream) -> int:
         cols = self.shapes[i][1]
         if self.kind == "torch":
-            import torch
-
             src = x.T if transposed else x
             buf = self._buffer(i, device, stream, x)
             buf[:, :cols].copy_(src.view(buf.dtype) if src.dtype != buf.dtype else src)

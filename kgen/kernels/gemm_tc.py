@@ -24,8 +24,8 @@ import numpy as np
 
 from kgen.errors import DtypeError, KgenError
 from kgen.kernels import gemm_rules as rules
-from kgen.kernels import gemm_vendor
-from kgen.problem import Problem, Target
+from kgen.kernels.gemm_shared import GemmCandidates
+from kgen.problem import Problem
 from kgen.spec import Check, KernelSpec
 
 # input dtype -> (C++ input type, accumulator C++ type, input bytes, short name)
@@ -154,7 +154,7 @@ def _gelu(x):
 _TOLERANCE = {"bfloat16": 1e-2, "float16": 2e-3, "float32": 1e-4, "float64": 1e-12}
 
 
-class TensorCoreGemm(KernelSpec):
+class TensorCoreGemm(GemmCandidates, KernelSpec):
     """Operands, reference, check and baseline of the tensor-core GEMM families.
 
     Subclasses set ``family`` and ``template`` and implement ``space``, ``context``,
@@ -287,22 +287,6 @@ class TensorCoreGemm(KernelSpec):
             return None
         a, b, c = operands["a"], operands["b"], operands["c"]
         return lambda: cupy.matmul(a, b, out=c)
-
-    def model_choice(self, problem: Problem, target: Target):
-        from kgen.kernels import gemm_cost      # the model reads the family modules' rules
-
-        return gemm_cost.pick(self, problem, target)
-
-    def model_version(self) -> str | None:
-        from kgen.kernels import gemm_cost
-
-        return gemm_cost.model_version() if gemm_cost.has_model(self.family) else None
-
-    def vendor_supported(self, problem: Problem) -> bool:
-        return gemm_vendor.vendor_supported(problem)
-
-    def vendor_call(self, problem: Problem):
-        return gemm_vendor.vendor_call(problem)
 
     def flops(self, problem: Problem) -> float:
         return 2.0 * problem["m"] * problem["n"] * problem["k"]
