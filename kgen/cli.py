@@ -391,9 +391,10 @@ def bench(family: str = typer.Argument("gemm"), m: int = typer.Option(...), n: i
 @db_app.command("ls")
 def db_ls(family: Optional[str] = typer.Option(None), device: Optional[str] = typer.Option(None),
           db: str = typer.Option("")) -> None:
-    """Tuned problems: records, failures, the best generated kernel's time and config, and the
-    vendor library's time (config ``cublas``, measured beside it)."""
-    from kgen.db.base import usable_time
+    """Tuned problems: records measured (and replayed: answered from a recording, never used by
+    dispatch), failures, the best measured generated kernel's time and config, and the vendor
+    library's time (config ``cublas``, measured beside it)."""
+    from kgen.db.base import is_replayed, usable_time
     from kgen.vendor import is_vendor_record
 
     def fastest(records):
@@ -403,16 +404,18 @@ def db_ls(family: Optional[str] = typer.Option(None), device: Optional[str] = ty
     try:
         store = _open_db(db)
         table = Table(title="tuned problems")
-        for col in ("family", "device", "problem", "records", "failed", "best", "config", "cuBLAS"):
+        for col in ("family", "device", "problem", "records", "replayed", "failed", "best", "config", "cuBLAS"):
             table.add_column(col)
         for fam in ([family] if family else store.families()):
             for key in store.problems(fam, device):
                 records = store.records(fam, key, device)
                 for dev in sorted({r.provenance.device for r in records}):
                     mine = [r for r in records if r.provenance.device == dev]
-                    best = fastest(r for r in mine if not is_vendor_record(r))
+                    replayed = sum(1 for r in mine if is_replayed(r))
+                    best = fastest(r for r in mine if not is_vendor_record(r) and not is_replayed(r))
                     vendor = fastest(r for r in mine if is_vendor_record(r))
-                    table.add_row(fam, dev, key, str(len(mine)), str(sum(1 for r in mine if r.measurement.failure)),
+                    table.add_row(fam, dev, key, str(len(mine) - replayed), str(replayed),
+                                  str(sum(1 for r in mine if r.measurement.failure)),
                                   _fmt_ms(best.measurement.time_ms) if best else "-",
                                   best.measurement.config_name if best else "-",
                                   _fmt_ms(vendor.measurement.time_ms) if vendor else "-")

@@ -27,7 +27,6 @@ from typing import Any, Mapping
 
 from kgen import dispatch_memo
 from kgen.compile import Binary, compile_source
-from kgen.db.base import usable_time
 from kgen.errors import CompileError, NoConfigError
 from kgen.knobs import knobs
 from kgen.problem import Problem, Target, device_name, target_from_dict
@@ -148,20 +147,24 @@ class Dispatcher:
     def _valid_best(self, spec, problem: Problem, target: Target, digest: str):
         """(record, config) of the fastest tuned record whose config is valid in the family's
         space; a record that is not (a shared file's bad or hostile values) is passed over
-        with a warning and never rendered."""
+        with a warning and never rendered, and a replayed trial (no measurement of this
+        machine) is passed over too."""
+        from kgen.db.base import is_replayed, usable_time      # (importing kgen loads no database code)
+
         best = self._best(spec.family, problem.key, target.name, digest)
         if best is None:
             return None
         space = spec.space(problem, target)
-        config = space.trusted(best.measurement.config)
+        config = None if is_replayed(best) else space.trusted(best.measurement.config)
         if config is not None:
             return best, config
-        log.warning("%s: the best record's config %r is not a valid %s config; passed over",
-                    problem.key, best.measurement.config_name, spec.family)
+        if not is_replayed(best):
+            log.warning("%s: the best record's config %r is not a valid %s config; passed over",
+                        problem.key, best.measurement.config_name, spec.family)
         if knobs.verified_only:
             return None
         timed = [r for r in self.db.records(spec.family, problem.key, target.name, digest)
-                 if usable_time(r) is not None]
+                 if usable_time(r) is not None and not is_replayed(r)]
         for record in sorted(timed, key=lambda r: (usable_time(r), r.measurement.config_name)):
             config = space.trusted(record.measurement.config)
             if config is not None:
@@ -177,6 +180,8 @@ class Dispatcher:
         return self.db.best(family, key, device, digest, **scope)
 
     def _nearest(self, spec, problem: Problem, target: Target, digest: str) -> Choice | None:
+        from kgen.db.base import is_replayed
+
         policy, cc = knobs.dispatch_policy, f"{target.cc[0]}.{target.cc[1]}"
         ranked = []
         for key in self.db.problems(spec.family, target.name, digest, policy=policy, cc=cc):
@@ -190,7 +195,7 @@ class Dispatcher:
         space = None
         for _, key in sorted(ranked):
             best = self._best(spec.family, key, target.name, digest, policy=policy, cc=cc)
-            if best is None:
+            if best is None or is_replayed(best):
                 continue
             space = space or spec.space(problem, target)
             config = space.trusted(best.measurement.config)

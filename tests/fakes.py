@@ -94,3 +94,18 @@ def fake_dispatch(target):
         yield SimpleNamespace(launcher=launcher, dispatcher=dispatcher)
     finally:
         set_default_dispatcher(old)
+
+
+def recorded_gpu(recording, seed: int = 0):
+    """A stand-in for a GPU that answers from a recording as if it measured here: its trials
+    are ordinary measurements (a ReplayRunner's are marked ``replay`` and never dispatched)."""
+    import dataclasses
+
+    from kgen.measurement import Timing
+    from kgen.runners.replay import ReplayRunner
+
+    class RecordedGPU(ReplayRunner):
+        def answer(self, task):
+            return dataclasses.replace(super().answer(task), timing=Timing())
+
+    return RecordedGPU(recording, seed=seed)

@@ -243,12 +243,14 @@ def test_verified_only_dispatch_ignores_imported_records_until_verified(monkeypa
 def test_tune_on_miss_tunes_in_the_background_and_the_next_call_uses_it(monkeypatch):
     from pathlib import Path
 
-    from kgen.runners import Recording, ReplayRunner
+    from kgen.runners import Recording
+
+    from fakes import recorded_gpu
 
     recording = Recording.load(Path(__file__).parent / "data" / "h200_gemm_f32_simt.jsonl.gz")
     monkeypatch.setenv("KGEN_TUNE_ON_MISS", "6")
     dispatcher = Dispatcher(db=MemoryStore(), launcher=FakeLauncher(), targets={0: Target.h200()},
-                            miss_runner=lambda device: ReplayRunner(recording))
+                            miss_runner=lambda device: recorded_gpu(recording))
     old = set_default_dispatcher(dispatcher)
     try:
         a, b, c = FakeArray((1000, 1000)), FakeArray((1000, 1000), ptr=BASE + (1 << 24)), \

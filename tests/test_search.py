@@ -21,6 +21,8 @@ from kgen.runners.base import Runner
 from kgen.runners.replay import Recording, ReplayRunner
 from kgen.search import Tuner, tune
 
+from fakes import recorded_gpu
+
 SPEC = GemmSimt()
 TARGET = Target.h200()
 P = gemm_problem(32, 32, 64)                      # 4308 valid configs
@@ -332,9 +334,17 @@ def test_timeout_zero_measures_nothing(recording):
 
 @pytest.fixture(scope="module")
 def tuned_db(recording):
+    """A database a (stand-in) GPU tune filled: dispatch uses measurements, not replays."""
     db = MemoryStore()
-    result = run(recording, db, problem=P, trials=25, sampler="random", seed=5)
+    result = tune(SPEC, P, TARGET, recorded_gpu(recording, seed=1), db, trials=25, sampler="random", seed=5)
     return db, result
+
+
+def test_replayed_trials_are_never_dispatched(recording):
+    db = MemoryStore()
+    run(recording, db, problem=P, trials=10, sampler="random", seed=5)
+    assert len(stored(db, P)) == 10
+    assert Dispatcher(db=db, targets={0: TARGET}).choose(SPEC, P, TARGET).how != "tuned"
 
 
 def test_dispatch_picks_the_tuned_best(tuned_db):

@@ -134,6 +134,12 @@ def usable_time(record: Record) -> float | None:
     return t if t is not None and math.isfinite(t) else None
 
 
+def is_replayed(record: Record) -> bool:
+    """A trial a replay answered from a recording (timing method ``replay``): stored so a tune
+    resumes, never a measurement of this machine, so dispatch never uses it."""
+    return record.measurement.timing.method == "replay"
+
+
 def record_order(record: Record, text: str) -> tuple:
     """Sort key of records(): config_name, created, then the rest, then the full text."""
     m, p = record.measurement, record.provenance
