@@ -29,6 +29,7 @@ from kgen import dispatch_memo
 from kgen.compile import Binary, compile_source
 from kgen.errors import CompileError, NoConfigError
 from kgen.knobs import knobs
+from kgen.plausible import floor_ms
 from kgen.problem import Problem, Target, device_name, target_from_dict
 from kgen.render import render
 from kgen.space import Config
@@ -128,6 +129,8 @@ class Dispatcher:
         if not knobs.vendor or not spec.vendor_supported(problem):
             return None
         record = self.db.best(spec.family, problem.key, target.name, VENDOR_DIGEST)
+        if record is not None and record.measurement.time_ms < floor_ms(spec, problem):
+            record = None                   # an invented time: the candidate counts as unmeasured
         time_ms = record.measurement.time_ms if record is not None else None
         return Choice(Config(VENDOR_CONFIG, ()), "vendor", time_ms, problem.key if record else "")
 
@@ -146,25 +149,32 @@ class Dispatcher:
 
     def _valid_best(self, spec, problem: Problem, target: Target, digest: str):
         """(record, config) of the fastest tuned record whose config is valid in the family's
-        space; a record that is not (a shared file's bad or hostile values) is passed over
-        with a warning and never rendered, and a replayed trial (no measurement of this
-        machine) is passed over too."""
+        space and whose time is above the physical floor (``kgen.plausible``); a record that
+        is not (a shared file's bad or hostile values, an invented time) is passed over with
+        a warning and never rendered, and a replayed trial (no measurement of this machine)
+        is passed over too."""
         from kgen.db.base import is_replayed, usable_time      # (importing kgen loads no database code)
 
         best = self._best(spec.family, problem.key, target.name, digest)
         if best is None:
             return None
         space = spec.space(problem, target)
-        config = None if is_replayed(best) else space.trusted(best.measurement.config)
+        floor = floor_ms(spec, problem)
+
+        def usable(record) -> bool:
+            t = usable_time(record)
+            return t is not None and t >= floor and not is_replayed(record)
+
+        config = space.trusted(best.measurement.config) if usable(best) else None
         if config is not None:
             return best, config
         if not is_replayed(best):
-            log.warning("%s: the best record's config %r is not a valid %s config; passed over",
-                        problem.key, best.measurement.config_name, spec.family)
+            log.warning("%s: the best record (%r, %s ms) is not a valid %s config or is faster than any GPU "
+                        "(%.4f ms); passed over", problem.key, best.measurement.config_name,
+                        best.measurement.time_ms, spec.family, floor)
         if knobs.verified_only:
             return None
-        timed = [r for r in self.db.records(spec.family, problem.key, target.name, digest)
-                 if usable_time(r) is not None and not is_replayed(r)]
+        timed = [r for r in self.db.records(spec.family, problem.key, target.name, digest) if usable(r)]
         for record in sorted(timed, key=lambda r: (usable_time(r), r.measurement.config_name)):
             config = space.trusted(record.measurement.config)
             if config is not None:

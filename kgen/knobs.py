@@ -88,6 +88,9 @@ class Knobs:
                     "compile for this arch (sm_90, sm_90a, ...) instead of the device's")
     compile_workers = _EnvKnob("KGEN_COMPILE_WORKERS", int, lambda: max(1, os.cpu_count() or 1),
                                "processes compiling in parallel during a tune")
+    plausible_floor_us = _EnvKnob("KGEN_PLAUSIBLE_FLOOR_US", float, lambda: 1.0,
+                                  "the least time (microseconds) a kernel timed by CUDA events can take; "
+                                  "dispatch passes over a record faster than it (see kgen/plausible.py)")
     db_max_line_bytes = _EnvKnob("KGEN_DB_MAX_LINE_BYTES", int, lambda: 1 << 20,
                                  "the longest line a database file may hold (bytes); a longer one stops its "
                                  "import with the line's number")

@@ -157,3 +157,11 @@ def test_an_import_over_a_limit_names_the_line_and_stores_nothing(what, tmp_path
     with pytest.raises(DatabaseError, match=f"shared.jsonl:2: .*{words}"):
         import_file(path, db)
     assert db.count() == 0
+
+
+def test_dispatch_passes_over_a_time_faster_than_any_gpu(monkeypatch):
+    monkeypatch.setenv("KGEN_VENDOR", "0")
+    fast, real = SPEC.space(P, TARGET).sample(2, seed=3)
+    db = MemoryStore([_record(fast.as_dict(), 1e-6, fast.name), _record(real.as_dict(), 0.5, real.name)])
+    choice = Dispatcher(db=db, launcher=FakeLauncher(), targets={0: TARGET}).choose(SPEC, P, TARGET)
+    assert choice.how == "tuned" and choice.config.name == real.name
