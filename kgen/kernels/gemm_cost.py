@@ -338,6 +338,13 @@ _SHARED = {
     "group_l2": lambda e: (e["gm"] == 8) * _log2(e["l2_over"]),
     "epilogue": lambda e: float(e["problem"].get("epilogue", "none") != "none") + 0.0 * e["t"],
 }
+# the CUDA-core and mma.sync families: blocks resident per SM, and the dependent-latency chain
+_RESIDENT = {
+    "minb2": lambda e: (e["minb"] == 2) * 1.0,
+    "bps": lambda e: _log2(e["bps"]),
+    "resident_warps": lambda e: _log2(e["per_sm"] * e["warps"]),
+    "chain": lambda e: np.log(np.maximum(e["t_chain"], 1e-12) / np.maximum(e["t_total"], 1e-12)),
+}
 FEATURES: dict[str, dict[str, Callable]] = {
     "gemm_wgmma": {
         **_SHARED,
@@ -365,6 +372,7 @@ FEATURES: dict[str, dict[str, Callable]] = {
     },
     "gemm_mma": {
         **_SHARED,
+        **_RESIDENT,
         "warp_area": lambda e: _log2(e["wm"] * e["wn"] / 1024.0),
         "warp_aspect": lambda e: _log2(e["wm"] / e["wn"]),
         "warps": lambda e: _log2(e["warps"]),
@@ -376,18 +384,15 @@ FEATURES: dict[str, dict[str, Callable]] = {
         "va_plain": lambda e: (e["va"] * e["elt"] < 4) * 1.0,
         "vb_plain": lambda e: (e["vb"] * e["elt"] < 4) * 1.0,
         "wk": lambda e: _log2(e["wk"]),
-        "minb2": lambda e: (e["minb"] == 2) * 1.0,
-        "bps": lambda e: _log2(e["bps"]),
-        "resident_warps": lambda e: _log2(e["per_sm"] * e["warps"]),
         "quant": lambda e: _log2(e["tiles"] / (_cdiv(e["tiles"], e["slots"]) * e["slots"])),
         "inv_kb": lambda e: 1.0 / e["kb"],
         "lp": lambda e: (e["lp"] > 0) * 1.0,
         "fb2": lambda e: (e["fb"] == 2) * 1.0,
         "uc": lambda e: e["uc"] * 1.0,
-        "chain": lambda e: np.log(np.maximum(e["t_chain"], 1e-12) / np.maximum(e["t_total"], 1e-12)),
     },
     "gemm": {
         **_SHARED,
+        **_RESIDENT,
         "thread_area": lambda e: _log2(e["tmt"] * e["tnt"] / 64.0),
         "thread_aspect": lambda e: _log2(e["tmt"] / e["tnt"]),
         "threads": lambda e: _log2(e["threads"] / 256.0),
@@ -400,13 +405,9 @@ FEATURES: dict[str, dict[str, Callable]] = {
         "unroll_full": lambda e: (e["unroll"] == 0) * 1.0,
         "unroll1": lambda e: (e["unroll"] == 1) * 1.0,
         "split": lambda e: _log2(e["sk"]),
-        "minb2": lambda e: (e["minb"] == 2) * 1.0,
-        "bps": lambda e: _log2(e["bps"]),
-        "resident_warps": lambda e: _log2(e["per_sm"] * e["warps"]),
         "quant": lambda e: _log2(e["blocks"] / (_cdiv(e["blocks"], e["slots"]) * e["slots"])),
         "inv_kt": lambda e: 1.0 / e["kt"],
         "big_thread": lambda e: (e["tmt"] * e["tnt"] >= 128) * 1.0,
-        "chain": lambda e: np.log(np.maximum(e["t_chain"], 1e-12) / np.maximum(e["t_total"], 1e-12)),
     },
 }
 
