@@ -245,7 +245,9 @@ class CompilePool:
         from concurrent.futures import ProcessPoolExecutor
 
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=self._ctx)
+            from kgen.lifetime import exit_with_parent
+
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=self._ctx, initializer=exit_with_parent)
         return self._pool
 
     def submit(self, source: Source):

@@ -128,7 +128,10 @@ def parse_lines(path: str, lines: list[bytes], origin: str, as_rows: bool = Fals
     done = 0                                 # chunks already handed on
     try:
         _FORKED_LINES = lines if method == "fork" else []
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(method)) as pool:
+        from kgen.lifetime import exit_with_parent
+
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(method),
+                                 initializer=exit_with_parent) as pool:
             try:
                 for chunk in _collect(path, pool.map(_parse_task, tasks)):
                     done += 1

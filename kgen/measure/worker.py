@@ -118,6 +118,9 @@ def _is_cuda_error(exc: BaseException) -> bool:
 
 def worker_main(conn, device_id: int, l2_bytes: int, flush_l2: bool) -> None:
     """Serve MeasureTasks from ``conn`` until told to stop (None) or a CUDA error."""
+    from kgen.lifetime import exit_with_parent
+
+    exit_with_parent()
     import cupy
 
     cupy.cuda.Device(device_id).use()
