@@ -83,13 +83,13 @@ def sniff(lines: list[bytes]) -> str:
     first = next((line for line in lines if line.strip()), b"")
     try:
         obj = json.loads(first)
-    except ValueError:
+    except (ValueError, RecursionError):
         obj = None
     if isinstance(obj, dict):
         return "t4" if "results" in obj or "schema_version" in obj else "jsonl"
     try:
         whole = json.loads(b"".join(lines))
-    except ValueError:
+    except (ValueError, RecursionError):        # the line reader names what is wrong
         return "jsonl"
     return "t4" if isinstance(whole, dict) and "results" in whole else "jsonl"
 
@@ -104,8 +104,13 @@ def _t4(path: Path, lines: list[bytes], **keys) -> list[tuple[int, Record]]:
     except json.JSONDecodeError as exc:
         raise DatabaseError(f"{path}:{exc.lineno}: not JSON ({exc.msg})", remedy=REMEDY,
                             path=str(path), line=exc.lineno) from None
+    except RecursionError:
+        raise DatabaseError(f"{path}: JSON nested too deeply for a T4 file", remedy=REMEDY, path=str(path)) from None
     try:
         return list(enumerate(from_t4(doc, **keys), 1))
+    except (OverflowError, RecursionError) as exc:
+        raise DatabaseError(f"{path}: a value out of range ({type(exc).__name__})", remedy=REMEDY,
+                            path=str(path)) from None
     except DatabaseError as exc:
         raise DatabaseError(f"{path}: {exc.message}", remedy=exc.remedy or REMEDY, path=str(path)) from None
 
