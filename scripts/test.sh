@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test set-up in one call: install kgen with its test and PostgreSQL extras; unless
 # KGEN_TEST_PG_URL is given, provide a local PostgreSQL server for the database tests (Debian's
-# package, when run as root with apt-get; otherwise those tests skip, saying why); run pytest.
+# package, when run as root with apt-get: a login role kgen/kgen, not a superuser, owning the
+# database kgen_test; otherwise those tests skip, saying why); run pytest.
 # Safe to re-run. Arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,7 +23,7 @@ local_postgres() {
     read -r ver name port status _ < <(pg_lsclusters --no-header | head -1)
     [[ "$status" == online* ]] || pg_ctlcluster "$ver" "$name" start
     if [[ -z "$(as_postgres psql -p "$port" -tAc "SELECT 1 FROM pg_roles WHERE rolname = 'kgen'")" ]]; then
-        as_postgres psql -p "$port" -c "CREATE ROLE kgen LOGIN PASSWORD 'kgen' SUPERUSER"
+        as_postgres psql -p "$port" -c "CREATE ROLE kgen LOGIN PASSWORD 'kgen'"
     fi
     if [[ -z "$(as_postgres psql -p "$port" -tAc "SELECT 1 FROM pg_database WHERE datname = 'kgen_test'")" ]]; then
         as_postgres createdb -p "$port" -O kgen kgen_test
