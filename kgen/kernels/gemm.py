@@ -410,10 +410,9 @@ def _make_plan(dispatcher, a, b, c) -> _Plan:
         plan.vendor = _SPEC.vendor_call(problem)
         return plan
     geo = _SPEC.launch(problem, config)
-    ldc = describe(c, "c").strides[0] if c is not None else problem["n"]
     scalar = _scalar_type(problem)
     plan.kernel, plan.split_k = loaded.kernel, config["SK"] > 1
-    plan.dims = _dims(problem, describe(a, "a"), describe(b, "b"), ldc)
+    plan.dims = _dims(problem, ai, bi, lds[2])
     template = (np.uint64(0), np.uint64(0), np.uint64(0), *plan.dims, scalar(0), scalar(0))
     plan.launch = loaded.kernel.bind(geo.grid, geo.block, geo.shared_mem, template)
     return plan

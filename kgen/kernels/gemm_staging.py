@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kgen.kernels.gemm_rules import storage_shape
+from kgen.kernels.gemm_tc import ITEMSIZE as _ITEMSIZE
 from kgen.knobs import knobs
 
 TMA_BYTES = 16
@@ -35,8 +36,6 @@ def padded_ld(cols: int, dtype: str) -> int:
     per = TMA_BYTES // _ITEMSIZE[dtype]
     return max(per, math.ceil(cols / per) * per)
 
-
-_ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 
 
 def copy_ms(rows: int, cols: int, itemsize: int) -> float:
@@ -74,7 +73,7 @@ class Staging:
         """Copy the staged operands into their buffers (on the call's stream); the pointers
         the kernel reads."""
         out = [pa, pb]
-        for i, (operand, x) in enumerate((("a", a), ("b", b))):
+        for i, x in enumerate((a, b)):
             if self.stage[i]:
                 out[i] = self._copy(i, x, layout[i] == "T", device, stream)
         return out[0], out[1]

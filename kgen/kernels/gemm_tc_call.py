@@ -19,10 +19,9 @@ from kgen.kernels import gemm_rules as rules
 from kgen.kernels.gemm import check_output, matmul_shape, operand_layout
 from kgen.kernels.gemm_route import tensor_core_candidates, uses_tensor_cores
 from kgen.kernels.gemm_staging import Staging
-from kgen.kernels.gemm_tc import allowed_outputs, epilogue_name
-
-ITEMSIZE_OUT = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
+from kgen.kernels.gemm_tc import ITEMSIZE, allowed_outputs, epilogue_name
 from kgen.problem import Problem
+
 
 @dataclass
 class TcPlan:
@@ -111,13 +110,11 @@ def make_plan(dispatcher, a, b, c, bias, activation, precision, dtype, out_dtype
     loaded = dispatcher.prepare(spec, problem, ai.device)      # the winner's kernel alone
     ldc = describe(c, "c").strides[0] if c is not None else n
     config = loaded.choice.config
+    spans = rules.footprints(m, n, k, la + lb, (lda, ldb, max(ldc, 1)),
+                             (ai.itemsize, bi.itemsize, ITEMSIZE[problem["out_dtype"]]))
     if loaded.choice.vendor:
         return TcPlan(spec, problem, None, config, None, kind, ai.device, loaded.choice.how,
-                      vendor=spec.vendor_call(problem),
-                      spans=rules.footprints(m, n, k, la + lb, (lda, ldb, max(ldc, 1)),
-                                             (ai.itemsize, bi.itemsize, ITEMSIZE_OUT[problem["out_dtype"]])))
-    spans = rules.footprints(m, n, k, la + lb, (lda, ldb, max(ldc, 1)),
-                             (ai.itemsize, bi.itemsize, ITEMSIZE_OUT[problem["out_dtype"]]))
+                      vendor=spec.vendor_call(problem), spans=spans)
     if staging is not None:
         lda, ldb = (ld if not staged else padded for ld, padded, staged in
                     zip((lda, ldb), staging.lds, staging.stage))
