@@ -20,7 +20,7 @@ Note: a replay offers only the recorded configs, and the numbers say how strateg
 within them. The wgmma recording is its space whole (the template of 2026-12-02);
 the CUDA-core and mma.sync spaces (35,000-151,000 configs a problem) are a uniform sample of
 400 configs, extended (scripts/record_space.py --extend; its log in
-scripts/results/nvidia-h200/extend_recordings.log) with what a search meets first: every
+docs/evidence/nvidia-h200/extend_recordings.log) with what a search meets first: every
 config one parameter away from a pick (the default with its next split-K values for the
 SIMT family, three wave-model tiles for mma), two live kgen tunes of 50 trials, and every
 config one parameter away from the ten fastest. Every strategy searches the same union;

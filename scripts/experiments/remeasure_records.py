@@ -1,6 +1,6 @@
 """Measure again, under the checkout's template, the shipped records a template change left stale.
 
-    python3 scripts/remeasure_records.py tuning_db/nvidia-h200_gemm_wgmma.jsonl
+    python3 scripts/experiments/remeasure_records.py tuning_db/nvidia-h200_gemm_wgmma.jsonl
 
 Every record of the file whose template digest is not the family's current one is rendered,
 compiled and measured again on this machine's GPU as the tuner measures (checked against
@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
 def main(argv: list[str]) -> None:
@@ -70,7 +70,7 @@ def main(argv: list[str]) -> None:
                 why = ("again" if old.provenance.template_digest == spec.template_digest()
                        else f"template {old.provenance.template_digest} changed")
                 provenance = replace(provenance_for(target, spec.template_digest()),
-                                     origin=f"remeasured: {why} (scripts/remeasure_records.py)")
+                                     origin=f"remeasured: {why} (scripts/experiments/remeasure_records.py)")
                 records[i] = Record(old.family, measured, provenance)
                 was = old.measurement.time_ms if old.measurement.ok else None
                 now = measured.time_ms if measured.ok else None
