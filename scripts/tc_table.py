@@ -1,11 +1,12 @@
-"""The README's tensor-core table, from a bench_gemm.py results file.
+"""The tensor-core table of docs/tensor_cores.md (the README shows a selection of its rows),
+from a bench_gemm.py results file.
 
     python scripts/tc_table.py [scripts/results/nvidia-h200/bench_gemm.json]
 
 Per problem (precision, layout, shape, epilogue) the tensor-core row with the best ratio to
-cuBLAS (the families were measured side by side in the same run), in the order the README
-keeps, then the geometric means over the five mid shapes. Rows of the CUDA-core family are
-left out (they have their own table).
+cuBLAS (the families were measured side by side in the same run), in the order
+docs/tensor_cores.md keeps, then the geometric means over the five mid shapes. Rows of the
+CUDA-core family are left out (they have their own table).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def _precision(row: dict) -> str:
 
 
 def _order(row: dict) -> tuple:
-    """Large squares, mid shapes, decode, tf32, fp64, fused: as the README lists them."""
+    """Large squares, mid shapes, decode, tf32, fp64, fused: as docs/tensor_cores.md lists them."""
     p, shape = _precision(row), (row["m"], row["n"], row["k"])
     fused = row.get("epilogue", "none") != "none"
     if fused:
