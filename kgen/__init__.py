@@ -7,14 +7,20 @@ True
 
 from kgen.errors import (CompileError, DatabaseError, DeviceError, DtypeError, InputError, KgenError,
                          LayoutError, NoConfigError, NoDeviceError, ShapeError, SpaceError, TemplateError)
-from kgen.dispatch import refresh, run
-from kgen.kernels.gemm import gemm, gemm_problem
-from kgen.kernels.gemm_tc_call import GemmChoice, gemm_choice
+from kgen.dispatch import refresh
+from kgen.dispatch import set_miss_tuner as _set_miss_tuner
+from kgen.kernels.gemm.problem import gemm_problem
+from kgen.ops.gemm import GemmChoice, gemm, gemm_choice
+from kgen.ops.run import run
 from kgen.problem import Problem, Target
+from kgen.registry import families, get_spec, register
 from kgen.space import Config, Constraint, Param, Space
-from kgen.spec import Check, KernelSpec, Launch, families, get_spec, register
+from kgen.spec import Check, KernelSpec, Launch
+from kgen.tune_on_miss import miss_tuner as _miss_tuner
 
 __version__ = "0.1.0"
+
+_set_miss_tuner(_miss_tuner())     # dispatch tunes a missed problem (KGEN_TUNE_ON_MISS) with kgen's search
 
 __all__ = [
     "gemm", "gemm_choice", "GemmChoice", "gemm_problem", "refresh", "run", "Problem", "Target", "Param", "Space", "Constraint", "Config",

@@ -1,5 +1,7 @@
-"""The ``kgen`` command line: tune, worker, bench, db (ls, show, export, import, merge, prune,
-stats, verify), info.
+"""The ``kgen`` command line: tune, worker, bench, export, db (ls, show, export, import, merge,
+prune, stats, verify), families, info. Every family, shipped or installed, is reached the same
+way: ``kgen tune FAMILY --FIELD VALUE ...`` with the problem fields its KernelSpec declares
+(``kgen families`` lists them); without a family, the default one (KGEN_FAMILY).
 
     kgen tune gemm --m 4096 --n 4096 --k 4096 --dtype float32 --trials 300
     kgen tune gemm --m 1000 --n 1000 --k 1000 --replay recording.jsonl   # no GPU needed
@@ -53,23 +55,31 @@ def _local_db(url: str):
     return SqlStore(url) if url else SqlStore.default()
 
 
-def _problem(family: str, m: int, n: int, k: int, dtype: str, layout: str, target=None,
-             out_dtype: Optional[str] = None, epilogue: str = "none", precision: Optional[str] = None):
-    """(spec, problem) of a GEMM request; ``gemm`` routes half precision, float64 and tf32 to the
-    tensor-core families (the way the cost model predicts fastest on ``target``)."""
-    from kgen.kernels.gemm import LAYOUTS
-    from kgen.kernels.gemm_route import preferred_request
-    from kgen.problem import Target
-    from kgen.spec import get_spec
+_FIELDS_HELP = "[FAMILY] --FIELD VALUE ...: the family (default KGEN_FAMILY) and its problem fields " \
+               "(`kgen families` lists them)"
+_TAKES_FIELDS = {"allow_extra_args": True, "ignore_unknown_options": True}
 
-    get_spec(family)      # an unknown family says which exist
-    layout = layout.upper()
-    if layout not in LAYOUTS:
-        raise KgenError(f"layout {layout!r} is not one of {LAYOUTS}", remedy="give two letters of N and T")
-    if min(m, n, k) < 1:
-        raise KgenError(f"sizes must be >= 1 (got m={m}, n={n}, k={k})")
-    return preferred_request(family, m, n, k, dtype, layout, target or Target.h200(), out_dtype=out_dtype,
-                             epilogue=epilogue, precision=precision)
+
+def _family_words(words: list[str]) -> tuple[str, list[str]]:
+    """(family, field words) of a command's free words: a first word that is no option names
+    the family, else the default family."""
+    from kgen.knobs import knobs
+
+    if words and not words[0].startswith("-"):
+        return words[0], list(words[1:])
+    return knobs.default_family, list(words)
+
+
+def _request(words: list[str], target=None):
+    """(spec, problem) of a command's free words: the family's fields, typed and checked, made
+    into a problem on ``target`` (default: an H200, for a check before any device is touched)."""
+    from kgen.fields import parse_args
+    from kgen.problem import Target
+    from kgen.registry import get_spec
+
+    family, rest = _family_words(words)
+    spec = get_spec(family)
+    return spec.request(target or Target.h200(), **parse_args(spec.fields(), rest, family))
 
 
 def _fmt_ms(ms: Optional[float]) -> str:
@@ -79,10 +89,10 @@ def _fmt_ms(ms: Optional[float]) -> str:
 class _LiveView:
     """Trials done, failures by kind, best so far and its ratio to the baseline."""
 
-    def __init__(self, problem, flops: float):
+    def __init__(self, problem, flops: float, vendor: str):
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        self.flops = flops
+        self.flops, self.vendor = flops, vendor
         self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TimeElapsedColumn(), TextColumn("{task.fields[status]}"), console=console)
         self.task = self.progress.add_task(problem.key, total=1, status="starting")
@@ -93,23 +103,15 @@ class _LiveView:
         if best and self.flops:
             parts.append(f"{self.flops / best / 1e9:.1f} TFLOP/s")
         if best and p.vendor_ms:
-            parts.append(f"x{p.vendor_ms / best:.3f} vs cuBLAS")
+            parts.append(f"x{p.vendor_ms / best:.3f} vs {self.vendor}")
         fails = {k: v for k, v in p.failures.items() if v}
         if fails:
             parts.append("failed: " + ", ".join(f"{k} {v}" for k, v in sorted(fails.items())))
         self.progress.update(self.task, completed=p.done, total=p.budget, status="  ".join(parts))
 
 
-@app.command()
-def tune(family: str = typer.Argument("gemm", help="kernel family"),
-         m: Optional[int] = typer.Option(None, help="rows of A and C"),
-         n: Optional[int] = typer.Option(None, help="columns of B and C"),
-         k: Optional[int] = typer.Option(None, help="inner dimension"),
-         dtype: str = typer.Option("float32", help="float32, float64, float16 or bfloat16"),
-         layout: str = typer.Option("NN", help="A's and B's layout: N (as is) or T (transposed storage)"),
-         precision: Optional[str] = typer.Option(None, help="tf32: float32 on the tensor cores"),
-         out_dtype: Optional[str] = typer.Option(None, help="C's dtype (float32 allowed for half inputs)"),
-         epilogue: str = typer.Option("none", help="fused tail: none, relu, gelu, bias, bias_relu, bias_gelu"),
+@app.command(context_settings=_TAKES_FIELDS)
+def tune(ctx: typer.Context,
          trials: int = typer.Option(100, min=1, help="configs measured for this problem, stored ones included"),
          timeout: Optional[float] = typer.Option(None, help="stop after this many seconds, keeping the best"),
          sampler: str = typer.Option("kgen", help="kgen (default: the nearest tuned problems' bests, the heuristic pick, then a model of the trials so far), tpe, random, gp, cmaes or exhaustive"),
@@ -118,45 +120,45 @@ def tune(family: str = typer.Argument("gemm", help="kernel family"),
          db: str = typer.Option("", help="database URL (default: KGEN_DB_URL or SQLite under KGEN_HOME)"),
          device: int = typer.Option(0, help="CUDA device to tune on"),
          from_file: Optional[str] = typer.Option(None, "--from", help="tune every problem of this file: a JSON "
-                                                 "object (m, n, k, dtype, layout) or a problem key per line"),
+                                                 "object of the family's problem fields or a problem key per line"),
          gpus: Optional[str] = typer.Option(None, help="tune on these GPUs of this machine at once: all or "
                                             "0,1 (one Dask worker each; needs kgen[dist])"),
          scheduler: Optional[str] = typer.Option(None, help="tune on the GPU workers of this Dask scheduler "
                                                  "(tcp://HOST:PORT; start workers with `kgen worker`)"),
          log: Optional[str] = typer.Option(None, help="append one JSON line per finished trial to this file")) -> None:
-    """Search a family's configs for one problem (or many: --from) and store every measurement."""
+    """Search a family's configs for one problem (or many: --from) and store every measurement.
+
+    kgen tune [FAMILY] --FIELD VALUE ... : the family (default KGEN_FAMILY) and its problem
+    fields (`kgen families` lists them), e.g. kgen tune gemm --m 4096 --n 4096 --k 4096.
+    """
     from kgen.problem import Target
     from kgen.runners import LocalGPURunner, Recording, ReplayRunner
     from kgen.search import SAMPLERS, tune as run_tune
 
-    extra = dict(out_dtype=out_dtype, epilogue=epilogue, precision=precision)
     if from_file or gpus or scheduler:
-        _tune_many(family, m, n, k, dtype, layout, trials, timeout, sampler, seed, replay, db, device,
-                   from_file, gpus, scheduler, log, extra)
+        _tune_many(ctx.args, trials, timeout, sampler, seed, replay, db, device, from_file, gpus, scheduler, log)
         return
     try:
         if sampler not in SAMPLERS:
             raise KgenError(f"unknown sampler {sampler!r}", remedy=f"use one of {', '.join(SAMPLERS)}")
-        if None in (m, n, k):
-            raise KgenError("give the problem's sizes", remedy="pass --m, --n and --k, or a file with --from")
         if replay:
             recording = Recording.load(replay)
             target = Target.h200(recording.device_name() or "NVIDIA H200")
-            spec, problem = _problem(family, m, n, k, dtype, layout, target, **extra)
+            spec, problem = _request(ctx.args, target)
             if problem.key not in recording.problems():
                 raise KgenError(f"{replay} holds no measurements of {problem.key}",
                                 remedy="recorded problems: " + ", ".join(sorted(recording.problems())[:5]))
             runner = ReplayRunner(recording, seed=seed or 0)
         else:
-            _problem(family, m, n, k, dtype, layout, Target.h200(), **extra)    # a typo fails before the GPU
+            _request(ctx.args)                   # a typo fails before the GPU
             target = Target.detect(device)
-            spec, problem = _problem(family, m, n, k, dtype, layout, target, **extra)
+            spec, problem = _request(ctx.args, target)
             runner = LocalGPURunner((device,), target.l2_bytes)
         store = _open_db(db)
         with runner:
             console.print(f"tuning [bold]{problem.key}[/] on {target.name} ({target.arch}), "
                           f"{trials} trials, sampler {sampler}")
-            view = _LiveView(problem, spec.flops(problem))
+            view = _LiveView(problem, spec.flops(problem), spec.baseline_name)
             trial_log = _trial_log(log, runner)
             with view.progress:
                 try:
@@ -167,7 +169,7 @@ def tune(family: str = typer.Argument("gemm", help="kernel family"),
                         trial_log.close()
     except KgenError as exc:
         _fail(exc)
-    _summary(result, spec.flops(problem))
+    _summary(result, spec.flops(problem), spec.baseline_name)
     if result.best is None:
         raise typer.Exit(1)
 
@@ -213,26 +215,26 @@ def _dask_client(gpus: Optional[str], scheduler: Optional[str]):
     return Client(cluster), cluster
 
 
-def _tune_many(family, m, n, k, dtype, layout, trials, timeout, sampler, seed, replay, db, device,
-               from_file, gpus, scheduler, log, extra) -> None:
+def _tune_many(words, trials, timeout, sampler, seed, replay, db, device, from_file, gpus, scheduler, log) -> None:
     """Many problems, or many GPUs: one Tuner per problem over one shared runner."""
     from kgen.multi import read_problems, tune_many
     from kgen.problem import Target
+    from kgen.registry import get_spec
     from kgen.runners import LocalGPURunner, Recording, ReplayRunner
 
     client = cluster = None
     try:
         if from_file:
-            problems = read_problems(from_file)
-            spec = _problem(family, 1, 1, 1, dtype, layout, **extra)[0]
-        elif None in (m, n, k):
-            raise KgenError("give the problem's sizes", remedy="pass --m, --n and --k, or a file with --from")
+            family, rest = _family_words(words)
+            if rest:
+                raise KgenError(f"problem fields given beside --from: {' '.join(rest)}",
+                                remedy="write every problem's fields in the file, one JSON object per line")
+            problems = read_problems(from_file, get_spec(family), Target.h200())
         else:
-            spec, problem = _problem(family, m, n, k, dtype, layout, **extra)
-            problems = [problem]
+            problems = [_request(words)]
         recording = Recording.load(replay) if replay else None
         if recording is not None:
-            missing = [p.key for p in problems if p.key not in recording.problems()]
+            missing = [p.key for _, p in problems if p.key not in recording.problems()]
             if missing:
                 raise KgenError(f"{replay} holds no measurements of {missing[0]}",
                                 remedy="recorded problems: " + ", ".join(sorted(recording.problems())[:5]))
@@ -263,7 +265,7 @@ def _tune_many(family, m, n, k, dtype, layout, trials, timeout, sampler, seed, r
 
         try:
             with runner:
-                results = tune_many(spec, problems, target, runner, store, trials=trials, timeout_s=timeout,
+                results = tune_many(None, problems, target, runner, store, trials=trials, timeout_s=timeout,
                                     sampler=sampler, seed=seed, on_progress=progress)
         finally:
             if trial_log:
@@ -312,7 +314,7 @@ def worker(scheduler: str = typer.Option(..., help="the Dask scheduler's address
         pass
 
 
-def _summary(result, flops) -> None:
+def _summary(result, flops, vendor: str) -> None:
     table = Table(title=f"tune of {result.problem.key}")
     table.add_column("what")
     table.add_column("value")
@@ -331,61 +333,98 @@ def _summary(result, flops) -> None:
                       + (f" ({flops / result.best.time_ms / 1e9:.1f} TFLOP/s)" if flops else ""))
         if result.vendor is not None:
             vendor_ms = result.vendor.time_ms
-            table.add_row("cuBLAS (config cublas)", f"{_fmt_ms(vendor_ms)}  ratio x{vendor_ms / result.best.time_ms:.3f}"
-                          + ("  (dispatch takes cuBLAS)" if vendor_ms < result.best.time_ms else ""))
+            table.add_row(f"{vendor} (config {result.vendor.config_name})",
+                          f"{_fmt_ms(vendor_ms)}  ratio x{vendor_ms / result.best.time_ms:.3f}"
+                          + (f"  (dispatch takes {vendor})" if vendor_ms < result.best.time_ms else ""))
     else:
         table.add_row("best config", "[red]none: every trial failed[/]")
     console.print(table)
 
 
-@app.command()
-def bench(family: str = typer.Argument("gemm"), m: int = typer.Option(...), n: int = typer.Option(...),
-          k: int = typer.Option(...), dtype: str = typer.Option("float32"), layout: str = typer.Option("NN"),
-          precision: Optional[str] = typer.Option(None), out_dtype: Optional[str] = typer.Option(None),
-          epilogue: str = typer.Option("none"),
-          runs: int = typer.Option(50, help="timed runs (median kept)"), device: int = typer.Option(0),
+@app.command(context_settings=_TAKES_FIELDS)
+def bench(ctx: typer.Context, runs: int = typer.Option(50, help="timed runs (median kept)"),
+          device: int = typer.Option(0),
+          replay: Optional[str] = typer.Option(None, help="answer from a recording instead of a GPU: the recorded "
+                                               "times of the config dispatch chooses and of the vendor library"),
           db: str = typer.Option("")) -> None:
-    """Time the best tuned config (or the default) against cuBLAS, side by side."""
-    from kgen.compile import compile_source
+    """Time the config dispatch chooses (tuned best, model pick or default) against the family's
+    baseline library, side by side: kgen bench [FAMILY] --FIELD VALUE ..."""
     from kgen.dispatch import Dispatcher
-    from kgen.measure.bench import l2_flusher, time_runs
-    from kgen.measurement import Timing
     from kgen.problem import Target
-    from kgen.render import render
 
     try:
-        target = Target.detect(device)
-        spec, problem = _problem(family, m, n, k, dtype, layout, target, out_dtype=out_dtype,
-                                 epilogue=epilogue, precision=precision)
-        choice = Dispatcher(db=_open_db(db), targets={device: target}).choose(spec, problem, target)
-        from kgen.measure.launch import CupyKernel
-        import cupy
+        if replay:
+            from kgen.runners import Recording
 
-        binary = compile_source(render(spec, problem, choice.config, target)).binary
-        kernel = CupyKernel(binary.cubin, binary.entry, binary.path)
-        ops = spec.inputs(problem, seed=7)
-        want = spec.reference(problem, ops)
-        spec.run(kernel, problem, choice.config, ops)
-        cupy.cuda.get_current_stream().synchronize()
-        check = spec.check(problem, ops, want)
-        timing, flush = Timing(runs=runs), l2_flusher(target.l2_bytes)
-        kgen_ms = statistics.median(time_runs(lambda: spec.run(kernel, problem, choice.config, ops), timing, flush))
-        base = spec.baseline(problem, ops)
-        base_ms = statistics.median(time_runs(base, timing, flush)) if base else None
+            recording = Recording.load(replay)
+            target = Target.h200(recording.device_name() or "NVIDIA H200")
+            spec, problem = _request(ctx.args, target)
+            choice = Dispatcher(db=_open_db(db), targets={device: target}).choose(spec, problem, target)
+            kgen_ms, base_ms, check = _replayed(recording, problem, choice)
+            how = f"{choice.how}, replayed"
+        else:
+            _request(ctx.args)                       # a typo fails before the GPU
+            target = Target.detect(device)
+            spec, problem = _request(ctx.args, target)
+            choice = Dispatcher(db=_open_db(db), targets={device: target}).choose(spec, problem, target)
+            kgen_ms, base_ms, check = _timed(spec, problem, choice, target, runs)
+            how = choice.how
     except KgenError as exc:
         _fail(exc)
-    flops = spec.flops(problem)
+    flops, nbytes = spec.flops(problem), spec.bytes(problem)
+    rate, unit = (flops / 1e9, "TFLOP/s") if flops else (nbytes / 1e6, "GB/s")
     table = Table(title=f"{problem.key} on {target.name}")
-    for col in ("kernel", "config", "time", "TFLOP/s", "vs cuBLAS"):
+    for col in ("kernel", "config", "time", unit, f"vs {spec.baseline_name}"):
         table.add_column(col)
-    table.add_row(f"kgen ({choice.how})", choice.config.name, _fmt_ms(kgen_ms), f"{flops / kgen_ms / 1e9:.1f}",
-                  f"x{base_ms / kgen_ms:.3f}" if base_ms else "-")
+    table.add_row(f"kgen ({how})", choice.config.name, _fmt_ms(kgen_ms), f"{rate / kgen_ms:.1f}" if kgen_ms else "-",
+                  f"x{base_ms / kgen_ms:.3f}" if base_ms and kgen_ms else "-")
     if base_ms:
-        table.add_row("cuBLAS (cupy.matmul)", "", _fmt_ms(base_ms), f"{flops / base_ms / 1e9:.1f}", "x1.000")
+        table.add_row(spec.baseline_name, "", _fmt_ms(base_ms), f"{rate / base_ms:.1f}", "x1.000")
     console.print(table)
-    console.print(f"verification: {'ok' if check.ok else '[red]FAILED[/] ' + check.detail} (error {check.error:.2e})")
-    if not check.ok:
+    if check is not None:
+        console.print(f"verification: {'ok' if check.ok else '[red]FAILED[/] ' + check.detail} (error {check.error:.2e})")
+    if kgen_ms is None or (check is not None and not check.ok):
         raise typer.Exit(1)
+
+
+def _timed(spec, problem, choice, target, runs: int):
+    """(kgen ms, baseline ms or None, check) of the chosen config, measured here."""
+    import cupy
+
+    from kgen.compile import compile_source
+    from kgen.measure.bench import l2_flusher, time_runs
+    from kgen.measure.launch import CupyKernel
+    from kgen.measurement import Timing
+    from kgen.render import render
+
+    binary = compile_source(render(spec, problem, choice.config, target)).binary
+    kernel = CupyKernel(binary.cubin, binary.entry, binary.path)
+    ops = spec.inputs(problem, seed=7)
+    want = spec.reference(problem, ops)
+    spec.run(kernel, problem, choice.config, ops)
+    cupy.cuda.get_current_stream().synchronize()
+    check = spec.check(problem, ops, want)
+    timing, flush = Timing(runs=runs), l2_flusher(target.l2_bytes)
+    kgen_ms = statistics.median(time_runs(lambda: spec.run(kernel, problem, choice.config, ops), timing, flush))
+    base = spec.baseline(problem, ops)
+    base_ms = statistics.median(time_runs(base, timing, flush)) if base else None
+    return kgen_ms, base_ms, check
+
+
+def _replayed(recording, problem, choice):
+    """(kgen ms, vendor ms or None, None) from a recording: the chosen config's recorded median
+    time and the vendor library's, where recorded."""
+    from kgen.vendor import VENDOR_CONFIG
+
+    def median(name: str):
+        m = recording.entries.get((problem.key, name))
+        return statistics.median(m.times_ms) if m is not None and m.ok and m.times_ms else None
+
+    kgen_ms = median(choice.config.name)
+    if kgen_ms is None:
+        raise KgenError(f"the recording holds no time of {choice.config.name} on {problem.key}",
+                        remedy="record that config, or bench on a GPU")
+    return kgen_ms, median(VENDOR_CONFIG), None
 
 
 @db_app.command("ls")
@@ -579,16 +618,18 @@ def db_verify(device: int = typer.Option(0, help="CUDA device to measure on"),
 
 
 @app.command("export")
-def export_cmd(family: str = typer.Argument("gemm", help="kernel family"),
+def export_cmd(family: Optional[str] = typer.Argument(None, help="kernel family (default KGEN_FAMILY)"),
                output: str = typer.Option(..., "--output", "-o", help="folder to write the package into"),
                name: str = typer.Option("kgen_kernels", help="the Python package's name"),
                device: Optional[str] = typer.Option(None, help="device whose records to export (default: the only one)"),
                problems: Optional[str] = typer.Option(None, help="file of problems to export: a key or a JSON "
-                                                               "object (m, n, k, dtype, layout) per line"),
+                                                               "object of the family's problem fields per line"),
                db: str = typer.Option("", help="database URL (default: the layered default)")) -> None:
     """Write the tuned kernels as a package whose only runtime dependency is CuPy."""
     from kgen.export import export_package
+    from kgen.knobs import knobs
 
+    family = family or knobs.default_family
     try:
         summary = export_package(family, output, name=name, device=device, problems=problems, db=_open_db(db))
     except KgenError as exc:
@@ -602,6 +643,25 @@ def export_cmd(family: str = typer.Argument("gemm", help="kernel family"),
 
 
 @app.command()
+def families(family: Optional[str] = typer.Argument(None, help="only this family")) -> None:
+    """The kernel families (shipped, installed by a package's entry point, or registered) and
+    the problem fields each takes."""
+    from kgen.registry import families as names, get_spec
+
+    try:
+        table = Table(title="kernel families")
+        for col in ("family", "problem fields", "export"):
+            table.add_column(col)
+        for name in ([family] if family else names()):
+            spec = get_spec(name)
+            table.add_row(name, "\n".join(f.describe() for f in spec.fields()) or "-",
+                          spec.export_runtime or "-")
+    except KgenError as exc:
+        _fail(exc)
+    console.print(table)
+
+
+@app.command()
 def info() -> None:
     """Device, versions, paths, database location and settings."""
     import platform
@@ -611,7 +671,7 @@ def info() -> None:
     from kgen.problem import Target
     from kgen.provenance import kgen_version
     from kgen.render import data_root
-    from kgen.spec import families, get_spec
+    from kgen.registry import families, get_spec
 
     table = Table(title="kgen")
     table.add_column("what")

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Iterator
 
 from kgen.knobs import knobs
+from kgen.toolkit import nvrtc_version  # noqa: F401  (the compiler's version, named with it)
 from kgen.measurement import Failure
 from kgen.render import Source
 
@@ -55,26 +56,6 @@ class CompileResult:
     failure: Failure | None
     seconds: float = 0.0
     cached: bool = False
-
-
-@lru_cache(maxsize=1)
-def nvrtc_version() -> str:
-    """NVRTC's major.minor: from the nvidia-cuda-nvrtc wheel's metadata when that wheel is
-    installed (the library cuda.bindings then loads; loading it costs ~0.2 s of a cold
-    start), else from the library itself."""
-    from importlib import metadata
-
-    try:
-        major, minor = metadata.version("nvidia-cuda-nvrtc").split(".")[:2]
-        return f"{major}.{minor}"
-    except (metadata.PackageNotFoundError, ValueError):
-        pass
-    try:
-        from cuda.bindings import nvrtc
-    except ImportError:
-        return "unavailable"
-    _, major, minor = nvrtc.nvrtcVersion()
-    return f"{major}.{minor}"
 
 
 @lru_cache(maxsize=1)

@@ -72,7 +72,7 @@ class Dispatcher:
     """Chooses, compiles, caches and launches; one per process (``default_dispatcher()``)."""
 
     def __init__(self, db=None, launcher=None, targets: Mapping[int, Target] | None = None,
-                 miss_runner=None):
+                 miss_tuner=None):
         self._db = db
         self._default_db = db is None   # only the default database's files can vouch for the memo
         self._launcher = launcher
@@ -81,7 +81,7 @@ class Dispatcher:
         self._decided: dict[tuple[str, str, int], Choice] = {}   # choices made, not yet loaded
         self.plans: dict = {}    # families' per-signature call plans (see kgen.kernels.gemm.gemm)
         self._lock = threading.Lock()
-        self._miss_runner = miss_runner      # device -> Runner, for tune-on-miss (default: local GPU)
+        self._miss_tuner = miss_tuner        # (spec, problem, target, device, db) -> None: tune on miss
         self.background: dict[tuple[str, str, int], threading.Thread] = {}
         self._watcher: threading.Thread | None = None
 
@@ -312,13 +312,14 @@ class Dispatcher:
         if key in self.background:
             return
 
-        def work() -> None:
-            from kgen.search import tune
+        tuner = self._miss_tuner or _miss_tuner
+        if tuner is None:
+            log.debug("no tuner given to dispatch: %s stays untuned", problem.key)
+            return
 
+        def work() -> None:
             try:
-                runner = self._miss_runner(device) if self._miss_runner else _local_runner(device, target)
-                with runner:
-                    tune(spec, problem, target, runner, self.db, trials=knobs.tune_on_miss)
+                tuner(spec, problem, target, device, self.db)
             except Exception as exc:   # a background tune never breaks the caller
                 log.warning("tune on miss of %s failed: %s", problem.key, exc)
             finally:
@@ -391,13 +392,15 @@ def _same_device(target: Target, device: int) -> bool:
         return False
 
 
-def _local_runner(device: int, target: Target):
-    from kgen.runners import LocalGPURunner
-
-    return LocalGPURunner((device,), target.l2_bytes)
-
-
 _default: Dispatcher | None = None
+_miss_tuner = None     # the tuner of dispatchers given none (``set_miss_tuner``; kgen installs one)
+
+
+def set_miss_tuner(tuner) -> None:
+    """The function (spec, problem, target, device, db) that tunes a missed problem for every
+    dispatcher made without one (``kgen`` installs ``kgen.tune_on_miss.miss_tuner()``)."""
+    global _miss_tuner
+    _miss_tuner = tuner
 
 
 def default_dispatcher() -> Dispatcher:
@@ -425,10 +428,3 @@ def refresh() -> None:
     if _default is not None:
         _default.refresh()
 
-
-def run(spec, problem: Problem, operands: Mapping[str, Any], device: int = 0) -> None:
-    """Launch a registered family's best known kernel for ``problem`` on ``operands``.
-
-    The generic call path for user families (``kgen.gemm`` is the GEMM family's own).
-    """
-    default_dispatcher().call(spec, problem, operands, device)

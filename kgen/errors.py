@@ -50,6 +50,11 @@ class InputError(KgenError):
     """The arrays or arguments handed to a kernel cannot be used as they are."""
 
 
+class FieldError(InputError):
+    """A problem field (``kgen tune FAMILY --field value``, a problems file) is unknown, missing,
+    or of the wrong type or value."""
+
+
 class DeviceError(InputError):
     default_remedy = "move the arrays to one CUDA device (cupy.asarray / tensor.cuda())"
 
@@ -72,6 +77,12 @@ class SpaceError(KgenError):
 
 class UnknownFamilyError(KgenError):
     default_remedy = "register the KernelSpec first (kgen.register) or check the name (kgen info)"
+
+
+class FamilyLoadError(KgenError):
+    """A family named by kgen or by an installed package's entry point does not load."""
+
+    default_remedy = "fix or reinstall the package that provides the family"
 
 
 class TemplateError(KgenError):

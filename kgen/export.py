@@ -2,7 +2,10 @@
 
 The package holds each kernel's CUDA source, a cubin for the tuned device's arch, PTX for
 newer GPUs, a dispatch table (table.json) and a module whose only runtime dependency is
-CuPy: no kgen, Optuna, Jinja2 or database.
+CuPy: no kgen, Optuna, Jinja2 or database. The module is the family's own
+(``KernelSpec.export_runtime``, with its extra table entries and files), or the generic one,
+which replays each problem's launch: its geometry and its arguments, recorded here as the
+operands' names and the scalars' values.
 
 >>> # export_package("gemm", "out", name="mykernels")   # then: import mykernels; mykernels.gemm(a, b)
 """
@@ -16,17 +19,20 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from kgen.compile import compile_ptx, compile_source
 from kgen.errors import CompileError, KgenError
 from kgen.multi import read_problems
 from kgen.problem import Problem, Target
 from kgen.provenance import kgen_version
+from kgen.registry import get_spec
 from kgen.render import render
-from kgen.spec import get_spec
+from kgen.spec import KernelSpec
 
 log = logging.getLogger(__name__)
 
-_RUNTIMES = {"gemm": "gemm_module.py"}
+RUNTIME_DIR = Path(__file__).parent / "export_runtime"
 _PYPROJECT = """[build-system]
 requires = ["setuptools>=61"]
 build-backend = "setuptools.build_meta"
@@ -34,7 +40,7 @@ build-backend = "setuptools.build_meta"
 [project]
 name = "{name}"
 version = "{version}"
-description = "GEMM kernels tuned by kgen for {device}"
+description = "{family} kernels tuned by kgen for {device}"
 requires-python = ">=3.9"
 dependencies = ["cupy-cuda13x"]
 
@@ -81,43 +87,62 @@ def _write_kernel(spec, problem, config, target, kernels: Path, written: set, cc
     written.add(config.name)
 
 
-def _unaligned_fallbacks(spec, target, bests, kernels: Path, written: set, cc) -> dict:
-    """Per dtype and layout, a scalar-load kernel that serves operands of any alignment.
+class _Operand:
+    """Stands for an operand while a family's ``args`` are recorded for the generic runtime."""
 
-    It is the family's default config for the largest exported problem of that dtype and
-    layout, with alignment 1 (so every vector width is 1).
-    """
-    largest: dict[str, Problem] = {}
-    for best in bests:
-        p = Problem.from_key(best.measurement.problem_key)
-        key = f"{p['dtype']}|{p['layout']}"
-        size = p["m"] * p["n"] * p["k"]
-        if key not in largest or size > largest[key]["m"] * largest[key]["n"] * largest[key]["k"]:
-            largest[key] = p
-    out = {}
-    for key, p in sorted(largest.items()):
-        unaligned = p.replace(align_a=1, align_b=1)
-        config = spec.default_config(unaligned, target)
-        _write_kernel(spec, unaligned, config, target, kernels, written, cc)
-        out[key] = {"config": config.name, "values": config.as_dict()}
-    return out
+    def __init__(self, name: str):
+        self.name = name
+
+
+class _Operands(dict):
+    def __missing__(self, name: str) -> _Operand:
+        return _Operand(name)
+
+
+def launch_recipe(spec, problem: Problem, config) -> dict:
+    """The launch of ``config`` on ``problem`` as the generic runtime replays it: geometry, and
+    each argument as an operand's name or a scalar's type and value. KgenError where the
+    family's arguments are computed from the arrays (the family needs its own runtime)."""
+    if type(spec).run is not KernelSpec.run:
+        raise KgenError(f"the {spec.family} family launches in steps of its own (KernelSpec.run), which the "
+                        "generic exported runtime cannot replay",
+                        remedy="give the family an export runtime (KernelSpec.export_runtime)")
+    remedy = "pass operands and numpy scalars from KernelSpec.args, or give the family its own export runtime"
+    try:
+        args = spec.args(problem, config, _Operands())
+    except Exception as exc:
+        raise KgenError(f"the {spec.family} family's arguments are computed from the operands "
+                        f"({type(exc).__name__}: {exc}), which the generic exported runtime cannot replay",
+                        remedy=remedy) from None
+    recipe = []
+    for arg in args:
+        if isinstance(arg, _Operand):
+            recipe.append({"array": arg.name})
+        elif isinstance(arg, np.generic) and arg.dtype.kind in "iuf":
+            recipe.append({"type": arg.dtype.name, "value": arg.item()})
+        else:
+            raise KgenError(f"the {spec.family} family passes a {type(arg).__name__} argument, which the generic "
+                            "exported runtime cannot replay", remedy=remedy)
+    geo = spec.launch(problem, config)
+    return {"grid": list(geo.grid), "block": list(geo.block), "shared_mem": geo.shared_mem, "args": recipe}
 
 
 def export_package(family: str, out_dir: str | Path, name: str = "kgen_kernels", device: str | None = None,
                    problems: str | Path | None = None, db=None) -> ExportSummary:
     """Write package ``name`` under ``out_dir`` with the best tuned kernels of ``family``."""
-    if family not in _RUNTIMES:
-        raise KgenError(f"export supports {sorted(_RUNTIMES)}; not {family!r}")
+    spec = get_spec(family)
+    if not spec.export_runtime:
+        raise KgenError(f"{family} kernels cannot be exported yet",
+                        remedy="call them through kgen, or export a family that has an export runtime")
     if not name.isidentifier():
         raise KgenError(f"{name!r} is not a Python package name", remedy="use letters, digits and _")
     if db is None:
         from kgen.db import open_default
 
         db = open_default()
-    spec = get_spec(family)
     digest = spec.template_digest()
     device = _pick_device(db, family, digest, device)
-    wanted = {p.key for p in read_problems(problems)} if problems else None
+    wanted = {p.key for _, p in read_problems(problems, spec, Target.h200(device))} if problems else None
     bests = []
     for key in db.problems(family, device, digest):
         if wanted is None or key in wanted:
@@ -148,17 +173,22 @@ def export_package(family: str, out_dir: str | Path, name: str = "kgen_kernels",
                         m.problem_key, m.config_name, family)
             skipped.append(m.problem_key)
             continue
+        generic = spec.export_runtime == "generic_module.py"
+        recipe = launch_recipe(spec, problem, config) if generic else {}
         _write_kernel(spec, problem, config, target, kernels, written, cc)
         table["problems"][m.problem_key] = {"config": config.name, "values": config.as_dict(),
-                                            "problem": problem.as_dict(), "time_ms": m.time_ms}
-    bests = [b for b in bests if b.measurement.problem_key not in skipped]
-    table["fallbacks"] = _unaligned_fallbacks(spec, target, bests, kernels, written, cc)
+                                            "problem": problem.as_dict(), "time_ms": m.time_ms,
+                                            **({"launch": {k: v for k, v in recipe.items() if k != "args"},
+                                                "args": recipe["args"]} if generic else {})}
+    exported = [Problem.from_key(b.measurement.problem_key) for b in bests if b.measurement.problem_key not in skipped]
+    table.update(spec.export_extras(
+        target, exported, lambda problem, config: _write_kernel(spec, problem, config, target, kernels, written, cc)))
     (package / "table.json").write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
-    runtime_dir = Path(__file__).parent / "export_runtime"
-    module = (runtime_dir / _RUNTIMES[family]).read_text().replace("__PACKAGE__", name)
-    (package / "__init__.py").write_text(module)
-    shutil.copyfile(Path(__file__).parent / "kernels" / f"{family}_rules.py", package / "_rules.py")
-    shutil.copyfile(Path(__file__).parent / "measure" / "arg_pack.py", package / "_launch.py")
+    module = (RUNTIME_DIR / spec.export_runtime).read_text()
+    (package / "__init__.py").write_text(module.replace("__PACKAGE__", name).replace("__FAMILY__", family))
+    for target_name, source in {"_launch.py": Path(__file__).parent / "measure" / "arg_pack.py",
+                                **spec.export_files()}.items():
+        shutil.copyfile(source, package / target_name)
     (Path(out_dir) / "pyproject.toml").write_text(
-        _PYPROJECT.format(name=name, version=kgen_version().replace("+", ".post0+"), device=device))
+        _PYPROJECT.format(name=name, version=kgen_version().replace("+", ".post0+"), device=device, family=family))
     return ExportSummary(package, device, arch, len(table["problems"]), len(written), tuple(skipped))

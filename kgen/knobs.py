@@ -72,6 +72,8 @@ class Knobs:
                            "(e.g. postgresql+psycopg://user:password@host/db)")
     write_to_team = _EnvKnob("KGEN_WRITE_TO_TEAM", _parse_bool, lambda: False,
                              "store new measurements in the team database instead of the local one")
+    default_family = _EnvKnob("KGEN_FAMILY", str, lambda: "gemm",
+                              "the kernel family `kgen tune`, `bench` and `export` take when none is named")
     tune_on_miss = _EnvKnob("KGEN_TUNE_ON_MISS", int, lambda: 0,
                             "trials of a background tune started when dispatch meets an untuned problem "
                             "(0: off)")

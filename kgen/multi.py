@@ -6,6 +6,7 @@ keeps at least ``runner.slots`` trials in flight, so the slots stay busy while a
 has trials left.
 
 >>> # results = tune_many(spec, problems, target, DaskRunner(client), db, trials=100)
+>>> # results = tune_many(None, read_problems("problems.jsonl", spec, target), target, runner, db)
 """
 
 from __future__ import annotations
@@ -18,22 +19,26 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from kgen.errors import KgenError
+from kgen.fields import parse_json
 from kgen.problem import Problem, Target
+from kgen.registry import get_spec
 from kgen.search import SAMPLERS, TuneProgress, TuneResult, Tuner
 
 
-def tune_many(spec, problems: Iterable[Problem], target: Target, runner, db, trials: int = 100,
+def tune_many(spec, problems: Iterable, target: Target, runner, db, trials: int = 100,
               timeout_s: float | None = None, sampler: str = "kgen", seed: int | None = None,
               on_progress: Callable[[TuneProgress], None] | None = None,
               warm_start: bool = True) -> list[TuneResult]:
-    """Tune every problem (``trials`` each, stored ones included); results in the given order."""
+    """Tune every problem (``trials`` each, stored ones included); results in the given order.
+    ``problems`` holds Problems of ``spec``, or (spec, problem) pairs (``read_problems``)."""
     from kgen.compile import CompilePool
 
     if sampler not in SAMPLERS:
         raise KgenError(f"unknown sampler {sampler!r}", remedy=f"use one of {', '.join(SAMPLERS)}")
-    unique: dict[str, Problem] = {}
-    for p in problems:
-        unique.setdefault(p.key, p)
+    unique: dict[str, tuple] = {}
+    for item in problems:
+        pair = item if isinstance(item, tuple) else (spec, item)
+        unique.setdefault(pair[1].key, pair)
     todo = list(unique.values())
     if not todo:
         raise KgenError("no problems to tune", remedy="give at least one problem")
@@ -47,19 +52,18 @@ def tune_many(spec, problems: Iterable[Problem], target: Target, runner, db, tri
     pool = CompilePool() if runner.needs_binaries else None
     try:
         with ThreadPoolExecutor(len(todo), thread_name_prefix="kgen-tune") as threads:
-            futures = [threads.submit(Tuner(spec, p, target, runner, db, sampler=sampler, seed=seed, pool=pool,
+            futures = [threads.submit(Tuner(s, p, target, runner, db, sampler=sampler, seed=seed, pool=pool,
                                             warm_start=warm_start).run, trials, timeout_s, progress)
-                       for p in todo]
+                       for s, p in todo]
             return [f.result() for f in futures]
     finally:
         if pool is not None:
             pool.close()
 
 
-def read_problems(path: str | Path) -> list[Problem]:
-    """Gemm problems from a file: a JSON object (m, n, k, dtype, layout) or a problem key per line."""
-    from kgen.kernels.gemm import gemm_problem
-
+def read_problems(path: str | Path, spec, target: Target) -> list[tuple]:
+    """(spec, problem) pairs from a file: per line, a JSON object of the family's problem fields
+    (made into a problem as ``kgen tune`` makes one, on ``target``) or a problem key."""
     out = []
     try:
         lines = Path(path).read_text().splitlines()
@@ -71,15 +75,14 @@ def read_problems(path: str | Path) -> list[Problem]:
             continue
         try:
             if line.startswith("{"):
-                d = json.loads(line)
-                out.append(gemm_problem(int(d["m"]), int(d["n"]), int(d["k"]), d.get("dtype", "float32"),
-                                        d.get("layout", "NN").upper()))
+                out.append(spec.request(target, **parse_json(spec.fields(), line, spec.family)))
             else:
-                out.append(Problem.from_key(line))
+                problem = Problem.from_key(line)
+                out.append((spec if problem.family == spec.family else get_spec(problem.family), problem))
         except (ValueError, KeyError, TypeError, KgenError) as exc:
+            fields = ", ".join(f'"{f.name}": ..' for f in spec.fields())
             raise KgenError(f"{path}:{number}: not a problem ({exc})",
-                            remedy='write a key per line, or {"m": .., "n": .., "k": .., "dtype": .., '
-                                   '"layout": ..}') from None
+                            remedy=f"write a key per line, or {{{fields}}}") from None
     if not out:
         raise KgenError(f"{path} lists no problems", remedy="write one problem per line")
     return out

@@ -6,7 +6,8 @@ bytes faster than ``PEAK_BYTES_PER_S`` (each several times today's largest: an H
 1e15 dense 16-bit FLOP/s and 4.8e12 B/s). Dispatch passes over a record under the floor, so a
 shared file's invented time cannot win.
 
->>> from kgen.kernels.gemm import GemmSimt, gemm_problem
+>>> from kgen.kernels.gemm.simt import GemmSimt
+>>> from kgen.kernels.gemm.problem import gemm_problem
 >>> spec, p = GemmSimt(), gemm_problem(4096, 4096, 4096)
 >>> plausible(1e-6, spec, p), plausible(3.0, spec, p)
 (False, True)

@@ -116,7 +116,7 @@ class Target:
     @classmethod
     def h200(cls, name: str = "NVIDIA H200") -> "Target":
         """The NVIDIA H200 (or a Hopper of that shape) as a GPU-less target: for CI and replay."""
-        from kgen.compile import nvrtc_version
+        from kgen.toolkit import nvrtc_version
 
         return cls(name=name, cc=(9, 0), sm_count=132, smem_per_block=48 * 1024,
                    smem_per_block_optin=227 * 1024, smem_per_sm=228 * 1024,
@@ -125,7 +125,7 @@ class Target:
     @classmethod
     def detect(cls, device_id: int = 0) -> "Target":
         """The GPU this process sees (raises NoDeviceError when there is none)."""
-        from kgen.compile import nvrtc_version
+        from kgen.toolkit import nvrtc_version
 
         try:
             from cupy.cuda import runtime

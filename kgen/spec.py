@@ -1,8 +1,9 @@
-"""KernelSpec: a template, its space, launch geometry, inputs and reference; the registry.
+"""KernelSpec: a template, its space, launch geometry, inputs and reference.
 
-A family (built in, or a user's) subclasses ``KernelSpec`` and is registered by name; the
-tuner, the measure workers and the dispatcher see nothing else of it. See the README for a
-complete user kernel (a vector add); the built-in GEMM is ``kgen.kernels.gemm``.
+A family (built in, or a user's) subclasses ``KernelSpec`` and is registered by name
+(``kgen.registry``); the tuner, the measure workers and the dispatcher see nothing else of
+it. See the README for a complete user kernel (a vector add); the built-in GEMMs are in
+``kgen.kernels.gemm``.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from kgen.errors import UnknownFamilyError
+from kgen.fields import Field
 from kgen.problem import Problem, Target
 from kgen.space import Config, Space
 
@@ -40,6 +41,8 @@ class KernelSpec:
 
     Override ``space``, ``launch``, ``args``, ``inputs``, ``reference``; the rest has
     defaults. ``template`` is a path relative to a template root, or a ``Path``.
+    ``problem_fields`` names what a user gives to make a problem (``kgen tune FAMILY
+    --field value``); by default each of ``shape_params`` as an integer.
     """
 
     family: str = ""
@@ -48,6 +51,28 @@ class KernelSpec:
     shape_params: tuple[str, ...] = ()
     outputs: tuple[str, ...] = ("out",)
     options: tuple[str, ...] = ("--std=c++17",)
+    problem_fields: tuple[Field, ...] = ()
+    export_runtime: str = "generic_module.py"    # the exported package's module (kgen/export_runtime/)
+
+    # --- the front door: problems from what a user gives ----------------------------------
+    def fields(self) -> tuple[Field, ...]:
+        """The problem fields (``problem_fields``, else each shape parameter as an integer)."""
+        return self.problem_fields or tuple(Field(name, int, "problem size") for name in self.shape_params)
+
+    def request(self, target: Target, **values) -> tuple["KernelSpec", Problem]:
+        """(spec, problem) of the field values a user gave (typed and checked by
+        ``kgen.fields``): this family's problem, or, for a family that routes requests (GEMM:
+        CUDA cores or tensor cores), another family's."""
+        return self, Problem.of(self.family, **{k: v for k, v in values.items() if v is not None})
+
+    def problem_from_operands(self, operands: Mapping[str, Any]) -> tuple[Problem, int]:
+        """(problem, device) of a call on ``operands`` (``kgen.run(family, **operands)``);
+        families that can read their problem from the arrays override this."""
+        from kgen.errors import InputError
+
+        raise InputError(f"the {self.family} family does not read its problem from the operands",
+                         remedy=f"pass the problem: kgen.run({self.family!r}, Problem.of({self.family!r}, ...), "
+                                "operands)")
 
     # --- what the tuner searches -------------------------------------------------------
     def space(self, problem: Problem, target: Target) -> Space:
@@ -139,6 +164,8 @@ class KernelSpec:
         """Expected outputs, computed from the inputs before the kernel runs."""
         raise NotImplementedError
 
+    baseline_name = "baseline"     # what ``baseline`` runs, as reports name it
+
     def baseline(self, problem: Problem, operands: Mapping[str, Any]):
         """A function running the library equivalent on ``operands`` (for ratios), or None."""
         return None
@@ -167,6 +194,16 @@ class KernelSpec:
     def flops(self, problem: Problem) -> float:
         return 0.0
 
+    # --- export (kgen export) ---------------------------------------------------------------
+    def export_extras(self, target: Target, bests: Sequence[Problem], write_kernel) -> dict[str, Any]:
+        """More entries of the exported package's table.json (``write_kernel(problem, config)``
+        adds a kernel to the package); families with their own runtime override this."""
+        return {}
+
+    def export_files(self) -> dict[str, Path]:
+        """Files copied into the exported package, by their name there."""
+        return {}
+
     def bytes(self, problem: Problem) -> float:
         return 0.0
 
@@ -184,29 +221,3 @@ class KernelSpec:
             h.update(path.read_bytes())
         return h.hexdigest()[:16]
 
-
-_REGISTRY: dict[str, KernelSpec] = {}
-
-
-def register(spec: KernelSpec) -> KernelSpec:
-    """Make a family known to the tuner, the CLI and dispatch; returns the spec."""
-    if not spec.family:
-        raise UnknownFamilyError("a KernelSpec needs a non-empty family name",
-                                 remedy="set the class attribute `family`")
-    _REGISTRY[spec.family] = spec
-    return spec
-
-
-def get_spec(family: str) -> KernelSpec:
-    import kgen.kernels  # noqa: F401  registers the built-in families
-
-    try:
-        return _REGISTRY[family]
-    except KeyError:
-        raise UnknownFamilyError(f"no kernel family named {family!r}; known: {sorted(_REGISTRY)}") from None
-
-
-def families() -> list[str]:
-    import kgen.kernels  # noqa: F401
-
-    return sorted(_REGISTRY)

@@ -111,11 +111,11 @@ def main() -> None:
     import kgen
     from kgen.db import SqlStore
     from kgen.dispatch import Dispatcher, set_default_dispatcher
-    from kgen.kernels.gemm import gemm_problem
+    from kgen.kernels.gemm.problem import gemm_problem
     from kgen.problem import Target
     from kgen.runners import LocalGPURunner
     from kgen.search import tune
-    from kgen.spec import get_spec
+    from kgen.registry import get_spec
 
     target = Target.detect(0)
     out = Path(args.out) if args.out else ROOT / "scripts" / "results" / target.slug / "bench_dispatch.json"

@@ -165,7 +165,7 @@ def _baselines(spec, problem, ops) -> dict:
     if problem.family == "gemm":
         runs["cublas_cupy"] = lambda a=ops["a"], b=ops["b"], c=ops["c"]: cupy.matmul(a, b, out=c)
         return runs
-    from kgen.kernels.gemm_tc import torch_baseline, torch_view
+    from kgen.kernels.gemm.tc import torch_baseline, torch_view
 
     plain = problem["epilogue"] == "none" and problem["out_dtype"] == problem["dtype"]
     if plain and problem["dtype"] in ("float16", "float64"):
@@ -190,7 +190,7 @@ def _baselines(spec, problem, ops) -> dict:
 def _as_float64(problem, c):
     if problem.family == "gemm":
         return c.astype("float64")
-    from kgen.kernels.gemm_tc import as_float64
+    from kgen.kernels.gemm.tc import as_float64
 
     return as_float64(c, problem["out_dtype"])
 
@@ -298,7 +298,7 @@ def main() -> None:
 
     import kgen  # noqa: F401
     from kgen.db import SqlStore, write_jsonl
-    from kgen.kernels.gemm_route import gemm_request
+    from kgen.kernels.gemm.route import gemm_request
     from kgen.measure.bench import l2_flusher, l2_label
     from kgen.measurement import Timing
     from kgen.problem import Target

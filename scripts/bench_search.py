@@ -165,7 +165,7 @@ def _seed(task) -> tuple:
     logging.getLogger("optuna").setLevel(logging.WARNING)
     from kgen.problem import Problem, Target
     from kgen.runners import Recording
-    from kgen.spec import get_spec
+    from kgen.registry import get_spec
 
     recording = _RECORDINGS.get(path) or _RECORDINGS.setdefault(path, Recording.load(path))
     target = Target.h200(recording.device_name() or "NVIDIA H200")

@@ -322,7 +322,7 @@ class CudaBench:
     def prepare(self, shape: dict, seed: int) -> Case:
         import cupy
 
-        from kgen.kernels.gemm_tc import as_float64, to_bf16
+        from kgen.kernels.gemm.tc import as_float64, to_bf16
 
         m, n, k, layout, dtype = shape["m"], shape["n"], shape["k"], shape["layout"], shape["dtype"]
         rng = cupy.random.default_rng(seed)
@@ -352,7 +352,7 @@ class CudaBench:
             return None
         import cupy
 
-        from kgen.kernels.gemm_tc import torch_view
+        from kgen.kernels.gemm.tc import torch_view
 
         torch = self.torch
         ta, tb, tc = torch_view(a_store, dtype), torch_view(b_store, dtype), torch_view(c, dtype)
@@ -375,7 +375,7 @@ class CudaBench:
         """max |kgen - reference| / max |reference| of one run into a NaN-poisoned ``c``."""
         import cupy
 
-        from kgen.kernels.gemm_tc import as_float64
+        from kgen.kernels.gemm.tc import as_float64
 
         case.c.fill(0x7FC0 if case.dtype == "bfloat16" else float("nan"))
         run()
@@ -469,7 +469,7 @@ def precompile(shapes: list[dict], modes: list[str], target, log=print) -> tuple
     instead of compiling one kernel at a time. (kernels, failures)."""
     from kgen.compile import CompilePool
     from kgen.dispatch import default_dispatcher
-    from kgen.kernels.gemm_route import gemm_request, tensor_core_candidates, uses_tensor_cores
+    from kgen.kernels.gemm.route import gemm_request, tensor_core_candidates, uses_tensor_cores
     from kgen.render import render
 
     dispatcher = default_dispatcher()

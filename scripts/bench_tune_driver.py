@@ -65,10 +65,10 @@ def main() -> None:
     args = parser.parse_args()
 
     from kgen.db import MemoryStore
-    from kgen.kernels.gemm import gemm_problem
+    from kgen.kernels.gemm.problem import gemm_problem
     from kgen.multi import tune_many
     from kgen.problem import Target
-    from kgen.spec import get_spec
+    from kgen.registry import get_spec
 
     problems = [gemm_problem(*shape) for shape in PROBLEMS]
     for gpus in (int(g) for g in args.gpus.split(",")):

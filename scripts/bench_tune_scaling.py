@@ -54,7 +54,7 @@ def run_count(gpus: int, problems, trials: int, replay, target) -> dict:
     from kgen.multi import tune_many
     from kgen.runners import ReplayRunner
     from kgen.runners.dask import DaskRunner
-    from kgen.spec import get_spec
+    from kgen.registry import get_spec
 
     spec = get_spec("gemm")
     with _cluster(gpus, replay) as cluster, Client(cluster) as client:
@@ -110,7 +110,7 @@ def main() -> None:
     parser.add_argument("--commit", default="", help="the commit measured (where the tree has no usable .git)")
     args = parser.parse_args()
 
-    from kgen.kernels.gemm import gemm_problem
+    from kgen.kernels.gemm.problem import gemm_problem
     from kgen.problem import Problem, Target
     from kgen.runners import Recording
 

@@ -47,12 +47,12 @@ def checked_runs(family: str, items: list[str], base_template: Path | None = Non
     fresh inputs (the others are reported), and cuBLAS's, all on the same timing inputs; with
     ``base_template``, each config rendered from that file too, as ``NAME@base``."""
     from kgen.compile import CompilePool
-    from kgen.kernels.gemm_tc import torch_baseline
+    from kgen.kernels.gemm.tc import torch_baseline
     from kgen.measure.launch import CupyKernel
     from kgen.measure.verify import verify
     from kgen.problem import Target
     from kgen.render import render
-    from kgen.spec import get_spec
+    from kgen.registry import get_spec
 
     spec, target = get_spec(family), Target.detect(0)
     variants = [("", spec)]
@@ -94,7 +94,7 @@ def checked_runs(family: str, items: list[str], base_template: Path | None = Non
             binary = result.binary
             kernel = CupyKernel(binary.cubin, binary.entry, binary.path)
             # each variant launched through its own spec: its arguments, and its workspaces
-            # (kgen.kernels.gemm_wgmma keeps one per template), are its own
+            # (kgen.kernels.gemm.wgmma keeps one per template), are its own
             check = verify(variant, problem, config, kernel, check_ops, expected)   # outputs poisoned each time
             if not check.ok:
                 print(f"{head} {name}: WRONG ({check.detail})", flush=True)

@@ -22,9 +22,9 @@ def main(argv: list[str]) -> None:
     import cupy
 
     from kgen.compile import compile_source
-    from kgen.kernels.gemm_tc import torch_baseline
-    from kgen.kernels.gemm_mma import GemmMma
-    from kgen.kernels.gemm_wgmma import GemmWgmma
+    from kgen.kernels.gemm.tc import torch_baseline
+    from kgen.kernels.gemm.mma import GemmMma
+    from kgen.kernels.gemm.wgmma import GemmWgmma
     from kgen.measure.launch import CupyKernel
     from kgen.problem import Target
     from kgen.render import render

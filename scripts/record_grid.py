@@ -71,7 +71,7 @@ def grid(count: int = 96, seed: int = 20261205) -> list[dict]:
 
 def ways(shape: dict, target) -> list:
     """(spec, problem) of every way a family runs the shape, as ``kgen.gemm`` would consider."""
-    from kgen.kernels.gemm_route import gemm_request, tensor_core_candidates, uses_tensor_cores
+    from kgen.kernels.gemm.route import gemm_request, tensor_core_candidates, uses_tensor_cores
 
     m, n, k, dtype, layout = (shape[f] for f in ("m", "n", "k", "dtype", "layout"))
     if uses_tensor_cores(dtype, shape["precision"], "none", None):
@@ -82,7 +82,7 @@ def ways(shape: dict, target) -> list:
 
 def listed_configs(spec, problem, target, top: int, extra: int, seed: int) -> dict[str, dict]:
     """The model's ``top`` ranked candidates and ``extra`` random others, name -> values."""
-    from kgen.kernels import gemm_cost as gc
+    from kgen.kernels.gemm import cost as gc
 
     space = spec.space(problem, target)
     valid = [v for v in gc.candidates(spec, problem, target) if space.is_valid(gc.complete(space, spec.family, v))]

@@ -79,7 +79,7 @@ def neighbourhood(space, anchors) -> dict[str, dict]:
 def sample(args, family, dtype, shapes, target, runner) -> list:
     """The records of ``args.configs`` configs (0: every valid one) of each shape."""
     from kgen.db import MemoryStore
-    from kgen.kernels.gemm_route import gemm_request
+    from kgen.kernels.gemm.route import gemm_request
     from kgen.search import tune
 
     db = MemoryStore()
@@ -108,7 +108,7 @@ def extend(args, family, target, runner) -> list:
     from kgen.problem import Problem
     from kgen.runners import Recording
     from kgen.search import tune
-    from kgen.spec import get_spec
+    from kgen.registry import get_spec
 
     records = read_records(args.extend)
     old = Recording.from_records(records)

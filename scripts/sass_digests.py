@@ -29,7 +29,7 @@ def main(records: str, digest: str, out: str) -> None:
     from kgen.problem import Problem, Target
     from kgen.render import render
     from kgen.sass import disassembler, sass_of
-    from kgen.spec import get_spec
+    from kgen.registry import get_spec
 
     if disassembler() is None:
         raise SystemExit("no SASS disassembler: pip install nvidia-cuda-cuobjdump")

@@ -45,7 +45,7 @@ def main(argv: list[str]) -> None:
     from kgen.problem import Target
     from kgen.render import render
     from kgen.sass import sass_of
-    from kgen.spec import get_spec
+    from kgen.registry import get_spec
 
     target = Target.h200()
     for head, names in _groups(argv):

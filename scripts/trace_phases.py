@@ -100,7 +100,7 @@ def main(argv: list[str]) -> None:
     from kgen.measure.launch import CupyKernel
     from kgen.problem import Target
     from kgen.render import render
-    from kgen.spec import get_spec
+    from kgen.registry import get_spec
 
     spec, target = get_spec("gemm_wgmma"), Target.detect(0)
     tracing = traced(spec)

@@ -1,6 +1,6 @@
-"""Fit the GEMM cost model's learned correction and write kgen/kernels/gemm_cost_model.json.
+"""Fit the GEMM cost model's learned correction and write kgen/kernels/gemm/cost_model.json.
 
-The model (kgen/kernels/gemm_cost.py) predicts a config's time as an analytical estimate times
+The model (kgen/kernels/gemm/cost.py) predicts a config's time as an analytical estimate times
 exp(w . features). This script fits w, per family, by a weighted ridge regression of
 log(measured) - log(analytical) on the features, centred within each recorded problem (so a
 problem's overall level, or a template's, which no config choice changes, does not pull the
@@ -42,9 +42,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kgen.kernels import gemm_cost as gc  # noqa: E402
+from kgen.kernels.gemm import cost as gc  # noqa: E402
 from kgen.problem import Problem, Target  # noqa: E402
-from kgen.spec import get_spec  # noqa: E402
+from kgen.registry import get_spec  # noqa: E402
 
 GRID = "tests/data/h200_gemm_grid.jsonl.gz"      # scripts/record_grid.py: every family's grid problems
 SPACE_FILES = {

@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from kgen.compile import CompilePool, compile_source, parse_resources
-from kgen.kernels.gemm import DTYPES, LAYOUTS, GemmSimt, gemm_problem
+from kgen.kernels.gemm.dtypes import DTYPES
+from kgen.kernels.gemm.problem import LAYOUTS, gemm_problem
+from kgen.kernels.gemm.simt import GemmSimt
 from kgen.problem import Target
 from kgen.render import Source, render
 

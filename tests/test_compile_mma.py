@@ -10,8 +10,8 @@ import re
 import pytest
 
 from kgen.compile import compile_source
-from kgen.kernels.gemm_mma import GemmMma
-from kgen.kernels.gemm_tc import EPILOGUES, allowed_outputs
+from kgen.kernels.gemm.mma import GemmMma
+from kgen.kernels.gemm.dtypes import EPILOGUES, allowed_outputs
 from kgen.problem import Target
 from kgen.render import render
 

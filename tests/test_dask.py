@@ -13,7 +13,8 @@ pytest.importorskip("distributed", reason="dask.distributed is not installed (pi
 from distributed import Client, LocalCluster  # noqa: E402
 
 from kgen.db import MemoryStore  # noqa: E402
-from kgen.kernels.gemm import GemmSimt  # noqa: E402
+from kgen.errors import KgenError  # noqa: E402
+from kgen.kernels.gemm.simt import GemmSimt  # noqa: E402
 from kgen.multi import TrialLog, read_problems, tune_many  # noqa: E402
 from kgen.problem import Problem, Target  # noqa: E402
 from kgen.runners import DaskRunner, FaultyReplay, Recording, ReplayRunner  # noqa: E402
@@ -105,11 +106,17 @@ def test_planted_faults_are_stored_and_the_tune_goes_on(client):
 
 
 def test_problem_files_parse_json_and_keys(tmp_path):
-    problems = read_problems(DATA / "problems_example.jsonl")
-    assert [p["layout"] for p in problems] == ["NN", "NT"]
+    problems = read_problems(DATA / "problems_example.jsonl", SPEC, TARGET)
+    assert [p["layout"] for _, p in problems] == ["NN", "NT"]
+    assert {s.family for s, _ in problems} == {"gemm"}
     f = tmp_path / "p.txt"
     f.write_text(f"# a comment\n{NT}\n")
-    assert [p.key for p in read_problems(f)] == [NT]
+    assert [p.key for _, p in read_problems(f, SPEC, TARGET)] == [NT]
+    f.write_text('{"m": 64, "n": 64, "k": 64, "dtype": "bfloat16"}\n{"m": 8, "n": 8}\n')
+    with pytest.raises(KgenError, match=r"p.txt:2: .*needs --k"):
+        read_problems(f, SPEC, TARGET)
+    f.write_text('{"m": 64, "n": 64, "k": 64, "dtype": "bfloat16"}\n')
+    assert read_problems(f, SPEC, TARGET)[0][0].family in ("gemm_wgmma", "gemm_mma")   # routed as kgen tune routes
 
 
 @pytest.mark.multi_gpu
@@ -125,8 +132,8 @@ def test_cli_tunes_two_problems_on_every_gpu(tmp_path):
                                    "--db", db, "--log", str(log)])
     assert out.exit_code == 0, out.output
     rows = [json.loads(line) for line in log.read_text().splitlines()]
-    assert Counter(row["problem"] for row in rows) == Counter({p.key: 6 for p in
-                                                              read_problems(DATA / "problems_example.jsonl")})
+    assert Counter(row["problem"] for row in rows) == Counter({p.key: 6 for _, p in
+                                                              read_problems(DATA / "problems_example.jsonl", SPEC, TARGET)})
     assert len({row["worker"] for row in rows}) >= 2
 
 

@@ -591,7 +591,7 @@ def test_open_default_team(team, tmp_path, monkeypatch, request):
 # ---------------------------------------------------------------- policy in dispatch and warm starts
 
 def _gemm_records(device, cc, problem, configs, time_ms):
-    from kgen.kernels.gemm import GemmSimt
+    from kgen.kernels.gemm.simt import GemmSimt
 
     digest = GemmSimt().template_digest()
     prov = Provenance(device=device, cc=cc, template_digest=digest, created="2025-01-01")
@@ -601,7 +601,8 @@ def _gemm_records(device, cc, problem, configs, time_ms):
 
 @pytest.fixture(scope="module")
 def gemm_setup():
-    from kgen.kernels.gemm import GemmSimt, gemm_problem
+    from kgen.kernels.gemm.simt import GemmSimt
+    from kgen.kernels.gemm.problem import gemm_problem
     from kgen.problem import Target
 
     spec, target = GemmSimt(), Target.h200()

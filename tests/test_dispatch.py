@@ -10,7 +10,9 @@ import pytest
 import kgen
 from kgen.db import MemoryStore
 from kgen.dispatch import Dispatcher, set_default_dispatcher
-from kgen.kernels.gemm import GemmSimt, gemm_problem
+from kgen.tune_on_miss import miss_tuner
+from kgen.kernels.gemm.simt import GemmSimt
+from kgen.kernels.gemm.problem import gemm_problem
 from kgen.measurement import Measurement, Provenance, Record
 from kgen.problem import Target
 
@@ -217,7 +219,8 @@ def test_verified_only_dispatch_ignores_imported_records_until_verified(monkeypa
     from kgen.db import MemoryStore
     from kgen.db.verify import VERIFIED
     from kgen.dispatch import Dispatcher
-    from kgen.kernels.gemm import GemmSimt, gemm_problem
+    from kgen.kernels.gemm.simt import GemmSimt
+    from kgen.kernels.gemm.problem import gemm_problem
     from kgen.measurement import Measurement, Provenance, Record
     from kgen.problem import Target
 
@@ -250,7 +253,7 @@ def test_tune_on_miss_tunes_in_the_background_and_the_next_call_uses_it(monkeypa
     recording = Recording.load(Path(__file__).parent / "data" / "h200_gemm_f32_simt.jsonl.gz")
     monkeypatch.setenv("KGEN_TUNE_ON_MISS", "6")
     dispatcher = Dispatcher(db=MemoryStore(), launcher=FakeLauncher(), targets={0: Target.h200()},
-                            miss_runner=lambda device: recorded_gpu(recording))
+                            miss_tuner=miss_tuner(lambda device: recorded_gpu(recording)))
     old = set_default_dispatcher(dispatcher)
     try:
         a, b, c = FakeArray((1000, 1000)), FakeArray((1000, 1000), ptr=BASE + (1 << 24)), \

@@ -13,7 +13,8 @@ import kgen.dispatch as dispatch_module
 from kgen import dispatch_memo
 from kgen.db import SqlStore
 from kgen.dispatch import Dispatcher
-from kgen.kernels.gemm import GemmSimt, gemm_problem
+from kgen.kernels.gemm.simt import GemmSimt
+from kgen.kernels.gemm.problem import gemm_problem
 from kgen.measurement import Measurement, Provenance, Record
 from kgen.problem import Target
 

@@ -14,7 +14,7 @@ MODULES = sorted(".".join(p.relative_to(KGEN.parent).with_suffix("").parts)
 
 
 def test_some_modules_have_examples():
-    assert doctest.testmod(importlib.import_module("kgen.kernels.gemm_wgmma")).attempted >= 5
+    assert doctest.testmod(importlib.import_module("kgen.kernels.gemm.wgmma")).attempted >= 5
 
 
 @pytest.mark.parametrize("name", MODULES)

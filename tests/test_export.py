@@ -12,9 +12,9 @@ from kgen.db import open_default
 from kgen.dispatch import Dispatcher
 from kgen.errors import KgenError
 from kgen.export import export_package
-from kgen.kernels.gemm import gemm_problem
+from kgen.kernels.gemm.problem import gemm_problem
 from kgen.problem import Target
-from kgen.spec import get_spec
+from kgen.registry import get_spec
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The GEMM cost model (kgen/kernels/gemm_cost.py), with no GPU: its numpy mirror of each
+"""The GEMM cost model (kgen/kernels/gemm/cost.py), with no GPU: its numpy mirror of each
 family's constraints agrees with the space, its pick is valid, deterministic and made in
 under a millisecond, and dispatch uses it for problems nobody tuned."""
 
@@ -13,11 +13,11 @@ import pytest
 
 from kgen.db import MemoryStore
 from kgen.dispatch import Dispatcher
-from kgen.kernels import gemm_cost as gc
-from kgen.kernels.gemm import gemm_problem
-from kgen.kernels.gemm_tc import tc_problem
+from kgen.kernels.gemm import cost as gc
+from kgen.kernels.gemm.problem import gemm_problem
+from kgen.kernels.gemm.problem import tc_problem
 from kgen.problem import Target
-from kgen.spec import get_spec
+from kgen.registry import get_spec
 
 from fakes import FakeLauncher
 

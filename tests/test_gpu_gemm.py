@@ -7,7 +7,9 @@ import zlib
 import pytest
 
 from kgen.compile import compile_source
-from kgen.kernels.gemm import DTYPES, LAYOUTS, GemmSimt, gemm_problem
+from kgen.kernels.gemm.dtypes import DTYPES
+from kgen.kernels.gemm.problem import LAYOUTS, gemm_problem
+from kgen.kernels.gemm.simt import GemmSimt
 from kgen.measure.verify import verify
 from kgen.render import render
 

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from kgen.compile import CompilePool
-from kgen.kernels.gemm_tc import EPILOGUES, allowed_outputs
+from kgen.kernels.gemm.dtypes import EPILOGUES, allowed_outputs
 from kgen.measure.verify import verify
 from kgen.render import render
 
@@ -61,7 +61,7 @@ def _verify_all(spec, dtype, beta=0.0):
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
 def test_mma_random_configs_are_correct(dtype):
-    from kgen.kernels.gemm_mma import GemmMma
+    from kgen.kernels.gemm.mma import GemmMma
 
     assert _verify_all(GemmMma(), dtype) >= 40
 
@@ -72,7 +72,7 @@ def test_mma_fp64_copy_and_pipeline_options_are_correct():
     unrolls those differently); LP=1 plans each thread's copies once, LP=2 copies whole tiles
     with no bounds. Every layout, at sizes of whole tiles only, of partial ones and of both (k past
     the last tile too), with k slices and a bias."""
-    from kgen.kernels.gemm_mma import GemmMma
+    from kgen.kernels.gemm.mma import GemmMma
 
     spec, target = GemmMma(), _target()
     tiles = [dict(BM=128, BN=64, BK=8, WM=32, WN=32, STAGES=4, WK=1),
@@ -99,7 +99,7 @@ def test_mma_fp64_copy_and_pipeline_options_are_correct():
 def test_mma_alpha_beta():
     import cupy
 
-    from kgen.kernels.gemm_mma import GemmMma
+    from kgen.kernels.gemm.mma import GemmMma
     from kgen.measure.launch import CupyKernel
     from kgen.compile import compile_source
 
@@ -140,7 +140,7 @@ def test_gemm_on_cupy_uint16_bits_as_bfloat16():
     import cupy
 
     import kgen
-    from kgen.kernels.gemm_tc import from_bf16, to_bf16
+    from kgen.kernels.gemm.tc import from_bf16, to_bf16
 
     rng = cupy.random.default_rng(3)
     a = to_bf16(rng.random((65, 129), dtype=cupy.float32) - 0.5)
@@ -214,7 +214,7 @@ def test_split_k_plans_keep_one_workspace_per_stream():
     """Two PyTorch streams running one split-K plan at once each sum into their own workspace."""
     torch = _torch()
     import kgen
-    from kgen.kernels import gemm_wgmma
+    from kgen.kernels.gemm import wgmma as gemm_wgmma
 
     a = torch.randn(64, 4096, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
@@ -254,7 +254,7 @@ def test_split_k_plan_in_a_cuda_graph_captured_on_a_new_stream():
     """The first split-K launch on a stream being captured makes that stream's workspace."""
     torch = _torch()
     import kgen
-    from kgen.kernels import gemm_wgmma
+    from kgen.kernels.gemm import wgmma as gemm_wgmma
 
     a = torch.randn(64, 4096, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)

@@ -17,7 +17,7 @@ TOLERANCE = {"bfloat16": 2e-2, "float16": 5e-3, "tf32": 5e-3, "float32": 1e-4, "
 def _operands(m, n, k, layout, dtype, seed):
     import cupy
 
-    from kgen.kernels.gemm_tc import as_float64, to_bf16
+    from kgen.kernels.gemm.tc import as_float64, to_bf16
 
     rng = cupy.random.default_rng(seed)
     store = "float32" if dtype in ("tf32", "bfloat16") else dtype
@@ -41,7 +41,7 @@ def _operands(m, n, k, layout, dtype, seed):
 def _relerr(c, ref, real) -> float:
     import cupy
 
-    from kgen.kernels.gemm_tc import as_float64
+    from kgen.kernels.gemm.tc import as_float64
 
     return float(cupy.abs(as_float64(c, real) - ref).max() / max(float(cupy.abs(ref).max()), 1e-300))
 
@@ -76,7 +76,7 @@ def test_the_vendor_choice_gives_cublas_result(dtype, monkeypatch):
     import torch
 
     import kgen
-    from kgen.kernels.gemm_tc import torch_view
+    from kgen.kernels.gemm.tc import torch_view
 
     monkeypatch.setenv("KGEN_VENDOR", "1")
     monkeypatch.setenv("KGEN_USE_SHIPPED_DB", "0")
@@ -102,7 +102,7 @@ def test_staged_operands_run_the_hopper_family_and_are_correct(kind, monkeypatch
     import torch
 
     import kgen
-    from kgen.kernels.gemm_tc import torch_view
+    from kgen.kernels.gemm.tc import torch_view
 
     monkeypatch.setenv("KGEN_VENDOR", "0")
     monkeypatch.setenv("KGEN_USE_SHIPPED_DB", "0")

@@ -11,7 +11,8 @@ from kgen.db import MemoryStore
 from kgen.dispatch import Dispatcher
 from kgen.errors import SpaceError
 from kgen.export import export_package
-from kgen.kernels.gemm import GemmSimt, gemm_problem
+from kgen.kernels.gemm.simt import GemmSimt
+from kgen.kernels.gemm.problem import gemm_problem
 from kgen.measurement import Measurement, Provenance, Record
 from kgen.problem import Target
 from kgen.render import render

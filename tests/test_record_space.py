@@ -12,10 +12,10 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import record_space  # noqa: E402
 
 from kgen.db.exchange import read_records  # noqa: E402
-from kgen.kernels.gemm import gemm_problem  # noqa: E402
+from kgen.kernels.gemm.problem import gemm_problem  # noqa: E402
 from kgen.problem import Target  # noqa: E402
 from kgen.runners import Recording, ReplayRunner  # noqa: E402
-from kgen.spec import get_spec  # noqa: E402
+from kgen.registry import get_spec  # noqa: E402
 
 RECORDING = ROOT / "tests" / "data" / "h200_gemm_mma_bf16_space.jsonl.gz"   # a sampled space
 TARGET = Target.h200("NVIDIA H200")

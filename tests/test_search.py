@@ -14,7 +14,8 @@ import pytest
 from kgen.db import MemoryStore
 from kgen.dispatch import Dispatcher
 from kgen.errors import KgenError, NoConfigError
-from kgen.kernels.gemm import GemmSimt, gemm_problem
+from kgen.kernels.gemm.simt import GemmSimt
+from kgen.kernels.gemm.problem import gemm_problem
 from kgen.measurement import Failure, Measurement, Provenance, Record
 from kgen.problem import Target
 from kgen.runners.base import Runner

@@ -2,10 +2,10 @@
 
 from kgen.db import JsonlStore, open_default
 from kgen.dispatch import Dispatcher
-from kgen.kernels.gemm import gemm_problem
+from kgen.kernels.gemm.problem import gemm_problem
 from kgen.problem import Target
 from kgen.render import data_root
-from kgen.spec import get_spec
+from kgen.registry import get_spec
 
 
 def test_shipped_records_are_valid_and_current():
@@ -33,7 +33,7 @@ def test_dispatch_uses_shipped_records_for_tuned_problems_and_the_model_elsewher
 
 
 def test_shipped_tensor_core_records_are_current_and_chosen():
-    from kgen.kernels.gemm_route import gemm_request
+    from kgen.kernels.gemm.route import gemm_request
 
     store = JsonlStore(data_root() / "tuning_db")
     target = Target.h200()

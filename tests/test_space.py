@@ -9,7 +9,8 @@ import re
 import pytest
 
 from kgen.errors import SpaceError
-from kgen.kernels.gemm import GemmSimt, gemm_problem
+from kgen.kernels.gemm.simt import GemmSimt
+from kgen.kernels.gemm.problem import gemm_problem
 from kgen.problem import Target
 from kgen.space import Config, Constraint, Param, Space
 

@@ -9,8 +9,8 @@ import pytest
 
 import kgen
 from kgen.errors import DtypeError, KgenError, LayoutError, ShapeError
-from kgen.kernels.gemm_mma import GemmMma
-from kgen.kernels.gemm_route import gemm_request, uses_tensor_cores
+from kgen.kernels.gemm.mma import GemmMma
+from kgen.kernels.gemm.route import gemm_request, uses_tensor_cores
 from kgen.measurement import Measurement, Provenance, Record
 from kgen.problem import Target
 
@@ -141,16 +141,17 @@ def test_routing_by_dtype_precision_and_epilogue():
 
 
 def test_cli_routes_tensor_core_dtypes():
-    from kgen.cli import _problem
+    from kgen.cli import _request
 
-    spec, problem = _problem("gemm", 128, 64, 32, "float16", "nt", TARGET, out_dtype="float32")
+    shape = ["--m", "128", "--n", "64", "--k", "32"]
+    spec, problem = _request(["gemm", *shape, "--dtype", "float16", "--layout", "nt", "--out-dtype", "float32"], TARGET)
     assert spec.family == "gemm_mma" and problem["out_dtype"] == "float32" and problem["layout"] == "NT"
-    spec, problem = _problem("gemm", 128, 64, 32, "float32", "NN", TARGET, precision="tf32")
+    spec, problem = _request([*shape, "--precision=tf32"], TARGET)          # the default family: gemm
     assert spec.family == "gemm_mma" and problem["precision"] == "tf32"
 
 
 def test_unaligned_operands_are_staged_for_the_hopper_family_where_that_wins(monkeypatch):
-    from kgen.kernels.gemm_tc_call import make_plan
+    from kgen.ops.gemm_tc import make_plan
 
     monkeypatch.setenv("KGEN_VENDOR", "0")
     with fake_dispatch(H200) as f:

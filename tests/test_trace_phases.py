@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from kgen.compile import compile_source
-from kgen.kernels.gemm_wgmma import GemmWgmma
+from kgen.kernels.gemm.wgmma import GemmWgmma
 from kgen.problem import Target
 from kgen.render import render
 

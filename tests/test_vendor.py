@@ -18,13 +18,14 @@ from typer.testing import CliRunner
 from kgen.cli import app
 from kgen.db import MemoryStore
 from kgen.dispatch import Dispatcher
-from kgen.kernels.gemm import GemmSimt, gemm_problem
-from kgen.kernels.gemm_tc import tc_problem
+from kgen.kernels.gemm.simt import GemmSimt
+from kgen.kernels.gemm.problem import gemm_problem
+from kgen.kernels.gemm.problem import tc_problem
 from kgen.measurement import Measurement, Provenance, Record
 from kgen.problem import Target
 from kgen.runners.base import Runner
 from kgen.search import tune
-from kgen.spec import get_spec
+from kgen.registry import get_spec
 from kgen.vendor import VENDOR_CONFIG, VENDOR_DIGEST, is_vendor_record
 
 from fakes import FakeLauncher
@@ -163,7 +164,8 @@ def test_a_record_another_process_writes_reaches_the_next_call(tmp_path, monkeyp
     assert first.choice.how == "model"
     writer = textwrap.dedent(f"""
         from kgen.db import open_default
-        from kgen.kernels.gemm import GemmSimt, gemm_problem
+        from kgen.kernels.gemm.simt import GemmSimt
+        from kgen.kernels.gemm.problem import gemm_problem
         from kgen.measurement import Measurement, Provenance, Record
         from kgen.problem import Target
         spec, target = GemmSimt(), Target.h200()

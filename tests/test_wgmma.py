@@ -20,8 +20,9 @@ import pytest
 
 from kgen import tma
 from kgen.compile import CompilePool, compile_source
-from kgen.kernels.gemm_tc import EPILOGUES, allowed_outputs
-from kgen.kernels.gemm_wgmma import BK, GemmWgmma, block_k, smem_bytes, split_parts_poll
+from kgen.kernels.gemm.dtypes import EPILOGUES, allowed_outputs
+from kgen.kernels.gemm.wgmma_geometry import BK, block_k, smem_bytes
+from kgen.kernels.gemm.wgmma import GemmWgmma, split_parts_poll
 from kgen.problem import Target
 from kgen.render import render
 
@@ -806,7 +807,7 @@ def _check_alpha_beta(gpu, key):
     """alpha * A B + beta * C (+ the epilogue) against the reference, with a random C."""
     import cupy
 
-    from kgen.kernels.gemm_tc import as_float64, to_bf16
+    from kgen.kernels.gemm.tc import as_float64, to_bf16
 
     _, jobs, kernel = gpu
     problem, (config,) = jobs[key]
@@ -847,7 +848,7 @@ def test_gpu_cluster_configs_share_b_and_are_correct(gpu, shape, layout):
 def test_gpu_split_k_adds_every_part_launch_after_launch(gpu, shape, layout):
     """Each config three times on fresh inputs: right every time, counters back at zero and
     every partial slot empty again (both ways of meeting: by polling and by the counters)."""
-    from kgen.kernels import gemm_wgmma
+    from kgen.kernels.gemm import wgmma as gemm_wgmma
 
     problem, configs = _job_or_skip(gpu, ("splitk", shape, layout))
     assert configs and all(c["SPLITK"] > 1 for c in configs)
@@ -920,7 +921,7 @@ def test_split_k_tests_take_both_ways_the_parts_meet(target):
 
 
 def test_split_k_is_offered_only_where_tiles_leave_sms_idle(target):
-    from kgen.kernels.gemm_wgmma import default_splitk, splitk_useful, workspace_bytes
+    from kgen.kernels.gemm.wgmma import default_splitk, splitk_useful, workspace_bytes
 
     decode = SPEC.problem(1, 4096, 4096, "bfloat16", "NN")
     space = SPEC.space(decode, target)
@@ -940,7 +941,7 @@ def test_split_k_is_offered_only_where_tiles_leave_sms_idle(target):
 
 
 def test_default_tile_follows_the_wave_model(target):
-    from kgen.kernels.gemm_wgmma import modelled_time
+    from kgen.kernels.gemm.wgmma import modelled_time
 
     # one wave of 64-row tiles beats a quarter-empty wave of 128 x 256 ones for a skinny problem
     assert modelled_time(128, 4096, 64, 64, 132) < modelled_time(128, 4096, 128, 256, 132)
@@ -953,7 +954,7 @@ def test_default_tile_follows_the_wave_model(target):
 def test_split_parts_poll_where_every_unit_has_a_block_of_its_own(target):
     """split_parts_poll (what the workspace and the tests go by) says what the kernel decides
     at launch: units <= blocks (clusters) of the launch."""
-    from kgen.kernels.gemm_wgmma import work_units
+    from kgen.kernels.gemm.wgmma import work_units
 
     for shape in ((64, 4096, 4096), (1, 8192, 8192), (128, 4096, 4096), (1000, 1000, 1000)):
         problem = SPEC.problem(*shape, "bfloat16", "NN")
@@ -964,7 +965,7 @@ def test_split_parts_poll_where_every_unit_has_a_block_of_its_own(target):
 
 
 def test_the_empty_slot_pattern_is_a_nan_arithmetic_never_gives(target):
-    from kgen.kernels.gemm_wgmma import EMPTY_BITS
+    from kgen.kernels.gemm.wgmma_geometry import EMPTY_BITS
 
     assert EMPTY_BITS & 0x7F800000 == 0x7F800000 and EMPTY_BITS & 0x007FFFFF   # a NaN
     assert not EMPTY_BITS & 0x00400000          # signalling: results of arithmetic are quiet NaNs

@@ -92,15 +92,6 @@ def sqlite_events(engine: sa.Engine) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
 
-def __getattr__(name: str):
-    """Names that lived here before the store moved to kgen.db.sql."""
-    if name in {"SqlStore", "SCHEMA_VERSION", "TABLE", "upgrade"}:
-        from kgen.db import sql
-
-        return getattr(sql, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 class ChangeProbe:
     """Tells cheaply whether any connection committed to a SQLite file since the last ask.
 

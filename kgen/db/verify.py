@@ -102,7 +102,7 @@ def _task(record: Record, runner, target):
     from kgen.problem import Problem
     from kgen.render import render
     from kgen.space import Config
-    from kgen.spec import get_spec
+    from kgen.registry import get_spec
 
     m = record.measurement
     problem = Problem.from_key(m.problem_key)

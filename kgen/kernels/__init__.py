@@ -1,3 +1,8 @@
-"""The built-in kernel families; importing this registers them."""
+"""The kernel families shipped with kgen, named as ``module:class`` (loaded on first use by
+``kgen.registry``, as a user's families are through the ``kgen.families`` entry points)."""
 
-from kgen.kernels import gemm, gemm_mma, gemm_wgmma  # noqa: F401
+BUILTIN_FAMILIES = {
+    "gemm": "kgen.kernels.gemm.simt:GemmSimt",
+    "gemm_mma": "kgen.kernels.gemm.mma:GemmMma",
+    "gemm_wgmma": "kgen.kernels.gemm.wgmma:GemmWgmma",
+}

@@ -33,7 +33,7 @@ def main(argv: list[str]) -> None:
     from kgen.provenance import provenance_for
     from kgen.render import render
     from kgen.runners import LocalGPURunner
-    from kgen.spec import get_spec
+    from kgen.registry import get_spec
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("records", help="a family's JSON-lines file of tuning_db/")

@@ -1,6 +1,6 @@
 """The call path of the tensor-core GEMM families, for CuPy, PyTorch and JAX arrays.
 
-``kgen.gemm`` sends a call here when it needs the tensor cores (see ``gemm_route``). The
+``kgen.gemm`` sends a call here when it needs the tensor cores (see ``kgen.kernels.gemm.route``). The
 first call of a signature validates the operands, asks the dispatcher for each family's
 best kernel and keeps the fastest known one; later calls reuse that plan. The result has
 the caller's array type; the kernel runs on the caller's current stream (PyTorch's for
@@ -15,11 +15,11 @@ from typing import Any
 
 from kgen.arrays import ArrayInfo, array_kind, describe
 from kgen.errors import DeviceError, DtypeError, InputError, LayoutError, ShapeError
-from kgen.kernels import gemm_rules as rules
-from kgen.kernels.gemm import check_output, matmul_shape, operand_layout
-from kgen.kernels.gemm_route import tensor_core_candidates, uses_tensor_cores
-from kgen.kernels.gemm_staging import Staging
-from kgen.kernels.gemm_tc import ITEMSIZE, allowed_outputs, epilogue_name
+from kgen.kernels.gemm import rules
+from kgen.kernels.gemm.operands import check_output, matmul_shape, operand_layout
+from kgen.kernels.gemm.route import tensor_core_candidates, uses_tensor_cores
+from kgen.kernels.gemm.staging import Staging
+from kgen.kernels.gemm.dtypes import ITEMSIZE, allowed_outputs, epilogue_name
 from kgen.problem import Problem
 
 
@@ -166,12 +166,10 @@ def _torch_stream(device: int) -> int:
     return torch.cuda.current_stream(device).cuda_stream
 
 
-def tc_gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, *, bias=None, activation=None,
-            precision=None, dtype=None, out_dtype=None):
-    """C = act(alpha * a @ b + beta * c + bias) on the tensor cores (see ``kgen.gemm``)."""
-    from kgen.dispatch import default_dispatcher
-
-    dispatcher = default_dispatcher()
+def call(dispatcher, a, b, c=None, alpha: float = 1.0, beta: float = 0.0, *, bias=None, activation=None,
+         precision=None, dtype=None, out_dtype=None):
+    """C = act(alpha * a @ b + beta * c + bias) on the tensor cores (see ``kgen.gemm``); None
+    where the call belongs to the CUDA-core family (float32 without tf32 or an epilogue)."""
     (va, pa), (vb, pb) = _view(a), _view(b)
     vc, pc = _view(c) if c is not None else (None, 0)
     vbias, pbias = _view(bias) if bias is not None else (None, 0)
@@ -180,9 +178,7 @@ def tc_gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, *, bias=None, a
     if plan is None:
         plan = dispatcher.plans[sig] = make_plan(dispatcher, a, b, c, bias, activation, precision, dtype, out_dtype)
     if plan.simt:
-        from kgen.kernels.gemm import gemm
-
-        return gemm(a, b, c, alpha, beta)
+        return None
     problem = plan.problem
     if c is None:
         c = _empty(dispatcher, "torch" if plan.kind == "torch" else "cai", a, (problem["m"], problem["n"]),
@@ -204,33 +200,3 @@ def tc_gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, *, bias=None, a
     elif plan.vendor is not None:
         plan.vendor(a, b, c, alpha, beta, bias)
     return _to_jax(c, problem["out_dtype"]) if plan.kind == "jax" else c
-
-
-@dataclass(frozen=True)
-class GemmChoice:
-    """What ``kgen.gemm`` runs for a call: the family, the config (``cublas``: the vendor
-    library) and how dispatch chose it (tuned, vendor, model, nearest, default)."""
-
-    family: str
-    config: str
-    how: str
-    staged: str = ""       # the operands copied into padded rows first: "a", "b", "ab" or ""
-
-
-def gemm_choice(a, b, c=None, *, bias=None, activation=None, precision=None, dtype=None,
-                out_dtype=None) -> GemmChoice:
-    """The kernel ``kgen.gemm`` would run for these arguments, chosen (and loaded) as a call
-    would, without running it.
-
-    >>> # kgen.gemm_choice(a, b)  ->  GemmChoice(family='gemm_wgmma', config='gemm_wgmma_bf16_nn_...', how='model')
-    """
-    from kgen.dispatch import default_dispatcher
-    from kgen.kernels import gemm as simt
-
-    dispatcher = default_dispatcher()
-    plan = make_plan(dispatcher, a, b, c, bias, activation, precision, dtype, out_dtype)
-    if plan.simt:
-        plan = simt._make_plan(dispatcher, a, b, c)
-        return GemmChoice("gemm", plan.config.name if plan.config else "", plan.how)
-    staged = "".join(x for x, on in zip("ab", plan.staging.stage) if on) if plan.staging is not None else ""
-    return GemmChoice(plan.spec.family, plan.config.name if plan.config else "", plan.how, staged)

@@ -1,7 +1,7 @@
 """GEMM on tensor cores with mma.sync, ldmatrix and a cp.async pipeline (sm_80 and later).
 
 float16 / bfloat16 (m16n8k16), float32 as tf32 (m16n8k8) and float64 (m16n8k8, sm_90), every
-layout, any size and alignment, with the fused epilogue of ``kgen.kernels.gemm_tc``.
+layout, any size and alignment, with the fused epilogue of ``kgen.kernels.gemm.tc``.
 
 >>> from kgen.problem import Target
 >>> spec = GemmMma()
@@ -13,44 +13,13 @@ layout, any size and alignment, with the fused epilogue of ``kgen.kernels.gemm_t
 from __future__ import annotations
 
 import math
-from typing import Mapping
 
-from kgen.kernels.gemm_tc import ITEMSIZE, TensorCoreGemm, type_context
+from kgen.kernels.gemm.dtypes import ITEMSIZE
+from kgen.kernels.gemm.mma_geometry import ATOMS, tile_shape
+from kgen.kernels.gemm.tc import TensorCoreGemm, type_context
 from kgen.problem import Problem, Target
 from kgen.space import Config, Constraint, Param, Space
-from kgen.spec import Launch, register
-
-# input dtype -> (MMA_M, MMA_K, accumulators per mma per thread, BK choices)
-ATOMS = {
-    "float16": (16, 16, 4, (16, 32, 64, 128)),
-    "bfloat16": (16, 16, 4, (16, 32, 64, 128)),
-    "float32": (16, 8, 4, (8, 16, 32)),
-    "float64": (16, 8, 4, (8, 16, 32)),      # the m16n8k8 fp64 shape of sm_90
-}
-
-
-def _pad(dtype: str, kmajor: bool) -> int:
-    """Elements added to each shared-memory row so fragment reads hit distinct banks."""
-    if ITEMSIZE[dtype] == 2:
-        return 8
-    if dtype == "float32":
-        return 4 if kmajor else 8
-    return 4
-
-
-def tile_shape(dtype: str, layout: str, v: Mapping[str, int]) -> dict[str, int]:
-    """Padded shared-memory rows and tile sizes (elements) of A and B, and the bytes in all
-    (the pipeline's, or the k slices' partial sums where those need more)."""
-    a_kmajor, b_kmajor = layout[0] == "N", layout[1] == "T"
-    sa_row = (v["BK"] if a_kmajor else v["BM"]) + _pad(dtype, a_kmajor)
-    sb_row = (v["BK"] if b_kmajor else v["BN"]) + _pad(dtype, b_kmajor)
-    sa_tile = (v["BM"] if a_kmajor else v["BK"]) * sa_row
-    sb_tile = (v["BN"] if b_kmajor else v["BK"]) * sb_row
-    acc_size = 8 if dtype == "float64" else 4
-    partial = (v.get("WK", 1) - 1) * v["BM"] * v["BN"] * acc_size
-    return dict(SA_ROW=sa_row, SB_ROW=sb_row, SA_TILE=sa_tile, SB_TILE=sb_tile,
-                SMEM=max(v["STAGES"] * (sa_tile + sb_tile) * ITEMSIZE[dtype], partial))
-
+from kgen.spec import Launch
 
 def _pow2_at_least(x: int) -> int:
     return 1 << max(0, math.ceil(math.log2(max(1, x))))
@@ -223,7 +192,7 @@ class GemmMma(TensorCoreGemm):
         choices = ATOMS[dtype][3]
         k_tiles = (choices[2], choices[1]) if ITEMSIZE[dtype] == 2 and bm * bn <= 64 * 64 else (choices[1],)
         # fp64 double-buffers its fragments where it can: 64x64x16 tiles of 32x32 warp tiles at
-        # 4096^3 ran 2.73 ms against 3.08 without (scripts/results/nvidia-h200/compare_f64_uc_fb.jsonl)
+        # 4096^3 ran 2.73 ms against 3.08 without (docs/evidence/nvidia-h200/compare_f64_uc_fb.jsonl)
         # Every precision plans its copies (LP=1; fp64 LP=2 with FB): at fp64 4096^3 128x64x16
         # tiles of 32x32 warp tiles so ran 2.41 ms where the tuned 64x128x16 without planned
         # copies ran 2.60 (compare_f64_planned_copies.jsonl); bf16 3000x5000x700's tuned tile
@@ -243,6 +212,3 @@ class GemmMma(TensorCoreGemm):
         warps = (v["BM"] // v["WM"]) * (v["BN"] // v["WN"]) * v["WK"]
         return Launch((max(tiles, 1), 1, 1), (32 * warps, 1, 1),
                       tile_shape(problem["dtype"], problem["layout"], v)["SMEM"])
-
-
-register(GemmMma())

@@ -24,8 +24,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from kgen.kernels.gemm_rules import storage_shape
-from kgen.kernels.gemm_tc import ITEMSIZE as _ITEMSIZE
+from kgen.kernels.gemm.rules import storage_shape
+from kgen.kernels.gemm.dtypes import ITEMSIZE as _ITEMSIZE
 from kgen.knobs import knobs
 
 TMA_BYTES = 16

@@ -8,7 +8,7 @@ depth; a fixed launch and prologue cost, each tile's fixed cost, the epilogue, s
 reduction; floors of the L2 and DRAM traffic: A read once per block column, B once per block
 row), times a learned correction exp(w . features) fitted by ``scripts/train_gemm_cost.py``
 on recorded measurements. Every constant, the analytical ones included, lives in
-``gemm_cost_model.json`` next to this file, whose ``version`` names them.
+``cost_model.json`` next to this file, whose ``version`` names them.
 
 Candidates: per family a catalogue of config *cores* (the parameters that do not follow
 from the problem: tiles, warp or thread tiles, pipeline depth, consumers ...; from the
@@ -20,8 +20,8 @@ the best predicted is confirmed with ``space.is_valid`` (a mirror that drifted f
 costs time, never a wrong config). A problem none of them fits gets ``spec.default_config``.
 
 >>> from kgen.problem import Target
->>> from kgen.spec import get_spec
->>> from kgen.kernels.gemm_tc import tc_problem
+>>> from kgen.registry import get_spec
+>>> from kgen.kernels.gemm.problem import tc_problem
 >>> spec, target = get_spec("gemm_wgmma"), Target.h200()
 >>> config = choose(spec, tc_problem("gemm_wgmma", 4096, 4096, 4096, "bfloat16", "NN"), target)
 >>> config.name.startswith("gemm_wgmma_bf16_nn_")
@@ -42,10 +42,14 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from kgen.kernels.gemm.dtypes import DTYPES
+from kgen.kernels.gemm.mma_geometry import ATOMS
+from kgen.kernels.gemm.wgmma_geometry import (BK, MAX_ACC_FLOATS, RS_FRAGMENT_REGS, STAGE_CHOICES, block_k,
+                                              copied_transposed, register_choices, smem_bytes, staging_choices)
 from kgen.problem import Problem, Target
 from kgen.space import Config, Space
 
-MODEL_PATH = Path(__file__).with_name("gemm_cost_model.json")
+MODEL_PATH = Path(__file__).with_name("cost_model.json")
 FAMILIES = ("gemm_wgmma", "gemm_mma", "gemm")
 
 # the parameters of each family, in a fixed column order (all take integer values)
@@ -203,7 +207,7 @@ def _width_cost(vec, elt, hw):
 
 def mma_shape(dtype: str, layout: str, c: Mapping[str, np.ndarray]) -> dict:
     """Warps, shared memory, accumulators, copies and the register estimate of mma.sync configs,
-    as the family's space computes them (kgen.kernels.gemm_mma)."""
+    as the family's space computes them (kgen.kernels.gemm.mma)."""
     elt = _BYTES[dtype]
     f64 = dtype == "float64"
     mma_k = 16 if elt == 2 else 8
@@ -462,9 +466,6 @@ def valid_mask(family: str, problem: Problem, target: Target, c: Mapping[str, np
     dtype, layout = problem["dtype"], problem["layout"]
     cls, shp = part in ("all", "class"), part in ("all", "shape")
     if family == "gemm_wgmma":
-        from kgen.kernels.gemm_wgmma import (BK, MAX_ACC_FLOATS, RS_FRAGMENT_REGS, STAGE_CHOICES, block_k,
-                                             copied_transposed, register_choices, smem_bytes, staging_choices)
-
         bk = block_k(dtype) if dtype in ("float16", "bfloat16", "float32") else BK
         bm, bn, st, cons, pp = c["BM"], c["BN"], c["STAGES"], c["CONSUMERS"], c["PINGPONG"]
         split, cl, ts, xs, rs, gm = c["SPLITK"], c["CLUSTER"], c["TMA_STORE"], c["XS"], c["RS"], c["GM"]
@@ -492,8 +493,6 @@ def valid_mask(family: str, problem: Problem, target: Target, c: Mapping[str, np
                                   & (_cdiv(k, bk) >= 2 * split))
         return ok
     if family == "gemm_mma":
-        from kgen.kernels.gemm_mma import ATOMS
-
         if dtype not in ATOMS:
             return ~ok
         mma_m, mma_k, _, bks = ATOMS[dtype]
@@ -528,8 +527,6 @@ def valid_mask(family: str, problem: Problem, target: Target, c: Mapping[str, np
             ok &= (gm == 1) | (gm < _cdiv(m, bm))
         return ok
     # the CUDA-core family
-    from kgen.kernels.gemm import DTYPES
-
     if dtype not in DTYPES:
         return ~ok
     bm, bn, tm, tn, bk, va, vb = c["BM"], c["BN"], c["TM"], c["TN"], c["BK"], c["VA"], c["VB"]
@@ -589,8 +586,6 @@ def expand(family: str, problem: Problem, cores: np.ndarray) -> np.ndarray:
     elt = _BYTES.get(dtype, 4)
     rows = []
     if family == "gemm_wgmma":
-        from kgen.kernels.gemm_wgmma import block_k, register_choices, staging_choices
-
         if dtype not in ("float16", "bfloat16", "float32"):
             return np.zeros((0, len(names)), dtype=np.int64)
         bk = block_k(dtype)
@@ -618,8 +613,6 @@ def expand(family: str, problem: Problem, cores: np.ndarray) -> np.ndarray:
                         for u, f, l in extras:
                             rows.append((bm, bn, bk, wm, wn, stages, va, vb, g, wk, minb, u, f, l))
     else:
-        from kgen.kernels.gemm import DTYPES
-
         widest = 16 // DTYPES[dtype][2] if dtype in DTYPES else 4
         aa, ab = min(widest, _pow2_floor(problem["align_a"])), min(widest, _pow2_floor(problem["align_b"]))
         for bm, bn, tm, tn, bk, va0, vb0, db, unroll, minb in cores:
@@ -708,8 +701,8 @@ def complete(space: Space, family: str, values: Mapping[str, Any]) -> dict:
 def predict_ms(spec, problem: Problem, target: Target, values: Mapping[str, Any]) -> float:
     """The model's predicted time (ms) of one config (its values) on ``problem``.
 
-    >>> from kgen.kernels.gemm import gemm_problem
-    >>> from kgen.spec import get_spec
+    >>> from kgen.kernels.gemm.problem import gemm_problem
+    >>> from kgen.registry import get_spec
     >>> spec, p = get_spec("gemm"), gemm_problem(1024, 1024, 1024)
     >>> t = predict_ms(spec, p, Target.h200(), spec.default_config(p, Target.h200()).as_dict())
     >>> 0.01 < t < 1.0
@@ -738,8 +731,8 @@ def pick(spec, problem: Problem, target: Target) -> tuple[Config, float] | None:
     the family has no model. Of equal predictions, the config of the smaller name. A problem
     none of the candidates fits gets the family's ``default_config`` (and its prediction).
 
-    >>> from kgen.kernels.gemm import gemm_problem
-    >>> from kgen.spec import get_spec
+    >>> from kgen.kernels.gemm.problem import gemm_problem
+    >>> from kgen.registry import get_spec
     >>> config, ms = pick(get_spec("gemm"), gemm_problem(1000, 999, 77, "float32", "NT"), Target.h200())
     >>> config.name.startswith("gemm_simt_f32_nt_"), 0 < ms < 1
     (True, True)

@@ -28,11 +28,11 @@ half of it by TMA multicast; ``_x2``; not where cp.async copies B): 1000^3 in 64
 0.0150 -> 0.0132 ms; the large tiles of 2048^3 - 4096^3 1-3 % slower.
 A problem of fewer rows than BM reads an A box of only its M rows (K-major A): TMA's zero
 fill of the rest cost as much as loading it, 1x8192x8192 in 64x64 tiles 0.0453 -> 0.0372 ms
-(scripts/results/nvidia-h200/compare_a_box.jsonl).
+(docs/evidence/nvidia-h200/compare_a_box.jsonl).
 RS (tf32 TT, and NN swapped; ``_rs``; stored from registers, no staging, no clusters): NN
 4096^3 in 128x256 tiles 0.345 ms against 0.469 for the best staged B (256x128, XS 2), 8192^3
 3.01 against 3.92; TT 4096^3 0.345 against 0.482 with A copied by cp.async
-(scripts/results/nvidia-h200/compare_tf32_rs.jsonl).
+(docs/evidence/nvidia-h200/compare_tf32_rs.jsonl).
 Tried and dropped (the code is in the history): stream-K, every block a run of k-blocks across
 tile edges (a675f13), 11-38 % slower than the best split-K or whole-tile config on every shape
 measured, decode to 4096^3 (compare_stream_k.jsonl); the two split-K parts of a tile meeting
@@ -62,63 +62,15 @@ import math
 import numpy as np
 
 from kgen import tma
-from kgen.kernels.gemm_tc import TensorCoreGemm, allowed_outputs, modelled_time
+from kgen.kernels.gemm.dtypes import ITEMSIZE, allowed_outputs
+from kgen.kernels.gemm.tc import TensorCoreGemm, modelled_time
+from kgen.kernels.gemm.wgmma_geometry import (BK, DEFAULT_SM_COUNT, DTYPES, EMPTY_BITS, MAX_ACC_FLOATS,
+                                              RS_FRAGMENT_REGS, SPLITS, STAGE_CHOICES, STORE_ROWS, SWIZZLE,
+                                              block_k, copied_transposed, register_choices, smem_bytes,
+                                              staging_choices)
 from kgen.problem import Problem, Target
 from kgen.space import Config, Constraint, Param, Space
-from kgen.spec import Launch, register
-
-DTYPES = ("float16", "bfloat16", "float32")   # float32: tf32 tensor cores
-SPLITS = (1, 2, 4, 8)         # split-K choices
-STAGE_CHOICES = (2, 3, 4, 5, 6, 8, 10, 12)   # deep rings keep a skinny problem's B streaming
-SWIZZLE = 128                 # bytes: every tile row spans one 128-byte swizzle span
-ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
-BK = SWIZZLE // 2             # k per stage for 16-bit inputs (64); tf32 takes 32 (``block_k``)
-DEFAULT_SM_COUNT = 132        # H200 / H100 SXM; space() takes the target's
-MAX_ACC_FLOATS = 168          # accumulator floats per consumer thread (setmaxnreg 232)
-RS_FRAGMENT_REGS = 16         # RS: four k8 steps of 4 fragment registers per m64 slab
-BARRIER_BYTES = 16            # a full and an empty mbarrier per stage (+ 2 ping-pong ones)
-ALIGN_SLACK = 1024            # the kernel rounds its shared base up to 1024 bytes
-STORE_ROWS = 16               # TMA stores: a consumer warp's band of an m64 slab
-STORE_BUFFER = STORE_ROWS * SWIZZLE   # 2 KiB: 16 rows x 128 bytes of output columns
-STORE_BUFFERS_PER_WARP = 2    # one filled while the other drains
-EMPTY_BITS = 0x7FA5A5A5       # a split-K workspace slot between launches: a NaN no arithmetic gives
-
-
-def smem_bytes(bm: int, bn: int, stages: int, consumers: int = 2, tma_store: int = 0, staged: int = 0) -> int:
-    """Dynamic shared memory of a config: the A and B rings (rows of 128 bytes), the staging
-    buffers of a transposed B (``staged`` k-blocks of BN rows of 128 bytes), the TMA store
-    buffers (two per consumer warp), barriers, alignment slack."""
-    store = consumers * 4 * STORE_BUFFERS_PER_WARP * STORE_BUFFER * (tma_store != 0)   # numpy columns too
-    return ((stages * (bm + bn) + staged * bn) * SWIZZLE + store + (stages + staged) * BARRIER_BYTES + 16
-            + ALIGN_SLACK)
-
-
-def block_k(dtype: str) -> int:
-    """k per stage: one 128-byte row of each operand tile."""
-    return SWIZZLE // ELEMENT_BYTES[dtype]
-
-
-def copied_transposed(dtype: str, layout: str) -> tuple[bool, bool]:
-    """Whether A and B are MN-major tf32 operands, which the producer transposes: copied in by
-    cp.async (A; B where XS is 0) or staged by TMA and transposed in shared memory (B, XS > 0)."""
-    tf32 = dtype == "float32"
-    return tf32 and layout[0] == "T", tf32 and layout[1] == "N"
-
-
-def staging_choices(problem: Problem) -> tuple[int, ...]:
-    """XS, the staging buffers of a transposed B: 2 or 3 where TMA can read B (16-byte rows),
-    else 0 (cp.async)."""
-    transposed_b = copied_transposed(problem["dtype"], problem["layout"])[1]
-    return (0, 2, 3) if transposed_b and problem["align_b"] >= 16 // ELEMENT_BYTES["float32"] else (0,)
-
-
-def register_choices(problem: Problem) -> tuple[int, ...]:
-    """RS, an M-major tf32 A read into registers as wgmma's first operand (TT), or a tf32 NN
-    problem computed swapped as such a TT one (C^T = B^T A^T, B^T from registers): offered where
-    TMA can read both operands as they lie (16-byte rows)."""
-    tma_align = 16 // ELEMENT_BYTES["float32"]
-    return (0, 1) if (problem["dtype"] == "float32" and problem["layout"] in ("NN", "TT")
-                      and problem["align_a"] >= tma_align and problem["align_b"] >= tma_align) else (0,)
+from kgen.spec import Launch
 
 
 def swapped(problem: Problem, values) -> bool:
@@ -159,7 +111,7 @@ class GemmWgmma(TensorCoreGemm):
         dtype = problem["dtype"]
         if tuple(target.cc) != (9, 0) or dtype not in DTYPES:
             return False
-        tma_align = 16 // ELEMENT_BYTES[dtype]
+        tma_align = 16 // ITEMSIZE[dtype]
         cp_a, cp_b = copied_transposed(dtype, problem["layout"])
         return (problem["out_dtype"] in allowed_outputs(dtype)
                 and (cp_a or problem["align_a"] >= tma_align) and (cp_b or problem["align_b"] >= tma_align)
@@ -167,12 +119,12 @@ class GemmWgmma(TensorCoreGemm):
 
     def staging_needed(self, problem: Problem) -> tuple[bool, bool]:
         """Which operands (A, B) TMA must read but cannot (a row stride or start not a
-        multiple of 16 bytes); a copy into padded rows (``kgen.kernels.gemm_staging``) makes
+        multiple of 16 bytes); a copy into padded rows (``kgen.kernels.gemm.staging``) makes
         the problem one this family runs."""
         dtype = problem["dtype"]
         if dtype not in DTYPES:
             return False, False
-        tma_align = 16 // ELEMENT_BYTES[dtype]
+        tma_align = 16 // ITEMSIZE[dtype]
         cp_a, cp_b = copied_transposed(dtype, problem["layout"])
         return (not cp_a and problem["align_a"] < tma_align), (not cp_b and problem["align_b"] < tma_align)
 
@@ -282,7 +234,7 @@ class GemmWgmma(TensorCoreGemm):
         # an M-major tf32 A from registers where it can be (tf32 NN computed swapped: its tiles
         # lie over (N, M)), and a wide tile first, whose consumers each take one m64 slab across
         # 256 columns (tf32 NN 4096^3: 128x256 in 0.345 ms, 256x128 in 0.404;
-        # scripts/results/nvidia-h200/compare_tf32_rs.jsonl)
+        # docs/evidence/nvidia-h200/compare_tf32_rs.jsonl)
         registers = 1 in choices["RS"]
         k = problem["k"]
         rows, cols = kernel_dims(problem, {"RS": int(registers)})
@@ -290,7 +242,7 @@ class GemmWgmma(TensorCoreGemm):
                        key=lambda t: (modelled_time(rows, cols, t[0], t[1], target.sm_count), -t[1], t))
         bk = block_k(problem["dtype"])
         # a staged B first where it can be, two buffers before three (tf32 NN, 256x128 tiles:
-        # 4096^3 0.480 ms against 0.511, scripts/results/nvidia-h200/compare_tf32_staged.jsonl;
+        # 4096^3 0.480 ms against 0.511, docs/evidence/nvidia-h200/compare_tf32_staged.jsonl;
         # the 8192^3 tune's best took two)
         staging = sorted(staging_choices(problem), key=lambda xs: (xs == 0, xs))
         picks = []
@@ -326,7 +278,7 @@ class GemmWgmma(TensorCoreGemm):
         operand the kernel copies with cp.async gets an empty record."""
         dtype, layout = problem["dtype"], problem["layout"]
         m, n, k = problem["m"], problem["n"], max(1, problem["k"])
-        bk, size = block_k(dtype), ELEMENT_BYTES[dtype]
+        bk, size = block_k(dtype), ITEMSIZE[dtype]
         if swapped(problem, config):
             # (``a`` and ``b`` are still the problem's A and B): the kernel's first operand is B
             # as it lies (row-major K x N: boxes of 32 n x BK k), its second A (row-major M x K:
@@ -362,7 +314,7 @@ class GemmWgmma(TensorCoreGemm):
         if not config.get("TMA_STORE", 0):
             return _EMPTY_MAP, np.int32(0)
         out, m, n = problem["out_dtype"], problem["m"], problem["n"]
-        size = ELEMENT_BYTES[out]
+        size = ITEMSIZE[out]
         try:      # encode_tiled looks in its cache first, and checks TMA's rules on a miss
             return tma.encode_tiled(c_ptr, out, (n, m), _ld(ldc, m, n) * size, (SWIZZLE // size, STORE_ROWS),
                                     SWIZZLE), np.int32(1)
@@ -517,6 +469,3 @@ def _ld(stride: int, outer: int, inner: int) -> int:
     if outer <= 1:
         return 8 * _ceil_div(max(inner, 1), 8)
     return stride
-
-
-register(GemmWgmma())

@@ -7,7 +7,7 @@ covers float16, float32 and float64 without an epilogue. A problem whose output 
 not its input dtype has no vendor candidate (the library would round the product to the
 input dtype first).
 
->>> from kgen.kernels.gemm import gemm_problem
+>>> from kgen.kernels.gemm.problem import gemm_problem
 >>> vendor_supported(gemm_problem(100, 100, 100, "float32", "NT"))
 True
 """

@@ -13,9 +13,10 @@ True
 from __future__ import annotations
 
 from kgen.errors import DtypeError, KgenError
-from kgen.kernels.gemm_tc import ITEMSIZE, TC_INPUTS, tc_problem
+from kgen.kernels.gemm.dtypes import ITEMSIZE, TC_INPUTS
+from kgen.kernels.gemm.problem import tc_problem
 from kgen.problem import Problem, Target
-from kgen.spec import get_spec
+from kgen.registry import get_spec
 
 # preferred first; a family missing from the registry is skipped
 TENSOR_CORE_FAMILIES = ("gemm_wgmma", "gemm_mma")
@@ -40,7 +41,7 @@ def uses_tensor_cores(dtype: str, precision: str | None, epilogue: str, out_dtyp
 
 def tensor_core_specs(problem_args: dict, target: Target) -> list[tuple[object, Problem]]:
     """(spec, problem) of every tensor-core family that can run the request, preferred first."""
-    from kgen.spec import families
+    from kgen.registry import families
 
     found = []
     known = families()
@@ -63,7 +64,7 @@ def tensor_core_candidates(problem_args: dict, target: Target) -> list[tuple[obj
     each family that runs it as it is (nothing staged), then each family that runs it once
     the operands it cannot read are copied into padded rows (``gemm_staging``; KGEN_STAGING)."""
     from kgen.knobs import knobs
-    from kgen.spec import families
+    from kgen.registry import families
 
     found = [(spec, problem, (False, False)) for spec, problem in tensor_core_specs(problem_args, target)]
     if not knobs.staging:
@@ -89,7 +90,7 @@ def gemm_request(family: str, m: int, n: int, k: int, dtype: str, layout: str, t
                  out_dtype: str | None = None, epilogue: str = "none", precision: str | None = None,
                  align_a: int | None = None, align_b: int | None = None) -> list[tuple[object, Problem]]:
     """(spec, problem) pairs for a GEMM request by family name: ``gemm`` routes by dtype."""
-    from kgen.kernels.gemm import gemm_problem
+    from kgen.kernels.gemm.problem import gemm_problem
 
     if family == "gemm" and not uses_tensor_cores(dtype, precision, epilogue, out_dtype):
         return [(get_spec("gemm"), gemm_problem(m, n, k, dtype, layout, align_a, align_b))]
@@ -116,7 +117,7 @@ def preferred_request(family: str, m: int, n: int, k: int, dtype: str, layout: s
     cores, the way to run it (a family, directly or with staged operands) whose cost-model
     pick is predicted fastest, the staging copy included, as an untuned call would rank them;
     otherwise the first of ``gemm_request``."""
-    from kgen.kernels.gemm_staging import staging_ms
+    from kgen.kernels.gemm.staging import staging_ms
 
     if family != "gemm" or not uses_tensor_cores(dtype, options.get("precision"), options.get("epilogue", "none"),
                                                  options.get("out_dtype")):

@@ -6,6 +6,7 @@ read from the arrays' strides, never made by a copy), and ``align_a`` / ``align_
 widest vector (in elements) that the pointer and leading dimension of A / B allow.
 
 >>> from kgen.problem import Target
+>>> from kgen.kernels.gemm.problem import gemm_problem
 >>> spec = GemmSimt()
 >>> p = gemm_problem(256, 256, 256, "float32", "NN")
 >>> spec.default_config(p, Target.h200()).name
@@ -15,36 +16,17 @@ widest vector (in elements) that the pointer and leading dimension of A / B allo
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 
-from kgen.kernels import gemm_rules as rules
-from kgen.kernels.gemm_shared import GemmCandidates
-from kgen.measure.arg_pack import cupy_ndarray, data_pointer
+from kgen.kernels.gemm import rules
+from kgen.kernels.gemm.dtypes import DTYPES
+from kgen.kernels.gemm.family import GemmFamily
 from kgen.problem import Problem, Target
 from kgen.space import Config, Constraint, Param, Space
-from kgen.spec import KernelSpec, Launch, register
-
-# storage C type, compute C type, storage bytes, compute bytes, short name, tolerance
-DTYPES: dict[str, tuple[str, str, int, int, str, float]] = {
-    "float32": ("float", "float", 4, 4, "f32", 1e-4),
-    "float64": ("double", "double", 8, 8, "f64", 1e-11),
-    "float16": ("unsigned short", "float", 2, 4, "f16", 4e-3),
-}
-LAYOUTS = ("NN", "NT", "TN", "TT")
-
-
-def gemm_problem(m: int, n: int, k: int, dtype: str = "float32", layout: str = "NN",
-                 align_a: int | None = None, align_b: int | None = None) -> Problem:
-    """A GEMM problem; alignment defaults to the widest 16-byte vector the shapes allow."""
-    size = DTYPES[dtype][2]
-    lda = k if layout[0] == "N" else m
-    ldb = n if layout[1] == "N" else k
-    return Problem.of("gemm", m=m, n=n, k=k, dtype=dtype, layout=layout,
-                      align_a=align_a if align_a is not None else rules.natural_alignment(lda, size),
-                      align_b=align_b if align_b is not None else rules.natural_alignment(ldb, size))
+from kgen.spec import KernelSpec, Launch
 
 
 def _pow2_at_least(x: int) -> int:
@@ -70,12 +52,39 @@ def _filling_split(space, values: dict, m: int, n: int, sms: int) -> dict:
     return chosen
 
 
-class GemmSimt(GemmCandidates, KernelSpec):
+class GemmSimt(GemmFamily, KernelSpec):
     family = "gemm"
     template = "gemm/simt.cu.j2"
     shape_params = ("m", "n", "k")
     outputs = ("c",)
     options = ("--std=c++17",)
+    export_runtime = "gemm_module.py"
+
+    def problem_from_operands(self, operands: Mapping[str, Any]) -> tuple[Problem, int]:
+        from kgen.kernels.gemm.operands import problem_from_operands
+
+        return problem_from_operands(operands["a"], operands["b"], operands.get("c"))
+
+    # ---- export: the GEMM runtime, its rules, a scalar-load kernel per dtype and layout --------
+    def export_files(self) -> dict[str, Path]:
+        return {"_rules.py": Path(rules.__file__)}
+
+    def export_extras(self, target: Target, bests, write_kernel) -> dict[str, Any]:
+        """Per dtype and layout, a scalar-load kernel that serves operands of any alignment: the
+        default config of the largest exported problem of that dtype and layout, with
+        alignment 1 (so every vector width is 1)."""
+        largest: dict[str, Problem] = {}
+        for p in bests:
+            key = f"{p['dtype']}|{p['layout']}"
+            if key not in largest or p["m"] * p["n"] * p["k"] > largest[key]["m"] * largest[key]["n"] * largest[key]["k"]:
+                largest[key] = p
+        fallbacks = {}
+        for key, p in sorted(largest.items()):
+            unaligned = p.replace(align_a=1, align_b=1)
+            config = self.default_config(unaligned, target)
+            write_kernel(unaligned, config)
+            fallbacks[key] = {"config": config.name, "values": config.as_dict()}
+        return {"fallbacks": fallbacks}
 
     # ---- space ------------------------------------------------------------------------
     def space(self, problem: Problem, target: Target) -> Space:
@@ -224,8 +233,8 @@ class GemmSimt(GemmCandidates, KernelSpec):
         from kgen.arrays import describe
 
         a, b, c = (describe(operands[x]) for x in ("a", "b", "c"))
-        ct = _scalar_type(problem)
-        return [np.uint64(a.ptr), np.uint64(b.ptr), np.uint64(c.ptr), *_dims(problem, a, b, c.strides[0]),
+        ct = scalar_type(problem)
+        return [np.uint64(a.ptr), np.uint64(b.ptr), np.uint64(c.ptr), *argument_dims(problem, a, b, c.strides[0]),
                 ct(operands.get("alpha", 1.0)), ct(operands.get("beta", 0.0))]
 
     def run(self, kernel, problem: Problem, config: Config, operands: Mapping[str, Any]) -> None:
@@ -279,221 +288,14 @@ class GemmSimt(GemmCandidates, KernelSpec):
         return float(size * (m * k + k * n + m * n))
 
 
-
-# ---- call-time entry point ----------------------------------------------------------------
-
-def operand_layout(info, name: str) -> tuple[str, int]:
-    """('N', ld) for row-major storage, ('T', ld) for column-major (a transposed view)."""
-    from kgen.errors import LayoutError
-
-    found = rules.operand_layout(info.shape, info.strides)
-    if found is not None:
-        return found
-    raise LayoutError(f"{name} has strides {info.strides} (elements) for shape {info.shape}: "
-                      "neither row-major nor a transposed view of a row-major array",
-                      remedy=f"pass {name}.copy()")
-
-
-def check_output(ci, m: int, n: int, out_dtype: str, stored_as: tuple[str, ...], device: int) -> None:
-    """Typed errors unless ``ci`` (ArrayInfo of c) is a row-major m x n array of ``out_dtype``
-    (held as one of ``stored_as``) on ``device``."""
-    from kgen.errors import DeviceError, DtypeError, LayoutError, ShapeError
-
-    if ci.shape != (m, n):
-        raise ShapeError(f"c has shape {list(ci.shape)}, expected [{m}, {n}]")
-    if ci.dtype not in stored_as:
-        raise DtypeError(f"c is {ci.dtype} but the output dtype is {out_dtype}", remedy=f"pass c as {out_dtype}")
-    if ci.device != device:
-        raise DeviceError(f"c is on device {ci.device}, a and b on device {device}")
-    if n > 1 and ci.strides[1] != 1 or (m > 1 and ci.strides[0] < n):
-        raise LayoutError(f"c must be row-major (strides [ldc, 1], ldc >= n); has strides {list(ci.strides)}",
-                          remedy="pass a C-contiguous c, and copy the result where it must go")
-
-
-def matmul_shape(ai, bi) -> tuple[int, int, int]:
-    """m, n, k of ``a @ b`` from their ArrayInfos; ShapeError unless both are 2-D and k agrees."""
-    from kgen.errors import ShapeError
-
-    if len(ai.shape) != 2 or len(bi.shape) != 2:
-        raise ShapeError(f"gemm takes 2-D arrays; got a{list(ai.shape)} and b{list(bi.shape)}",
-                         remedy="reshape to 2-D (batched GEMM is not supported yet)")
-    (m, k), (k2, n) = ai.shape, bi.shape
-    if k != k2:
-        raise ShapeError(f"inner dimensions differ: a is {m}x{k}, b is {k2}x{n}",
-                         remedy="pass b with as many rows as a has columns")
-    return m, n, k
-
-
-def problem_from_operands(a, b, c=None) -> tuple[Problem, int]:
-    """The GEMM problem of ``a @ b`` (into ``c``) and the device it runs on, from strides."""
-    from kgen.arrays import describe
-    from kgen.errors import DeviceError, DtypeError
-
-    ai, bi = describe(a, "a"), describe(b, "b")
-    m, n, k = matmul_shape(ai, bi)
-    if ai.dtype != bi.dtype or ai.dtype not in DTYPES:
-        raise DtypeError(f"gemm needs a and b of one dtype among {sorted(DTYPES)}; got {ai.dtype} and {bi.dtype}",
-                         remedy="cast with .astype(...)")
-    if ai.device != bi.device:
-        raise DeviceError(f"a is on device {ai.device} and b on device {bi.device}")
-    if c is not None:
-        check_output(describe(c, "c"), m, n, ai.dtype, (ai.dtype,), ai.device)
-    la, lda = operand_layout(ai, "a")
-    lb, ldb = operand_layout(bi, "b")
-    problem = gemm_problem(m, n, k, ai.dtype, la + lb, rules.alignment(ai.ptr, lda, ai.itemsize),
-                           rules.alignment(bi.ptr, ldb, bi.itemsize))
-    return problem, ai.device
-
-
-@dataclass
-class _Plan:
-    """Everything a repeated call with the same signature needs, precomputed."""
-
-    problem: Problem
-    kernel: Any = None
-    config: Config | None = None
-    launch: Any = None        # kernel.bind(...): (a, b, c pointers, *dims, alpha, beta) -> launch
-    dims: tuple = ()          # m, n, k, lda, ldb, ldc as the kernel's scalar types
-    split_k: bool = False
-    how: str = ""             # how dispatch chose (kgen.dispatch.Choice.how)
-    spans: tuple = (0, 0, 0)  # bytes A, B and C reach from their first element (aliasing checks)
-    vendor: Any = None        # the vendor library's call, when dispatch chose it
-
-
-def _scalar_type(problem: Problem) -> type:
+def scalar_type(problem: Problem) -> type:
     """NumPy type of alpha and beta: the kernel's compute type."""
     return np.float64 if problem["dtype"] == "float64" else np.float32
 
 
-def _dims(problem: Problem, a, b, ldc: int) -> tuple:
+def argument_dims(problem: Problem, a, b, ldc: int) -> tuple:
     """m, n, k, lda, ldb, ldc as the kernel's argument types; lda/ldb follow the layout."""
     lda = a.strides[0] if problem["layout"][0] == "N" else a.strides[1]
     ldb = b.strides[0] if problem["layout"][1] == "N" else b.strides[1]
     return (np.int32(problem["m"]), np.int32(problem["n"]), np.int32(problem["k"]),
             np.int64(lda), np.int64(ldb), np.int64(max(ldc, 1)))
-
-
-def _device_id(x) -> int | None:
-    dev = getattr(x, "device", None)
-    if dev is None:
-        return None
-    ident = getattr(dev, "id", None)
-    return ident if ident is not None else getattr(dev, "index", None)
-
-
-def _signature(a, b, c, ia, ib, ic) -> tuple:
-    """A hashable key of everything that decides the plan."""
-    sig = (ia["shape"], ia["strides"], ia["typestr"], ia["data"][0] & 15, _device_id(a),
-           ib["shape"], ib["strides"], ib["typestr"], ib["data"][0] & 15, _device_id(b))
-    if ic is not None:
-        sig += (ic["shape"], ic["strides"], ic["typestr"], _device_id(c))
-    return sig
-
-
-def _make_plan(dispatcher, a, b, c) -> _Plan:
-    """Validate the operands (typed errors), choose and load the kernel."""
-    from kgen.arrays import describe
-
-    problem, device = problem_from_operands(a, b, c)
-    plan = _Plan(problem)
-    if problem["m"] == 0 or problem["n"] == 0:
-        return plan
-    ai, bi = describe(a, "a"), describe(b, "b")
-    lds = (operand_layout(ai, "a")[1], operand_layout(bi, "b")[1],
-           describe(c, "c").strides[0] if c is not None else problem["n"])
-    plan.spans = rules.footprints(problem["m"], problem["n"], problem["k"], problem["layout"], lds,
-                                  (ai.itemsize,) * 3)
-    loaded = dispatcher.prepare(_SPEC, problem, device)
-    config = loaded.choice.config
-    plan.config, plan.how = config, loaded.choice.how
-    if loaded.choice.vendor:
-        plan.vendor = _SPEC.vendor_call(problem)
-        return plan
-    geo = _SPEC.launch(problem, config)
-    scalar = _scalar_type(problem)
-    plan.kernel, plan.split_k = loaded.kernel, config["SK"] > 1
-    plan.dims = _dims(problem, ai, bi, lds[2])
-    template = (np.uint64(0), np.uint64(0), np.uint64(0), *plan.dims, scalar(0), scalar(0))
-    plan.launch = loaded.kernel.bind(geo.grid, geo.block, geo.shared_mem, template)
-    return plan
-
-
-def _float32_interface(x):
-    """``x.__cuda_array_interface__`` when x is a float32 device array, else None."""
-    try:
-        cai = x.__cuda_array_interface__
-    except Exception:          # no interface, or one that refuses the dtype (torch bfloat16)
-        return None
-    return cai if cai["typestr"] == "<f4" else None
-
-
-def gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, *, bias=None, activation=None,
-         precision=None, dtype=None, out_dtype=None):
-    """C = act(alpha * a @ b + beta * c + bias) on the GPU, with the best kernel kgen knows.
-
-    ``a`` and ``b`` are CuPy arrays, PyTorch tensors, JAX arrays (or any
-    ``__cuda_array_interface__`` arrays) of float32, float64, float16 or bfloat16 (a CuPy
-    uint16 array holds bfloat16 bits when ``dtype="bfloat16"`` says so); a transposed view
-    is read as such, never copied. float32 runs on CUDA cores unless ``precision="tf32"``;
-    the rest on tensor cores. ``bias`` (one value per column, in the output dtype) and
-    ``activation`` ("relu" or "gelu") are fused into the kernel; ``out_dtype`` may be
-    float32 for half-precision inputs. Without ``c`` a new array of the caller's type is
-    returned. Runs on the caller's current stream, without synchronising. The first call
-    of a signature chooses and loads the kernel; later calls reuse that plan.
-
-    >>> # import cupy, kgen
-    >>> # a = cupy.random.rand(512, 256, dtype=cupy.float32); b = cupy.random.rand(256, 128, dtype=cupy.float32)
-    >>> # cupy.allclose(kgen.gemm(a, b), a @ b, rtol=1e-4)
-    """
-    from kgen.dispatch import default_dispatcher
-
-    ndarray = cupy_ndarray()
-    cupy_arrays = type(a) is ndarray and type(b) is ndarray and (c is None or type(c) is ndarray)
-    if (bias is not None or activation is not None or precision is not None or dtype is not None
-            or out_dtype is not None
-            or (a.dtype.char != "f" if cupy_arrays else (ia := _float32_interface(a)) is None)):
-        from kgen.kernels.gemm_tc_call import tc_gemm   # which also sends float32 back here where it must
-
-        return tc_gemm(a, b, c, alpha, beta, bias=bias, activation=activation, precision=precision,
-                       dtype=dtype, out_dtype=out_dtype)
-    dispatcher = default_dispatcher()
-    if cupy_arrays:       # CuPy's own attributes: cheaper than __cuda_array_interface__
-        pa, pb, pc = a.data.ptr, b.data.ptr, c.data.ptr if c is not None else 0
-        sig = ("cupy", a.shape, a.strides, pa & 15, a.data.device_id,
-               b.shape, b.strides, b.dtype.char, pb & 15, b.data.device_id)
-        if c is not None:
-            sig += (c.shape, c.strides, c.dtype.char, c.data.device_id)
-    else:
-        try:
-            ib = b.__cuda_array_interface__
-            ic = c.__cuda_array_interface__ if c is not None else None
-        except AttributeError:   # not device arrays: the slow path says what is wrong
-            problem_from_operands(a, b, c)
-            raise
-        sig = _signature(a, b, c, ia, ib, ic)
-        pa, pb, pc = ia["data"][0], ib["data"][0], ic["data"][0] if ic is not None else 0
-    plan = dispatcher.plans.get(sig)
-    if plan is None:
-        plan = dispatcher.plans[sig] = _make_plan(dispatcher, a, b, c)
-    if c is None:
-        problem = plan.problem
-        c = dispatcher.launcher.empty((problem["m"], problem["n"]), problem["dtype"], like=a)
-        pc = data_pointer(c)
-        beta = 0.0
-    elif rules.aliases(pc, plan.spans[2], ((pa, plan.spans[0]), (pb, plan.spans[1]))):
-        from kgen.errors import InputError
-
-        raise InputError("c overlaps a or b in memory: the kernel would read what it writes",
-                         remedy="pass a separate output array (or none, for a new one)")
-    if plan.launch is None:
-        if plan.vendor is not None:
-            plan.vendor(a, b, c, alpha, beta, None)
-        return c                 # (else an empty output: nothing to compute)
-    if plan.split_k:
-        plan.kernel.scale(c, beta)
-    plan.launch((pa, pb, pc, *plan.dims, alpha, beta))
-    return c
-
-
-_SPEC = GemmSimt()
-register(_SPEC)

@@ -22,78 +22,11 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from kgen.errors import DtypeError, KgenError
-from kgen.kernels import gemm_rules as rules
-from kgen.kernels.gemm_shared import GemmCandidates
+from kgen.kernels.gemm.dtypes import ITEMSIZE, STORAGE, TC_INPUTS, TC_OUTPUTS, epilogue_parts
+from kgen.kernels.gemm.problem import tc_problem
+from kgen.kernels.gemm.family import GemmFamily
 from kgen.problem import Problem
 from kgen.spec import Check, KernelSpec
-
-# input dtype -> (C++ input type, accumulator C++ type, input bytes, short name)
-TC_INPUTS: dict[str, tuple[str, str, int, str]] = {
-    "float16": ("__half", "float", 2, "f16"),
-    "bfloat16": ("__nv_bfloat16", "float", 2, "bf16"),
-    "float32": ("float", "float", 4, "tf32"),
-    "float64": ("double", "double", 8, "f64"),
-}
-# output dtype -> (C++ type, bytes)
-TC_OUTPUTS: dict[str, tuple[str, int]] = {
-    "float16": ("__half", 2), "bfloat16": ("__nv_bfloat16", 2), "float32": ("float", 4),
-    "float64": ("double", 8),
-}
-# header-free storage spelling (16-bit values as their bits; see templates/common/convert.cuh)
-_STORAGE = {"float16": "unsigned short", "bfloat16": "unsigned short", "float32": "float",
-            "float64": "double"}
-EPILOGUES = ("none", "relu", "gelu", "bias", "bias_relu", "bias_gelu")
-ACTIVATIONS = ("none", "relu", "gelu")
-ITEMSIZE = {d: v[2] for d, v in TC_INPUTS.items()}
-
-
-def allowed_outputs(dtype: str) -> tuple[str, ...]:
-    """Output dtypes a tensor-core GEMM of ``dtype`` inputs can write."""
-    if dtype in ("float16", "bfloat16"):
-        return (dtype, "float32")
-    return (dtype,)
-
-
-def epilogue_name(bias: bool, activation: str | None) -> str:
-    act = activation or "none"
-    if act not in ACTIVATIONS:
-        raise KgenError(f"unknown activation {activation!r}", remedy=f"use one of {list(ACTIVATIONS)}")
-    if bias:
-        return "bias" if act == "none" else f"bias_{act}"
-    return act
-
-
-def epilogue_parts(problem: Problem) -> tuple[bool, str]:
-    """(has a bias, activation) of the problem's epilogue."""
-    e = problem["epilogue"]
-    if e.startswith("bias"):
-        return True, e[5:] or "none"
-    return False, e
-
-
-def tc_problem(family: str, m: int, n: int, k: int, dtype: str = "bfloat16", layout: str = "NN",
-               out_dtype: str | None = None, epilogue: str = "none", align_a: int | None = None,
-               align_b: int | None = None) -> Problem:
-    """A tensor-core GEMM problem; alignment defaults to what fresh arrays of the shape allow."""
-    if dtype not in TC_INPUTS:
-        raise DtypeError(f"tensor-core GEMM takes {sorted(TC_INPUTS)}; got {dtype}")
-    out_dtype = out_dtype or dtype
-    if out_dtype not in allowed_outputs(dtype):
-        raise DtypeError(f"{dtype} inputs can write {list(allowed_outputs(dtype))}, not {out_dtype}",
-                         remedy="choose another out_dtype")
-    if epilogue not in EPILOGUES:
-        raise KgenError(f"unknown epilogue {epilogue!r}", remedy=f"use one of {list(EPILOGUES)}")
-    if layout not in ("NN", "NT", "TN", "TT"):
-        raise KgenError(f"unknown layout {layout!r}", remedy="use NN, NT, TN or TT")
-    size = ITEMSIZE[dtype]
-    lda = k if layout[0] == "N" else m
-    ldb = n if layout[1] == "N" else k
-    return Problem.of(family, m=m, n=n, k=k, dtype=dtype, out_dtype=out_dtype, layout=layout,
-                      epilogue=epilogue, precision="tf32" if dtype == "float32" else "native",
-                      align_a=align_a if align_a is not None else rules.natural_alignment(lda, size),
-                      align_b=align_b if align_b is not None else rules.natural_alignment(ldb, size))
-
 
 def type_context(problem: Problem) -> dict[str, Any]:
     """C++ spellings and sizes the templates need for the problem's dtypes and epilogue."""
@@ -102,7 +35,7 @@ def type_context(problem: Problem) -> dict[str, Any]:
     bias, act = epilogue_parts(problem)
     return dict(dtype=problem["dtype"], out_dtype=problem["out_dtype"], layout=problem["layout"],
                 in_t=in_t, acc_t=acc_t, out_t=out_t, in_size=in_size, out_size=out_size,
-                in_store_t=_STORAGE[problem["dtype"]], out_store_t=_STORAGE[problem["out_dtype"]],
+                in_store_t=STORAGE[problem["dtype"]], out_store_t=STORAGE[problem["out_dtype"]],
                 short=short, has_bias=int(bias), activation=act)
 
 
@@ -154,7 +87,7 @@ def _gelu(x):
 _TOLERANCE = {"bfloat16": 1e-2, "float16": 2e-3, "float32": 1e-4, "float64": 1e-12}
 
 
-class TensorCoreGemm(GemmCandidates, KernelSpec):
+class TensorCoreGemm(GemmFamily, KernelSpec):
     """Operands, reference, check and baseline of the tensor-core GEMM families.
 
     Subclasses set ``family`` and ``template`` and implement ``space``, ``context``,
@@ -165,6 +98,7 @@ class TensorCoreGemm(GemmCandidates, KernelSpec):
     outputs = ("c",)
     options = ("--std=c++17",)
     tf32_rounding = "nearest"     # how the kernels turn float32 operands into tf32 (see to_tf32)
+    export_runtime = ""           # no exported runtime builds the TMA descriptors and workspaces yet
 
     def problem(self, m: int, n: int, k: int, dtype: str = "bfloat16", layout: str = "NN",
                 **kw) -> Problem:

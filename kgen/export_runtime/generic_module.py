@@ -1,0 +1,90 @@
+"""Tuned __FAMILY__ kernels exported by kgen. The only runtime dependency is CuPy.
+
+    import __PACKAGE__
+    __PACKAGE__.problems()                          # the exported problem keys
+    __PACKAGE__.run({"n": 4096}, x=x, y=y, out=out)  # the tuned kernel of that problem
+    __PACKAGE__.run("__FAMILY__|n=4096", x=x, ...)   # the same, by its key
+
+Arrays are CuPy arrays or any ``__cuda_array_interface__`` arrays (PyTorch, JAX ...), passed
+by the names the family gives its operands; the kernel runs on CuPy's current stream (or
+``stream=``). A problem that was not exported raises ``ExportedError``.
+"""
+
+import json
+import os
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+with open(os.path.join(_HERE, "table.json")) as _f:
+    TABLE = json.load(_f)
+_MODULES = {}
+
+
+class ExportedError(Exception):
+    """An input this module cannot serve; the message says what to do."""
+
+
+def problems():
+    return sorted(TABLE["problems"])
+
+
+def problem_key(problem):
+    """The key of a problem given as its key or as a dict of its fields."""
+    if isinstance(problem, str):
+        return problem
+    if not isinstance(problem, dict):
+        raise ExportedError(f"a problem is a key or a dict of fields, not {type(problem).__name__}")
+    return "|".join([TABLE["family"]] + [f"{k}={v}" for k, v in sorted(problem.items())])
+
+
+def _kernel(name, shared_mem):
+    """The kernel ``name`` loaded on the current device."""
+    import cupy
+
+    device = cupy.cuda.Device()
+    fn = _MODULES.get((device.id, name))
+    if fn is None:
+        arch = "sm_" + device.compute_capability
+        kind = "cubin" if arch == TABLE["arch"] else "ptx"   # other GPUs JIT the PTX
+        module = cupy.RawModule(path=os.path.join(_HERE, "kernels", f"{name}.{kind}"))
+        fn = module.get_function(name)
+        if shared_mem > 48 * 1024:
+            fn.max_dynamic_shared_size_bytes = shared_mem
+        _MODULES[(device.id, name)] = fn
+    return fn
+
+
+def _argument(item, arrays):
+    import cupy
+    import numpy
+
+    if "array" in item:
+        name = item["array"]
+        if name not in arrays:
+            raise ExportedError(f"missing array {name!r}; this family takes {sorted(_array_names())}")
+        x = arrays[name]
+        return x if isinstance(x, cupy.ndarray) else cupy.asarray(x)
+    return getattr(numpy, item["type"])(item["value"])
+
+
+def _array_names():
+    return {item["array"] for e in TABLE["problems"].values() for item in e["args"] if "array" in item}
+
+
+def run(problem, stream=None, **arrays):
+    """Launch the tuned kernel of ``problem`` on ``arrays``, on ``stream`` (default: CuPy's
+    current stream), without synchronising."""
+    key = problem_key(problem)
+    entry = TABLE["problems"].get(key)
+    if entry is None:
+        raise ExportedError(f"{key} was not exported; exported: {', '.join(problems()[:5])}")
+    unknown = sorted(set(arrays) - _array_names())
+    if unknown:
+        raise ExportedError(f"unknown array {unknown[0]!r}; this family takes {sorted(_array_names())}")
+    launch = entry["launch"]
+    fn = _kernel(entry["config"], launch["shared_mem"])
+    args = tuple(_argument(item, arrays) for item in entry["args"])
+    if stream is None:
+        fn(tuple(launch["grid"]), tuple(launch["block"]), args, shared_mem=launch["shared_mem"])
+    else:
+        with stream:
+            fn(tuple(launch["grid"]), tuple(launch["block"]), args, shared_mem=launch["shared_mem"])

@@ -1,0 +1,1 @@
+"""The operations users call (``kgen.gemm`` ...): a layer above dispatch, below nothing."""

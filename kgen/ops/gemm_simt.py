@@ -1,0 +1,129 @@
+"""The call path of the CUDA-core GEMM family (float32, float64, float16 storage): a plan per
+call signature (operands validated, kernel chosen and bound), then one launch on the
+caller's stream."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from kgen.kernels.gemm import rules
+from kgen.kernels.gemm.simt import argument_dims, scalar_type
+from kgen.kernels.gemm.operands import operand_layout, problem_from_operands
+from kgen.measure.arg_pack import data_pointer
+from kgen.problem import Problem
+from kgen.registry import get_spec
+from kgen.space import Config
+
+
+@dataclass
+class _Plan:
+    """Everything a repeated call with the same signature needs, precomputed."""
+
+    problem: Problem
+    kernel: Any = None
+    config: Config | None = None
+    launch: Any = None        # kernel.bind(...): (a, b, c pointers, *dims, alpha, beta) -> launch
+    dims: tuple = ()          # m, n, k, lda, ldb, ldc as the kernel's scalar types
+    split_k: bool = False
+    how: str = ""             # how dispatch chose (kgen.dispatch.Choice.how)
+    spans: tuple = (0, 0, 0)  # bytes A, B and C reach from their first element (aliasing checks)
+    vendor: Any = None        # the vendor library's call, when dispatch chose it
+
+
+def _device_id(x) -> int | None:
+    dev = getattr(x, "device", None)
+    if dev is None:
+        return None
+    ident = getattr(dev, "id", None)
+    return ident if ident is not None else getattr(dev, "index", None)
+
+
+def _signature(a, b, c, ia, ib, ic) -> tuple:
+    """A hashable key of everything that decides the plan."""
+    sig = (ia["shape"], ia["strides"], ia["typestr"], ia["data"][0] & 15, _device_id(a),
+           ib["shape"], ib["strides"], ib["typestr"], ib["data"][0] & 15, _device_id(b))
+    if ic is not None:
+        sig += (ic["shape"], ic["strides"], ic["typestr"], _device_id(c))
+    return sig
+
+
+def make_plan(dispatcher, a, b, c) -> _Plan:
+    """Validate the operands (typed errors), choose and load the kernel."""
+    from kgen.arrays import describe
+
+    problem, device = problem_from_operands(a, b, c)
+    plan = _Plan(problem)
+    if problem["m"] == 0 or problem["n"] == 0:
+        return plan
+    ai, bi = describe(a, "a"), describe(b, "b")
+    lds = (operand_layout(ai, "a")[1], operand_layout(bi, "b")[1],
+           describe(c, "c").strides[0] if c is not None else problem["n"])
+    plan.spans = rules.footprints(problem["m"], problem["n"], problem["k"], problem["layout"], lds,
+                                  (ai.itemsize,) * 3)
+    spec = get_spec("gemm")
+    loaded = dispatcher.prepare(spec, problem, device)
+    config = loaded.choice.config
+    plan.config, plan.how = config, loaded.choice.how
+    if loaded.choice.vendor:
+        plan.vendor = spec.vendor_call(problem)
+        return plan
+    geo = spec.launch(problem, config)
+    scalar = scalar_type(problem)
+    plan.kernel, plan.split_k = loaded.kernel, config["SK"] > 1
+    plan.dims = argument_dims(problem, ai, bi, lds[2])
+    template = (np.uint64(0), np.uint64(0), np.uint64(0), *plan.dims, scalar(0), scalar(0))
+    plan.launch = loaded.kernel.bind(geo.grid, geo.block, geo.shared_mem, template)
+    return plan
+
+
+def float32_interface(x):
+    """``x.__cuda_array_interface__`` when x is a float32 device array, else None."""
+    try:
+        cai = x.__cuda_array_interface__
+    except Exception:          # no interface, or one that refuses the dtype (torch bfloat16)
+        return None
+    return cai if cai["typestr"] == "<f4" else None
+
+
+def call(dispatcher, a, b, c, alpha: float, beta: float, cupy_arrays: bool, ia):
+    """C = alpha * a @ b + beta * c on CUDA cores (``ia``: a's array interface where a is no
+    CuPy array); a new output of the caller's type when ``c`` is None."""
+    if cupy_arrays:       # CuPy's own attributes: cheaper than __cuda_array_interface__
+        pa, pb, pc = a.data.ptr, b.data.ptr, c.data.ptr if c is not None else 0
+        sig = ("cupy", a.shape, a.strides, pa & 15, a.data.device_id,
+               b.shape, b.strides, b.dtype.char, pb & 15, b.data.device_id)
+        if c is not None:
+            sig += (c.shape, c.strides, c.dtype.char, c.data.device_id)
+    else:
+        try:
+            ib = b.__cuda_array_interface__
+            ic = c.__cuda_array_interface__ if c is not None else None
+        except AttributeError:   # not device arrays: the slow path says what is wrong
+            problem_from_operands(a, b, c)
+            raise
+        sig = _signature(a, b, c, ia, ib, ic)
+        pa, pb, pc = ia["data"][0], ib["data"][0], ic["data"][0] if ic is not None else 0
+    plan = dispatcher.plans.get(sig)
+    if plan is None:
+        plan = dispatcher.plans[sig] = make_plan(dispatcher, a, b, c)
+    if c is None:
+        problem = plan.problem
+        c = dispatcher.launcher.empty((problem["m"], problem["n"]), problem["dtype"], like=a)
+        pc = data_pointer(c)
+        beta = 0.0
+    elif rules.aliases(pc, plan.spans[2], ((pa, plan.spans[0]), (pb, plan.spans[1]))):
+        from kgen.errors import InputError
+
+        raise InputError("c overlaps a or b in memory: the kernel would read what it writes",
+                         remedy="pass a separate output array (or none, for a new one)")
+    if plan.launch is None:
+        if plan.vendor is not None:
+            plan.vendor(a, b, c, alpha, beta, None)
+        return c                 # (else an empty output: nothing to compute)
+    if plan.split_k:
+        plan.kernel.scale(c, beta)
+    plan.launch((pa, pb, pc, *plan.dims, alpha, beta))
+    return c
