@@ -127,7 +127,8 @@ def tune(family: str = typer.Argument("gemm", help="kernel family"),
     """Search a family's configs for one problem (or many: --from) and store every measurement."""
     from kgen.problem import Target
     from kgen.runners import LocalGPURunner, Recording, ReplayRunner
-    from kgen.search import SAMPLERS, tune as run_tune
+    from kgen.samplers import check_sampler
+    from kgen.search import tune as run_tune
 
     extra = dict(out_dtype=out_dtype, epilogue=epilogue, precision=precision)
     if from_file or gpus or scheduler:
@@ -135,8 +136,7 @@ def tune(family: str = typer.Argument("gemm", help="kernel family"),
                    from_file, gpus, scheduler, log, extra)
         return
     try:
-        if sampler not in SAMPLERS:
-            raise KgenError(f"unknown sampler {sampler!r}", remedy=f"use one of {', '.join(SAMPLERS)}")
+        check_sampler(sampler)
         if None in (m, n, k):
             raise KgenError("give the problem's sizes", remedy="pass --m, --n and --k, or a file with --from")
         if replay:

@@ -19,7 +19,8 @@ from typing import Callable, Iterable
 
 from kgen.errors import KgenError
 from kgen.problem import Problem, Target
-from kgen.search import SAMPLERS, TuneProgress, TuneResult, Tuner
+from kgen.samplers import check_sampler
+from kgen.search import TuneProgress, TuneResult, Tuner
 
 
 def tune_many(spec, problems: Iterable[Problem], target: Target, runner, db, trials: int = 100,
@@ -29,8 +30,7 @@ def tune_many(spec, problems: Iterable[Problem], target: Target, runner, db, tri
     """Tune every problem (``trials`` each, stored ones included); results in the given order."""
     from kgen.compile import CompilePool
 
-    if sampler not in SAMPLERS:
-        raise KgenError(f"unknown sampler {sampler!r}", remedy=f"use one of {', '.join(SAMPLERS)}")
+    check_sampler(sampler)
     unique: dict[str, Problem] = {}
     for p in problems:
         unique.setdefault(p.key, p)
