@@ -14,7 +14,7 @@ import pytest
 from kgen.db import MemoryStore
 from kgen.dispatch import Dispatcher
 from kgen.errors import KgenError
-from kgen.kernels.gemm import GemmSimt, gemm_problem
+from kgen import gemm_problem, get_spec
 from kgen.measurement import Measurement, Provenance, Record
 from kgen.nearest import nearest_problems
 from kgen.problem import Target
@@ -24,7 +24,7 @@ from kgen.samplers import registry
 from kgen.search import SAMPLERS, Tuner, tune
 
 KGEN = Path(__file__).resolve().parent.parent / "kgen"
-SPEC = GemmSimt()
+SPEC = get_spec("gemm")                           # the CUDA-core family
 TARGET = Target.h200()
 TINY = gemm_problem(16, 16, 16, "float64")        # 144 valid configs
 
