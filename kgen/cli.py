@@ -133,14 +133,14 @@ def tune(ctx: typer.Context,
     """
     from kgen.problem import Target
     from kgen.runners import LocalGPURunner, Recording, ReplayRunner
-    from kgen.search import SAMPLERS, tune as run_tune
+    from kgen.samplers import check_sampler
+    from kgen.search import tune as run_tune
 
     if from_file or gpus or scheduler:
         _tune_many(ctx.args, trials, timeout, sampler, seed, replay, db, device, from_file, gpus, scheduler, log)
         return
     try:
-        if sampler not in SAMPLERS:
-            raise KgenError(f"unknown sampler {sampler!r}", remedy=f"use one of {', '.join(SAMPLERS)}")
+        check_sampler(sampler)
         if replay:
             recording = Recording.load(replay)
             target = Target.h200(recording.device_name() or "NVIDIA H200")

@@ -29,6 +29,7 @@ from kgen import dispatch_memo
 from kgen.compile import Binary, compile_source
 from kgen.errors import CompileError, NoConfigError
 from kgen.knobs import knobs
+from kgen.nearest import nearest_problems
 from kgen.plausible import floor_ms
 from kgen.problem import Problem, Target, device_name, target_from_dict
 from kgen.render import render
@@ -193,17 +194,9 @@ class Dispatcher:
         from kgen.db.base import is_replayed
 
         policy, cc = knobs.dispatch_policy, f"{target.cc[0]}.{target.cc[1]}"
-        ranked = []
-        for key in self.db.problems(spec.family, target.name, digest, policy=policy, cc=cc):
-            try:
-                other = Problem.from_key(key)
-            except Exception:
-                continue
-            d = problem.distance(other, tuple(spec.shape_params))
-            if d != float("inf"):
-                ranked.append((d, key))
+        keys = self.db.problems(spec.family, target.name, digest, policy=policy, cc=cc)
         space = None
-        for _, key in sorted(ranked):
+        for key in nearest_problems(problem, keys, spec.shape_params):
             best = self._best(spec.family, key, target.name, digest, policy=policy, cc=cc)
             if best is None or is_replayed(best):
                 continue

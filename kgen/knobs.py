@@ -165,7 +165,7 @@ class Knobs:
                                     "how the kgen sampler's walk measures a config's distance from the best "
                                     "until this tune's own model guides it (alone, or beside a warm start's "
                                     "neighbour model): moves (every config one move away first, "
-                                    "kgen.search.move_distance) or span (kgen.search.config_distance)")
+                                    "kgen.samplers.distance.move_distance) or span (config_distance)")
     search_prior_weight = _EnvKnob("KGEN_SEARCH_PRIOR_WEIGHT", float, lambda: 0.1,
                                    "in a warm start, the weight of the nearest tuned problem's model of "
                                    "the log time against the distance, until this tune's own model "

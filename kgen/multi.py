@@ -22,7 +22,8 @@ from kgen.errors import KgenError
 from kgen.fields import parse_json
 from kgen.problem import Problem, Target
 from kgen.registry import get_spec
-from kgen.search import SAMPLERS, TuneProgress, TuneResult, Tuner
+from kgen.samplers import check_sampler
+from kgen.search import TuneProgress, TuneResult, Tuner
 
 
 def tune_many(spec, problems: Iterable, target: Target, runner, db, trials: int = 100,
@@ -33,8 +34,7 @@ def tune_many(spec, problems: Iterable, target: Target, runner, db, trials: int 
     ``problems`` holds Problems of ``spec``, or (spec, problem) pairs (``read_problems``)."""
     from kgen.compile import CompilePool
 
-    if sampler not in SAMPLERS:
-        raise KgenError(f"unknown sampler {sampler!r}", remedy=f"use one of {', '.join(SAMPLERS)}")
+    check_sampler(sampler)
     unique: dict[str, tuple] = {}
     for item in problems:
         pair = item if isinstance(item, tuple) else (spec, item)

@@ -97,11 +97,10 @@ def run_strategy(spec, problem, target, recording, strategy: str, seed: int, bud
 def nearest_problem(recording, problem, spec) -> str | None:
     """The key of the nearest other problem of the recording (None: none near enough)."""
     from kgen.knobs import knobs
-    from kgen.problem import Problem
+    from kgen.nearest import nearest_problems
 
-    others = sorted((problem.distance(Problem.from_key(k), tuple(spec.shape_params)), k)
-                    for k in recording.problems() if k != problem.key)
-    others = [k for d, k in others if d <= knobs.search_warm_distance]    # as far as a tune warm-starts
+    others = nearest_problems(problem, (k for k in recording.problems() if k != problem.key), spec.shape_params,
+                              within=knobs.search_warm_distance)    # as far as a tune warm-starts
     return others[0] if others else None
 
 

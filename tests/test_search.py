@@ -174,7 +174,7 @@ def test_no_warm_start_from_a_problem_farther_than_the_warm_distance(recording, 
     assert P.distance(NEAR, SPEC.shape_params) == 1.0
     monkeypatch.setenv("KGEN_SEARCH_WARM_DISTANCE", "0.9")
     tuner = Tuner(SPEC, P, TARGET, ReplayRunner(recording), db, sampler="kgen", seed=0)
-    assert tuner._warm_start_configs() == [] and tuner._neighbour_prior() is None
+    assert tuner._warm_start_configs() == [] and tuner.strategy.neighbour_prior() is None
     result = tuner.run(3)
     assert result.trials[0].config_name == SPEC.default_config(P, TARGET).name != near.best.config_name
     monkeypatch.setenv("KGEN_SEARCH_WARM_DISTANCE", "1.0")
@@ -195,7 +195,7 @@ def test_kgen_sampler_tries_the_device_models_picks_first_in_their_order(recordi
 
 
 def test_an_unrecorded_default_stands_for_the_nearest_recorded_config(recording):
-    from kgen.search import config_distance
+    from kgen.samplers.distance import config_distance
 
     default = SPEC.default_config(P, TARGET)
     space = SPEC.space(P, TARGET)
@@ -210,7 +210,7 @@ def test_an_unrecorded_default_stands_for_the_nearest_recorded_config(recording)
 
 
 def test_move_distance_puts_every_one_move_neighbour_before_any_two_moves():
-    from kgen.search import config_distance, move_distance
+    from kgen.samplers.distance import config_distance, move_distance
     from kgen.space import Param, Space
 
     space = Space([Param("TILE", (16, 32, 64, 128, 256)), Param("BK", (8, 16, 32)), Param("GROUP", (1, 8))])
@@ -231,7 +231,7 @@ def test_move_distance_puts_every_one_move_neighbour_before_any_two_moves():
 @pytest.mark.parametrize("walk", ["moves", "span"])
 def test_kgen_sampler_steps_to_the_nearest_unmeasured_config_at_first(recording, monkeypatch, walk):
     from kgen.knobs import knobs
-    from kgen.search import Tuner, config_distance, move_distance
+    from kgen.samplers.distance import config_distance, move_distance
 
     monkeypatch.setenv("KGEN_SEARCH_WALK_DISTANCE", walk)
     distance = move_distance if walk == "moves" else config_distance
@@ -240,9 +240,9 @@ def test_kgen_sampler_steps_to_the_nearest_unmeasured_config_at_first(recording,
     result = tuner.run(4)
     assert sum(m.ok for m in tuner.known.values()) < knobs.search_model_after
     best = tuner.best()
-    step = tuner._local_step(set())
+    step = tuner.strategy.step(set())
     assert step is not None and SPEC.space(P, TARGET).make(step).name not in tuner.known
-    fresh = [c.as_dict() for c in tuner._candidates() if c.name not in tuner.known]
+    fresh = [c.as_dict() for c in tuner.strategy.candidates() if c.name not in tuner.known]
     assert distance(tuner.space, best.config, step) == min(distance(tuner.space, best.config, v) for v in fresh)
     if walk == "moves":     # one place of one parameter away: the neighbourhood before anything farther
         changed = [p for p in tuner.space.params if step[p.name] != best.config[p.name]]
@@ -255,7 +255,7 @@ def test_kgen_sampler_steps_to_the_nearest_unmeasured_config_at_first(recording,
 @pytest.mark.parametrize("weight", ["0.1", "0"])
 def test_a_warm_start_walks_by_the_neighbours_model_until_its_own_takes_over(recording, monkeypatch, weight):
     from kgen.knobs import knobs
-    from kgen.search import Tuner, config_distance
+    from kgen.samplers.distance import config_distance
     from kgen.search_model import AdditiveModel
 
     monkeypatch.setenv("KGEN_SEARCH_PRIOR_WEIGHT", weight)
@@ -266,15 +266,15 @@ def test_a_warm_start_walks_by_the_neighbours_model_until_its_own_takes_over(rec
     tuner.run(3)
     assert sum(m.ok for m in tuner.known.values()) < knobs.search_model_after
     best = tuner.best()
-    fresh = [c.as_dict() for c in tuner._candidates() if c.name not in tuner.known]
-    step = tuner._local_step(set())
+    fresh = [c.as_dict() for c in tuner.strategy.candidates() if c.name not in tuner.known]
+    step = tuner.strategy.step(set())
     distance = {id(v): config_distance(tuner.space, best.config, v) for v in fresh}
     if weight == "0":      # no prior: the nearest unmeasured config
-        assert tuner._neighbour_prior() is None
+        assert tuner.strategy.neighbour_prior() is None
         assert config_distance(tuner.space, best.config, step) == min(distance.values())
         return
     prior = AdditiveModel(tuner.space, knobs.search_ridge).fit(near_ok)
-    assert tuner._neighbour_prior().predict(step) == pytest.approx(prior.predict(step))
+    assert tuner.strategy.neighbour_prior().predict(step) == pytest.approx(prior.predict(step))
 
     def score(v):
         return 0.1 * prior.predict(v) + knobs.search_locality * config_distance(tuner.space, best.config, v)
@@ -282,12 +282,12 @@ def test_a_warm_start_walks_by_the_neighbours_model_until_its_own_takes_over(rec
     assert score(step) == pytest.approx(min(score(v) for v in fresh))
     assert config_distance(tuner.space, best.config, step) > min(distance.values())   # the prior chose
     cold = Tuner(SPEC, P, TARGET, ReplayRunner(recording), MemoryStore(), sampler="kgen", seed=0, warm_start=False)
-    assert cold._neighbour_prior() is None          # nothing tuned nearby, or no warm start: no prior
+    assert cold.strategy.neighbour_prior() is None          # nothing tuned nearby, or no warm start: no prior
 
 
 def test_kgen_sampler_follows_the_model_once_trials_teach_it(recording):
     from kgen.knobs import knobs
-    from kgen.search import Tuner, config_distance
+    from kgen.samplers.distance import config_distance
     from kgen.search_model import AdditiveModel
 
     tuner = Tuner(SPEC, P, TARGET, ReplayRunner(recording), MemoryStore(), sampler="kgen", seed=0,
@@ -301,8 +301,8 @@ def test_kgen_sampler_follows_the_model_once_trials_teach_it(recording):
     def score(values):
         return model.predict(values) + knobs.search_locality * config_distance(tuner.space, best.config, values)
 
-    step = tuner._local_step(set())
-    fresh = [c.as_dict() for c in tuner._candidates() if c.name not in tuner.known]
+    step = tuner.strategy.step(set())
+    fresh = [c.as_dict() for c in tuner.strategy.candidates() if c.name not in tuner.known]
     assert score(step) == pytest.approx(min(score(v) for v in fresh))
     nearest = min(config_distance(tuner.space, best.config, v) for v in fresh)
     assert config_distance(tuner.space, best.config, step) > nearest   # the model, not the distance, chose

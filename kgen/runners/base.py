@@ -17,7 +17,8 @@ class Runner:
         raise NotImplementedError
 
     def measurable(self, problem_key: str) -> dict[str, dict] | None:
-        """The only configs this runner can answer for a problem, name -> values (None: any)."""
+        """The only configs this runner can answer for a problem, name -> values (None: any);
+        a tune searches these alone (``kgen.samplers.domain``)."""
         return None
 
     def close(self) -> None:
