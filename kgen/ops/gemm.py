@@ -29,18 +29,19 @@ def gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, *, bias=None, acti
     >>> # a = cupy.random.rand(512, 256, dtype=cupy.float32); b = cupy.random.rand(256, 128, dtype=cupy.float32)
     >>> # cupy.allclose(kgen.gemm(a, b), a @ b, rtol=1e-4)
     """
+    dispatcher = default_dispatcher()
     ndarray = cupy_ndarray()
     cupy_arrays = type(a) is ndarray and type(b) is ndarray and (c is None or type(c) is ndarray)
     ia = None
     if (bias is not None or activation is not None or precision is not None or dtype is not None
             or out_dtype is not None
             or (a.dtype.char != "f" if cupy_arrays else (ia := gemm_simt.float32_interface(a)) is None)):
-        out = gemm_tc.call(default_dispatcher(), a, b, c, alpha, beta, bias=bias, activation=activation,
+        out = gemm_tc.call(dispatcher, a, b, c, alpha, beta, bias=bias, activation=activation,
                            precision=precision, dtype=dtype, out_dtype=out_dtype)
         if out is not None:
             return out
         ia = None if cupy_arrays else gemm_simt.float32_interface(a)
-    return gemm_simt.call(default_dispatcher(), a, b, c, alpha, beta, cupy_arrays, ia)
+    return gemm_simt.call(dispatcher, a, b, c, alpha, beta, cupy_arrays, ia)
 
 
 @dataclass(frozen=True)

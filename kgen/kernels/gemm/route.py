@@ -101,8 +101,7 @@ def gemm_request(family: str, m: int, n: int, k: int, dtype: str, layout: str, t
     if family == "gemm":
         return tensor_core_specs(args, target)
     if family not in TENSOR_CORE_FAMILIES:
-        raise KgenError(f"the command line builds gemm problems only; {family!r} is tuned from Python",
-                        remedy="use kgen.search.tune(spec, problem, ...) for your own family")
+        raise KgenError(f"{family!r} is not a GEMM family", remedy="use gemm, gemm_mma or gemm_wgmma")
     spec = get_spec(family)
     problem = tc_problem(family, **args)
     if not spec.supports(problem, target):
