@@ -1,5 +1,5 @@
-"""The ``kgen`` command line: tune, worker, bench, export, db (ls, show, export, import, merge,
-prune, stats, verify), families, info. Every family, shipped or installed, is reached the same
+"""The ``kgen`` command line: tune, worker, bench, export, report, db (ls, show, export, import,
+merge, prune, stats, verify), families, info. Every family, shipped or installed, is reached the same
 way: ``kgen tune FAMILY --FIELD VALUE ...`` with the problem fields its KernelSpec declares
 (``kgen families`` lists them); without a family, the default one (KGEN_FAMILY).
 
@@ -640,6 +640,31 @@ def export_cmd(family: Optional[str] = typer.Argument(None, help="kernel family 
         console.print(f"[yellow]left out {len(summary.skipped)} problems whose best record is not a valid "
                       f"config[/]: {', '.join(summary.skipped[:5])}" + (" ..." if len(summary.skipped) > 5 else ""))
     console.print(f"use: cd {output} && python -c 'import {name}; print({name}.problems())'")
+
+
+@app.command()
+def report(output: str = typer.Option(..., "--output", "-o", help="HTML file to write"),
+           family: Optional[str] = typer.Option(None, help="only this family"),
+           device: Optional[str] = typer.Option(None, help="only this device (its name, as `kgen db ls` shows)"),
+           db: str = typer.Option("", help="database URL (default: the layered default)")) -> None:
+    """One self-contained HTML page (works offline) of the database: per family and device, each
+    problem's best against its baseline, each tune's convergence, a roofline of the bests. A
+    database with nothing to report gets a page saying so (exit 0)."""
+    from kgen.report import write_report
+
+    try:
+        store = _open_db(db)
+        try:
+            written = write_report(store, output, family=family, device=device)
+        finally:
+            store.close()
+    except KgenError as exc:
+        _fail(exc)
+    if not written.sections:
+        console.print(f"[yellow]nothing to report[/]: wrote {output}, a page saying so")
+        return
+    console.print(f"wrote {output}: {len(written.sections)} family and device sections, "
+                  f"{sum(len(s.rows) for s in written.sections)} problems, {written.records} records")
 
 
 @app.command()

@@ -104,3 +104,9 @@ class DatabaseError(KgenError):
 
 class NoConfigError(KgenError):
     """No valid configuration exists for a problem (or strict mode forbids a fallback)."""
+
+
+class ReportError(KgenError):
+    """A report page cannot be written."""
+
+    default_remedy = "give -o a file in a folder that exists and that you may write to"

@@ -173,6 +173,16 @@ class Knobs:
     search_warm_distance = _EnvKnob("KGEN_SEARCH_WARM_DISTANCE", float, lambda: 3.0,
                                     "farthest tuned problem a tune warm-starts from: the distance of "
                                     "the shapes' log2 (1000^3 to 2048^3: 1.8; to 128x4096x4096: 4.1)")
+    report_points = _EnvKnob("KGEN_REPORT_POINTS", int, lambda: 400,
+                             "points `kgen report` draws in one chart at most (a tune's trials, a roofline's "
+                             "problems), evenly spaced; the page says where some were left out")
+    report_tunes = _EnvKnob("KGEN_REPORT_TUNES", int, lambda: 100,
+                            "convergence charts `kgen report` draws per family and device at most (the "
+                            "first tunes in problem order); the page counts the rest")
+    report_pause_s = _EnvKnob("KGEN_REPORT_PAUSE_S", float, lambda: 600.0,
+                              "a gap (seconds) between two records of one tune longer than this is a pause "
+                              "(the tune was resumed later): `kgen report` cuts it from the time axis and "
+                              "marks it")
 
     @classmethod
     def describe(cls) -> list[tuple[str, str, str]]:
