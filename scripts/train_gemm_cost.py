@@ -9,8 +9,11 @@ best weigh more (the top pick is what the model is for); failures are left out.
 
 Training data (nothing else): the recorded spaces tests/data/h200_gemm_wgmma_bf16_space.jsonl.gz,
 tests/data/h200_gemm_mma_bf16_space.jsonl.gz, tests/data/h200_gemm_f32_simt_space.jsonl.gz, the
-grid of scripts/record_grid.py (tests/data/h200_gemm_grid.jsonl.gz: skinny, decode-like, long-K,
-tiny-K and square problems, each family's candidates) and the shipped tuning_db/*.jsonl records. Records of older template digests are used as they are
+grid of scripts/record_grid.py (tests/data/*_gemm_grid.jsonl.gz, by the device it was recorded
+on: skinny, decode-like, long-K, tiny-K and square problems, each family's candidates; the one
+there, tests/data/h100_gemm_grid.jsonl.gz, was recorded on an H100 SXM, whose SMs, clocks and
+shared memory are the H200's: its rankings of configs carry over, its times are read as they
+are) and the shipped tuning_db/*.jsonl records. Records of older template digests are used as they are
 (a problem measured with two templates is two groups, each centred on its own).
 
 It then evaluates the model honestly, leaving one problem out at a time: for each recorded
@@ -46,11 +49,11 @@ from kgen.kernels.gemm import cost as gc  # noqa: E402
 from kgen.problem import Problem, Target  # noqa: E402
 from kgen.registry import get_spec  # noqa: E402
 
-GRID = "tests/data/h200_gemm_grid.jsonl.gz"      # scripts/record_grid.py: every family's grid problems
-SPACE_FILES = {
-    "gemm_wgmma": ["tests/data/h200_gemm_wgmma_bf16_space.jsonl.gz", GRID],
-    "gemm_mma": ["tests/data/h200_gemm_mma_bf16_space.jsonl.gz", GRID],
-    "gemm": ["tests/data/h200_gemm_f32_simt_space.jsonl.gz", GRID],
+GRIDS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests" / "data").glob("*_gemm_grid.jsonl.gz"))
+SPACE_FILES = {      # scripts/record_grid.py's grids: every family's grid problems
+    "gemm_wgmma": ["tests/data/h200_gemm_wgmma_bf16_space.jsonl.gz", *GRIDS],
+    "gemm_mma": ["tests/data/h200_gemm_mma_bf16_space.jsonl.gz", *GRIDS],
+    "gemm": ["tests/data/h200_gemm_f32_simt_space.jsonl.gz", *GRIDS],
 }
 SHIPPED = {f: f"tuning_db/nvidia-h200_{f}.jsonl" for f in gc.FAMILIES}
 EVAL_ONLY = {"gemm": ["tests/data/h200_gemm_f32_simt.jsonl.gz"]}
