@@ -158,3 +158,30 @@ def test_a_broken_or_unknown_family_is_a_typed_error(installed):
 def test_a_tensor_core_family_says_it_cannot_be_exported_yet(tmp_path):
     out = CliRunner().invoke(app, ["export", "gemm_wgmma", "-o", str(tmp_path)])
     assert out.exit_code == 2 and "cannot be exported yet" in out.output
+
+
+def test_kgen_run_by_family_name_reads_the_problem_from_the_operands():
+    import kgen
+    from kgen.errors import InputError
+    from kgen.problem import Problem, Target
+
+    from fakes import BASE, FakeArray, fake_dispatch
+
+    with fake_dispatch(Target.h200()) as f:
+        a, b = FakeArray((100, 64)), FakeArray((64, 48), ptr=BASE + (1 << 24))
+        c = FakeArray((100, 48), ptr=BASE + (2 << 24))
+        kgen.run("gemm", a=a, b=b, c=c)
+        (kernel, launch), = f.launcher.launches
+        assert kernel.binary.entry.startswith("gemm_simt_f32_nn")
+        assert [int(x) for x in launch.args[3:6]] == [100, 48, 64]      # after the three pointers: m, n, k
+        with pytest.raises(InputError, match="given twice"):
+            kgen.run("gemm", Problem.of("gemm", m=1), {"a": a}, b=b)
+        with pytest.raises(InputError, match="of family 'gemm_mma', the kernel of 'gemm'"):
+            kgen.run("gemm", Problem.of("gemm_mma", m=1), {"a": a})
+
+    class NoReader(kgen.KernelSpec):
+        family = "noreader"
+
+    with pytest.raises(InputError, match="does not read its problem") as err:
+        kgen.run(NoReader(), x=a)
+    assert "Problem.of('noreader'" in err.value.remedy

@@ -62,7 +62,7 @@ def tensor_core_specs(problem_args: dict, target: Target) -> list[tuple[object, 
 def tensor_core_candidates(problem_args: dict, target: Target) -> list[tuple[object, Problem, tuple[bool, bool]]]:
     """(spec, problem, staged operands) of every way the tensor cores can run the request:
     each family that runs it as it is (nothing staged), then each family that runs it once
-    the operands it cannot read are copied into padded rows (``gemm_staging``; KGEN_STAGING)."""
+    the operands it cannot read are copied into padded rows (``staging``; KGEN_STAGING)."""
     from kgen.knobs import knobs
     from kgen.registry import families
 

@@ -159,7 +159,7 @@ class TensorCoreGemm(GemmFamily, KernelSpec):
 
         def operand(rows, cols, transposed, align):
             """Row-major storage (transposed: a view of its transpose) whose row stride is a
-            multiple of ``align``: a staged problem's padded rows (``gemm_staging``)."""
+            multiple of ``align``: a staged problem's padded rows (``staging``)."""
             r, c = (cols, rows) if transposed else (rows, cols)
             x = values((r, -(-c // align) * align), dtype)[:, :c]
             return x.T if transposed else x
