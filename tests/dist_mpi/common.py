@@ -8,7 +8,6 @@ import kgen.dist as kd
 from kgen.dist.dtypes import resolve_dtype
 from kgen.dist.layout import resolve
 
-ODD_SHAPES = [(1, 1), (2, 3), (7, 5), (13, 11)]
 TOLERANCE = {"float64": 1e-12, "float32": 2e-5, "float16": 4e-3, "bfloat16": 3e-2}
 
 

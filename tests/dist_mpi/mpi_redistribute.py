@@ -8,7 +8,7 @@ import itertools
 
 import numpy as np
 import pytest
-from common import ODD_SHAPES, everywhere, layouts, random
+from common import everywhere, layouts, random
 
 import kgen.dist as kd
 from kgen.dist.layout import owned, resolve
@@ -23,7 +23,7 @@ def lacking(src, dst, shape, rank) -> int:
     return int(np.sum(mask(dst) & ~mask(src)))
 
 
-@pytest.mark.parametrize("shape", ODD_SHAPES)
+@pytest.mark.parametrize("shape", [(1, 1), (2, 3), (13, 11)])
 def test_every_layout_pair_moves_the_minimum(shape, rng):
     world, me = kd.world_size(), kd.rank()
     x = random(rng, shape, "float32")
