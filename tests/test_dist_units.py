@@ -161,3 +161,12 @@ def test_dist_errors_pickle_with_their_fields():
 def test_importing_kgen_dist_starts_no_mpi():
     code = "import sys, kgen.dist; assert 'mpi4py' not in sys.modules and 'kgen.dist' not in sys.modules['kgen'].__all__"
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=60)
+
+
+def test_nothing_below_kgen_dist_imports_it():
+    from test_import_cycles import import_graph
+
+    graph = import_graph()
+    users = sorted(m for m, deps in graph.items() if not m.startswith("kgen.dist")
+                   and any(d == "kgen.dist" or d.startswith("kgen.dist.") for d in deps))
+    assert users == [], f"{users} import kgen.dist"

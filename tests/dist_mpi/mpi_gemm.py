@@ -62,3 +62,16 @@ def test_model_bytes_match_the_traffic(rng):
         kd.gemm(A, B, algorithm=algorithm)
         received = kd.traffic().received - before.received
         assert max(kd.context().comm.allgather_object(received)) == predicted, algorithm
+
+
+def test_summa_on_every_grid_and_transposed_operands(rng):
+    world = kd.world_size()
+    a, b = random(rng, (11, 6), "float64"), random(rng, (6, 7), "float64")
+    for p in [p for p in range(1, world + 1) if world % p == 0]:
+        grid = kd.block2d((p, world // p))
+        A, B = kd.from_global(a, grid), kd.from_global(b, grid)
+        C = kd.gemm(A, B, algorithm="summa")
+        assert C.layout == resolve(grid, world) and close(C.to_global(), a @ b, "float64"), grid
+        At = kd.from_global(a.T.copy(), grid).T            # col-ordered: SUMMA moves it to its grid first
+        for algorithm in kd.ALGORITHMS:
+            assert close(kd.gemm(At, B.T.T, algorithm=algorithm).to_global(), a @ b, "float64"), (grid, algorithm)
