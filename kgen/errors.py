@@ -110,3 +110,30 @@ class ReportError(KgenError):
     """A report page cannot be written."""
 
     default_remedy = "give -o a file in a folder that exists and that you may write to"
+
+
+class DistError(KgenError):
+    """The distributed runtime (kgen.dist) cannot do what was asked."""
+
+    default_remedy = "see docs/dist.md"
+
+
+class BackendError(DistError):
+    """The distributed backend asked for is not available, or the processes were not started
+    in a way it can join."""
+
+
+class DistLayoutError(DistError):
+    """A distributed layout or process grid is malformed or does not fit the ranks; raised
+    before any communication."""
+
+    default_remedy = ("name a layout (replicated, rows, cols, block2d, cyclic2d) whose grid "
+                      "p x q multiplies to the number of ranks and whose block sizes are positive")
+
+
+class MismatchError(DistError):
+    """The ranks disagree about a collective call (shape, layout, dtype, operation); every
+    rank raises the same one, with what each rank had under ``fields['values']``."""
+
+    default_remedy = ("call the same kgen.dist operations in the same order on every rank, with "
+                      "matrices of the same global shape, layout and dtype")

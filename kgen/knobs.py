@@ -184,6 +184,29 @@ class Knobs:
                               "(the tune was resumed later): `kgen report` cuts it from the time axis and "
                               "marks it")
 
+    dist_backend = _EnvKnob("KGEN_DIST_BACKEND", _one_of("auto", "mpi", "nccl"), lambda: "auto",
+                            "kgen.dist's backend when init() names none: mpi (host-memory ranks, NumPy "
+                            "local compute), nccl (GPU ranks: not in this version), auto (mpi)")
+    dist_check = _EnvKnob("KGEN_DIST_CHECK", _parse_bool, lambda: True,
+                          "each kgen.dist collective first allgathers a small descriptor of its operands, so "
+                          "ranks that disagree all raise the same MismatchError instead of hanging "
+                          "(0: skip it, one message latency less per operation)")
+    dist_alpha_us = _EnvKnob("KGEN_DIST_ALPHA_US", float, lambda: 5.0,
+                             "the latency (microseconds) kgen.dist's cost model charges per message when "
+                             "it picks a distributed GEMM algorithm")
+    dist_bandwidth_gbs = _EnvKnob("KGEN_DIST_BANDWIDTH_GBS", float, lambda: 10.0,
+                                  "the per-rank bandwidth (GB/s) kgen.dist's cost model charges for the "
+                                  "bytes a rank receives")
+    dist_panel = _EnvKnob("KGEN_DIST_PANEL", int, lambda: 256,
+                          "the widest k panel one SUMMA step broadcasts (0: whole blocks)")
+    launch_rank = _EnvKnob("RANK", int, lambda: -1,
+                           "this process's rank, as torchrun-style launchers set it (-1: not set)")
+    launch_world_size = _EnvKnob("WORLD_SIZE", int, lambda: -1,
+                                 "the number of ranks, as torchrun-style launchers set it (-1: not set)")
+    launch_local_rank = _EnvKnob("LOCAL_RANK", int, lambda: -1,
+                                 "this process's rank on its host, as torchrun-style launchers set it "
+                                 "(-1: not set)")
+
     @classmethod
     def describe(cls) -> list[tuple[str, str, str]]:
         """(variable, current value, meaning) for every knob."""

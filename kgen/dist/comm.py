@@ -1,0 +1,171 @@
+"""The communicator interface every kgen.dist backend implements, and the traffic it counts.
+
+A backend moves array payloads (1-D, contiguous, any supported dtype) with a handful of
+collectives; the public methods here count what each rank sends and receives and call the
+backend's ``_``-methods, which only move data. The counts are the payload each rank hands
+to, or takes from, other ranks in the collective's plain meaning, whatever schedule the
+library runs underneath (a tree broadcast relays data through ranks that are not counted as
+senders):
+
+- ``alltoallv``: what goes to / comes from other ranks, exactly;
+- ``allgatherv``: a rank sends its piece to each of the p - 1 others and receives theirs;
+- ``gatherv``: a rank sends its piece to the root, which receives the others';
+- ``bcast``: the root sends the buffer to each of the others, which receive it once;
+- ``reduce_scatter``: a rank sends every block but its own and receives p - 1 copies of its own;
+- ``allreduce``: a reduce-scatter then an allgather of the balanced blocks.
+
+Small Python objects (``allgather_object``, ``bcast_object``: the descriptors kgen.dist agrees
+on before a collective) are not counted. ``messages`` counts collective calls that move data.
+
+>>> t = Traffic()
+>>> t.add(8, 16); t.sent, t.received, t.messages
+(8, 16, 1)
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from kgen.dist.layout import block_start
+
+
+@dataclass
+class Traffic:
+    """Bytes this rank sent to and received from other ranks, and the collectives that moved
+    any; shared by a communicator and the ones split from it."""
+
+    sent: int = 0
+    received: int = 0
+    messages: int = 0
+
+    def add(self, sent: int, received: int) -> None:
+        self.sent += int(sent)
+        self.received += int(received)
+        if sent or received:
+            self.messages += 1
+
+    def reset(self) -> None:
+        self.sent = self.received = self.messages = 0
+
+    def snapshot(self) -> Traffic:
+        return Traffic(self.sent, self.received, self.messages)
+
+
+REDUCE_OPS = ("sum", "max")
+
+
+class Communicator(ABC):
+    """A group of ranks and the collectives kgen.dist needs, counted in ``traffic``."""
+
+    def __init__(self, rank: int, size: int, traffic: Traffic | None = None):
+        self.rank, self.size = rank, size
+        self.traffic = traffic if traffic is not None else Traffic()
+
+    # ---- counted collectives (arrays) ------------------------------------------------------
+
+    def alltoallv(self, send: np.ndarray, send_counts: Sequence[int], recv_counts: Sequence[int]) -> np.ndarray:
+        """Send ``send_counts[d]`` consecutive elements of ``send`` to each rank d; the result
+        holds ``recv_counts[s]`` elements from each rank s, in rank order."""
+        me, size = self.rank, send.dtype.itemsize
+        self.traffic.add((sum(send_counts) - send_counts[me]) * size, (sum(recv_counts) - recv_counts[me]) * size)
+        return self._alltoallv(np.ascontiguousarray(send), list(send_counts), list(recv_counts))
+
+    def allgatherv(self, send: np.ndarray, counts: Sequence[int]) -> np.ndarray:
+        """Every rank's ``send`` (``counts[r]`` elements from rank r), concatenated in rank order."""
+        size = send.dtype.itemsize
+        self.traffic.add(counts[self.rank] * (self.size - 1) * size, (sum(counts) - counts[self.rank]) * size)
+        return self._allgatherv(np.ascontiguousarray(send), list(counts))
+
+    def gatherv(self, send: np.ndarray, counts: Sequence[int], root: int) -> np.ndarray | None:
+        """As allgatherv, on ``root`` only (None elsewhere)."""
+        size = send.dtype.itemsize
+        if self.rank == root:
+            self.traffic.add(0, (sum(counts) - counts[root]) * size)
+        else:
+            self.traffic.add(counts[self.rank] * size, 0)
+        return self._gatherv(np.ascontiguousarray(send), list(counts), root)
+
+    def bcast(self, buf: np.ndarray, root: int) -> np.ndarray:
+        """``root``'s ``buf`` on every rank (others pass a buffer of the same shape and dtype)."""
+        if self.size > 1:
+            if self.rank == root:
+                self.traffic.add(buf.nbytes * (self.size - 1), 0)
+            else:
+                self.traffic.add(0, buf.nbytes)
+        return self._bcast(np.ascontiguousarray(buf), root)
+
+    def allreduce(self, x: np.ndarray, op: str = "sum") -> np.ndarray:
+        """The elementwise ``op`` ("sum" or "max") of every rank's ``x``."""
+        self._check_op(op)
+        if self.size > 1:
+            mine = _balanced(x.size, self.size)[self.rank]
+            moved = (x.size - mine) * self.reduction_dtype(x.dtype).itemsize
+            self.traffic.add(2 * moved, 2 * moved)
+        return self._allreduce(np.ascontiguousarray(x), op)
+
+    def reduce_scatter(self, x: np.ndarray, counts: Sequence[int], op: str = "sum") -> np.ndarray:
+        """Block r (``counts[r]`` elements, in order) of the elementwise ``op`` of every rank's
+        ``x``, on rank r."""
+        self._check_op(op)
+        size = self.reduction_dtype(x.dtype).itemsize
+        self.traffic.add((sum(counts) - counts[self.rank]) * size, counts[self.rank] * (self.size - 1) * size)
+        return self._reduce_scatter(np.ascontiguousarray(x), list(counts), op)
+
+    def reduction_dtype(self, dtype: np.dtype) -> np.dtype:
+        """The dtype a reduction of ``dtype`` travels in (a backend without half-precision
+        sums widens them)."""
+        return dtype
+
+    # ---- uncounted: small objects, synchronisation, sub-groups ----------------------------
+
+    @abstractmethod
+    def allgather_object(self, obj) -> list:
+        """Every rank's picklable ``obj``, in rank order."""
+
+    @abstractmethod
+    def bcast_object(self, obj, root: int):
+        """``root``'s picklable ``obj`` on every rank."""
+
+    @abstractmethod
+    def barrier(self) -> None:
+        """Return once every rank has called it."""
+
+    @abstractmethod
+    def split(self, color: int, key: int) -> Communicator:
+        """The ranks that passed the same ``color``, ordered by ``key``; shares ``traffic``."""
+
+    def free(self) -> None:
+        """Release what the backend holds for this communicator."""
+
+    # ---- what a backend implements --------------------------------------------------------
+
+    @abstractmethod
+    def _alltoallv(self, send: np.ndarray, send_counts: list[int], recv_counts: list[int]) -> np.ndarray: ...
+
+    @abstractmethod
+    def _allgatherv(self, send: np.ndarray, counts: list[int]) -> np.ndarray: ...
+
+    @abstractmethod
+    def _gatherv(self, send: np.ndarray, counts: list[int], root: int) -> np.ndarray | None: ...
+
+    @abstractmethod
+    def _bcast(self, buf: np.ndarray, root: int) -> np.ndarray: ...
+
+    @abstractmethod
+    def _allreduce(self, x: np.ndarray, op: str) -> np.ndarray: ...
+
+    @abstractmethod
+    def _reduce_scatter(self, x: np.ndarray, counts: list[int], op: str) -> np.ndarray: ...
+
+    @staticmethod
+    def _check_op(op: str) -> None:
+        if op not in REDUCE_OPS:
+            raise ValueError(f"reduction {op!r} is not one of {REDUCE_OPS}")
+
+
+def _balanced(n: int, parts: int) -> list[int]:
+    return [block_start(n, parts, i + 1) - block_start(n, parts, i) for i in range(parts)]

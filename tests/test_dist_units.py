@@ -1,0 +1,172 @@
+"""kgen.dist's parts that need no MPI: the GEMM cost model, how a launch is read, the
+agreement message, dtypes, the backends refused, traffic counting and the errors."""
+
+from __future__ import annotations
+
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import kgen.dist as kd
+from kgen.dist import dtypes
+from kgen.dist.bootstrap import Launch, describe_launch
+from kgen.dist.check import agree, describe_disagreement
+from kgen.dist.comm import Communicator
+from kgen.dist.cost import GemmCase, choose, estimate, summa_panels
+from kgen.dist.layout import resolve
+from kgen.errors import BackendError, DistLayoutError, DtypeError, KgenError, MismatchError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def case(m, n, k, p, a, b, c=None, out=None, itemsize=4):
+    r = lambda x: None if x is None else resolve(x, p)
+    return GemmCase(m, n, k, p, itemsize, 4, r(a), r(b), r(c), r(out))
+
+
+MODEL = dict(alpha_s=5e-6, beta_s=1e-10)
+
+
+def test_cost_model_picks_the_algorithm_whose_layouts_are_already_there():
+    assert choose(case(4096, 4096, 4096, 4, "replicated", "cols"), **MODEL) == "allgather"
+    assert choose(case(4096, 4096, 4096, 4, "cols", "rows"), **MODEL) == "reduce_scatter"
+    assert choose(case(4096, 4096, 4096, 4, "block2d", "block2d"), **MODEL) == "summa"
+    assert choose(case(9, 9, 9, 1, "rows", "cols"), **MODEL) == "allgather"      # one rank: all free, first wins
+
+
+def test_cost_model_counts_bytes_per_rank():
+    # allgather from rows: each of 4 ranks lacks 3/4 of A (1024 x 1024 float32)
+    e = estimate(case(1024, 512, 1024, 4, "rows", "cols"), "allgather", **MODEL)
+    assert e.bytes == 768 * 1024 * 4 and e.steps == 2
+    # reduce_scatter: each rank receives 3 partial copies of its 256 x 512 rows, in float32
+    e = estimate(case(1024, 512, 1024, 4, "cols", "rows"), "reduce_scatter", **MODEL)
+    assert e.bytes == 3 * 256 * 512 * 4
+    # summa on 2 x 2: half of A's row panel and half of B's column panel come from the peer
+    e = estimate(case(1024, 1024, 1024, 4, "block2d", "block2d"), "summa", **MODEL)
+    assert e.bytes == (512 * 512 + 512 * 512) * 4
+    # asking for another output layout adds that move
+    plain = estimate(case(64, 64, 64, 2, "replicated", "cols"), "allgather", **MODEL)
+    moved = estimate(case(64, 64, 64, 2, "replicated", "cols", out="rows"), "allgather", **MODEL)
+    assert plain.bytes == 0 and moved.bytes == 32 * 32 * 4
+
+
+def test_summa_panels_cut_at_both_splits_and_the_width():
+    assert summa_panels(10, (2, 2), 0) == [(0, 5), (5, 10)]
+    assert summa_panels(10, (2, 2), 2) == [(0, 2), (2, 4), (4, 5), (5, 7), (7, 9), (9, 10)]
+    assert summa_panels(0, (2, 2), 4) == []
+
+
+def test_launches_from_mpiexec_torchrun_or_alone():
+    unset = (-1, -1, -1)
+    assert describe_launch((3, 4, 1), unset) == Launch(3, 4, 1, "mpiexec")
+    assert describe_launch((3, 4, 1), (3, 4, 1)).how == "mpiexec"
+    assert describe_launch((0, 1, 0), (0, 1, 0)) == Launch(0, 1, 0, "torchrun")
+    assert describe_launch((0, 1, 0), unset) == Launch(0, 1, 0, "single")
+    with pytest.raises(BackendError, match="say otherwise"):
+        describe_launch((3, 4, 1), (0, 4, 0))
+    with pytest.raises(BackendError, match="mpiexec did not start it") as info:
+        describe_launch((0, 1, 0), (1, 2, 1))
+    assert "mpiexec -n 2" in info.value.remedy
+
+
+def test_disagreement_is_described_the_same_from_every_rank():
+    assert describe_disagreement("gemm", [(1, None), (1, None)]) is None
+    assert describe_disagreement("x", [(1, None), (2, None), (1, None)]) == \
+        "ranks disagree on x: ranks 0, 2 have 1; rank 1 has 2"
+    assert describe_disagreement("from_local", [(1, None), (1, "its shard is 3x4")]) == \
+        "from_local: rank 1: its shard is 3x4"
+
+
+class _Alone(Communicator):
+    """A one-rank communicator with no backend: enough for agree() and the traffic counts."""
+
+    def __init__(self):
+        super().__init__(0, 1)
+
+    def allgather_object(self, obj):
+        return [obj]
+
+    def bcast_object(self, obj, root):
+        return obj
+
+    def barrier(self):
+        pass
+
+    def split(self, color, key):
+        return self
+
+    def _alltoallv(self, send, sc, rc):
+        return send.copy()
+
+    _allgatherv = _alltoallv
+
+    def _gatherv(self, send, counts, root):
+        return send.copy()
+
+    def _bcast(self, buf, root):
+        return buf
+
+    def _allreduce(self, x, op):
+        return x.copy()
+
+    def _reduce_scatter(self, x, counts, op):
+        return x.copy()
+
+
+def test_a_rank_alone_moves_nothing_and_still_raises_its_own_complaint():
+    comm = _Alone()
+    comm.alltoallv(np.ones(3), [3], [3])
+    comm.allreduce(np.ones(3))
+    assert (comm.traffic.sent, comm.traffic.received, comm.traffic.messages) == (0, 0, 0)
+    with pytest.raises(MismatchError, match="rank 0: bad shard"):
+        agree(comm, "from_local", ("d",), "bad shard")
+    with pytest.raises(ValueError):
+        comm.allreduce(np.ones(2), "min")
+
+
+def test_dtypes_supported_and_refused(monkeypatch):
+    assert dtypes.resolve_dtype(np.float16) == np.float16
+    with pytest.raises(DtypeError, match="int64"):
+        dtypes.resolve_dtype("int64")
+    monkeypatch.setattr(dtypes, "_bfloat16", lambda: None)
+    with pytest.raises(DtypeError, match="ml_dtypes") as info:
+        dtypes.resolve_dtype("bfloat16")
+    assert "pip install ml_dtypes" in info.value.remedy
+    assert dtypes.supported() == ("float32", "float64", "float16")
+
+
+def test_the_gpu_backend_and_unknown_ones_are_refused(monkeypatch):
+    with pytest.raises(BackendError, match="not in this version"):
+        kd.init("nccl")
+    with pytest.raises(BackendError, match="unknown backend"):
+        kd.init("gloo")
+    monkeypatch.setenv("KGEN_DIST_BACKEND", "nccl")
+    with pytest.raises(BackendError, match="not in this version"):
+        kd.init()
+    with pytest.raises(KgenError, match="not initialized"):
+        kd.rank()
+
+
+def test_dist_errors_pickle_with_their_fields():
+    err = MismatchError("ranks disagree on gemm", values=[1, 2], complaints=[None, None])
+    back = pickle.loads(pickle.dumps(err))
+    assert type(back) is MismatchError and back.fields["values"] == [1, 2] and back.remedy
+    assert pickle.loads(pickle.dumps(DistLayoutError("bad grid"))).remedy
+
+
+def test_importing_kgen_dist_starts_no_mpi():
+    code = "import sys, kgen.dist; assert 'mpi4py' not in sys.modules and 'kgen.dist' not in sys.modules['kgen'].__all__"
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=60)
+
+
+def test_nothing_below_kgen_dist_imports_it():
+    from test_import_cycles import import_graph
+
+    graph = import_graph()
+    users = sorted(m for m, deps in graph.items() if not m.startswith("kgen.dist")
+                   and any(d == "kgen.dist" or d.startswith("kgen.dist.") for d in deps))
+    assert users == [], f"{users} import kgen.dist"
