@@ -3,7 +3,9 @@
 The exchange format is JSON lines, one ``record_to_dict`` per line (sorted keys), in the
 order ``write_jsonl`` writes; gzip is read too. Files are data only: every line is checked
 against the schema before anything is stored, and a file with any bad line imports nothing.
-``provenance.origin`` is local: export leaves it out, import sets ``import:<file name>``.
+``provenance.origin`` is local: export leaves it out, import sets ``import:<file name>``, or
+``trusted:<file name>`` with ``trust`` (``--trust``); dispatch uses imported records only once
+``kgen db verify`` confirmed them, or when trusted (``kgen.db.trust``).
 
 >>> import tempfile, pathlib
 >>> from kgen.db import MemoryStore
@@ -30,6 +32,7 @@ from typing import Any, Iterable
 from kgen.db.base import KEY_COLUMNS, Database, canonical, row_key, row_of
 from kgen.db.jsonl import write_jsonl
 from kgen.db.lines import REMEDY, parse_lines
+from kgen.db.trust import import_origin
 from kgen.errors import DatabaseError
 from kgen.measurement import Record
 
@@ -172,6 +175,7 @@ class ImportReport:
     read: int          # records in the file
     imported: int      # new records stored
     skipped: int       # already in the database (same key)
+    trusted: bool = False   # imported with trust: dispatch uses them without a verdict
 
 
 class _Counted:
@@ -198,26 +202,28 @@ def _stored_keys(db: Database, families: set[str]) -> set[tuple]:
     return {record_key(r) for f in families for r in db.records(f)}
 
 
-def import_file(path: str | os.PathLike, db: Database, fmt: str = "auto", **t4_keys) -> ImportReport:
+def import_file(path: str | os.PathLike, db: Database, fmt: str = "auto", *, trust: bool = False,
+                **t4_keys) -> ImportReport:
     """Validate every record of ``path``, then store the new ones in one transaction.
 
     Records whose key is already stored are skipped, so importing a file twice is harmless.
+    Each record's origin becomes ``import:<file name>`` (``trusted:<file name>`` with ``trust``).
     A SQL store gets rows built (in parallel for large files) and inserted chunk by chunk,
     while the next chunks are parsed, in one transaction that a bad line rolls back.
     """
     from kgen.db.sql import SqlStore
 
-    origin = f"import:{Path(path).name}"
+    origin = import_origin(Path(path).name, trust)
     with _gc_paused():
         if isinstance(db, SqlStore):
             counted = _Counted(read_chunks(Path(path), fmt, origin, t4_keys, as_rows=True))
             imported = db.insert_new(counted)
-            return ImportReport(str(path), counted.items, imported, counted.items - imported)
+            return ImportReport(str(path), counted.items, imported, counted.items - imported, trust)
         records = read_records(path, fmt, origin, **t4_keys)
         stored = _stored_keys(db, {r.family for r in records})
         new = [r for r in records if record_key(r) not in stored]
         db.commit(new)
-    return ImportReport(str(path), len(records), len(new), len(records) - len(new))
+    return ImportReport(str(path), len(records), len(new), len(records) - len(new), trust)
 
 
 # ---------------------------------------------------------------- export and merge
@@ -342,10 +348,11 @@ def _sql_stats(db) -> dict[str, Any]:
     c = _t.c
     one = lambda stmt: [tuple(row) for row in db._query(stmt)]   # noqa: E731
     like = lambda kind: sa.func.sum(sa.case((c.data.like(f'%"origin": "{kind}:%'), 1), else_=0))  # noqa: E731
-    n, imported, verified = one(sa.select(sa.func.count(), like("import"), like("verify")).select_from(_t))[0]
+    n, imported, trusted, verified = one(sa.select(sa.func.count(), like("import"), like("trusted"),
+                                                   like("verify")).select_from(_t))[0]
     problems = one(sa.select(sa.func.count()).select_from(sa.select(c.family, c.problem_key).distinct().subquery()))
-    local = n - (imported or 0) - (verified or 0)
-    origins = {"import": imported or 0, "local": local, "verify": verified or 0}
+    local = n - (imported or 0) - (trusted or 0) - (verified or 0)
+    origins = {"import": imported or 0, "local": local, "trusted": trusted or 0, "verify": verified or 0}
     return {"records": n, "problems": problems[0][0],
             "devices": [d for (d,) in one(sa.select(c.device).distinct().order_by(c.device))],
             "families": [f for (f,) in one(sa.select(c.family).distinct().order_by(c.family))],
@@ -354,8 +361,14 @@ def _sql_stats(db) -> dict[str, Any]:
             "origins": {k: v for k, v in origins.items() if v}}
 
 
+def _origin_kind(origin: str) -> str:
+    kind = origin.split(":")[0]
+    return kind if kind in ("import", "trusted", "verify") else "local"
+
+
 def stats(db: Database) -> dict[str, Any]:
-    """Records, problems, devices, families, failures by kind, origins, and the file's size."""
+    """Records, problems, devices, families, failures by kind, origins (import, trusted,
+    verify; the rest local), and the file's size."""
     from collections import Counter
 
     from kgen.db.sql import SqlStore
@@ -365,7 +378,7 @@ def stats(db: Database) -> dict[str, Any]:
     else:
         records = collect(db)
         kinds = Counter(r.measurement.failure.kind for r in records if r.measurement.failure)
-        origins = Counter(r.provenance.origin.split(":")[0] or "local" for r in records)
+        origins = Counter(_origin_kind(r.provenance.origin) for r in records)
         out = {"records": len(records),
                "problems": len({(r.family, r.measurement.problem_key) for r in records}),
                "devices": sorted({r.provenance.device for r in records}),
