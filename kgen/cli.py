@@ -523,36 +523,39 @@ def db_import(file: str = typer.Argument(..., help="a file from `kgen db export`
               fmt: str = typer.Option("auto", "--format", help="auto, jsonl or t4"),
               problem: Optional[str] = typer.Option(None, help="problem key of T4 results that carry no kgen keys"),
               device: Optional[str] = typer.Option(None, help="device name of T4 results that carry no kgen keys"),
+              skip_invalid: bool = typer.Option(False, "--skip-invalid",
+                                                help="leave out (and count) records invalid here instead of "
+                                                     "importing nothing"),
               trust: bool = typer.Option(False, "--trust", help="dispatch may use the file's records at once, "
                                                                 "without `kgen db verify`"),
               db: str = _DB_OPT) -> None:
-    """Validate a file, then store all its new records in one transaction (or none)."""
+    """Check a file (every record a valid config of its family with a plausible time), then store
+    its records in one transaction (or none)."""
     from kgen.db.exchange import import_file
 
     try:
         keys = {k: v for k, v in (("problem_key", problem), ("device", device)) if v}
-        report = import_file(file, _local_db(db), fmt, trust=trust, **keys)
+        report = import_file(file, _local_db(db), fmt, skip_invalid=skip_invalid, trust=trust, **keys)
     except KgenError as exc:
         _fail(exc)
-    use = ("trusted: dispatch uses them now" if trust else
-           "dispatch uses them once `kgen db verify` confirms them on this GPU (or import with --trust)")
-    console.print(f"imported {report.imported} records from {file} ({report.skipped} already stored); {use}",
-                  markup=False, highlight=False, soft_wrap=True)
+    console.print(report.summary(), markup=False, highlight=False, soft_wrap=True)
 
 
 @db_app.command("merge")
 def db_merge(inputs: list[str] = typer.Argument(..., help="exchange files to merge"),
-             output: str = typer.Option(..., "--output", "-o", help="file to write")) -> None:
-    """Merge exchange files into one, one record per key, in a fixed order."""
+             output: str = typer.Option(..., "--output", "-o", help="file to write"),
+             skip_invalid: bool = typer.Option(False, "--skip-invalid",
+                                               help="leave out (and count) records invalid here instead of "
+                                                    "writing nothing")) -> None:
+    """Merge exchange files into one (identical records once, conflicting ones all), each record
+    checked as an import checks it, in a fixed order."""
     from kgen.db.exchange import merge
 
     try:
-        report = merge(inputs, output)
+        report = merge(inputs, output, skip_invalid=skip_invalid)
     except KgenError as exc:
         _fail(exc)
-    extra = f", {report.conflicts} conflicting duplicates resolved" if report.conflicts else ""
-    console.print(f"merged {report.read} records from {len(inputs)} files into {report.written} "
-                  f"in {output}{extra}")
+    console.print(report.summary(len(inputs), output), markup=False, highlight=False, soft_wrap=True)
 
 
 @db_app.command("prune")

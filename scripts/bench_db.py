@@ -2,7 +2,8 @@
 
     python scripts/bench_db.py [--records 100000]
 
-Builds synthetic records (25 timed runs each, 100 configs per problem), then times: import
+Builds synthetic records (valid configs of the gemm family with plausible times, 25 timed
+runs each, 100 configs per problem), then times: import
 into a fresh SQLite file through ``import_file`` (validation included; lines parsed by
 ``KGEN_DB_WORKERS`` processes, default one per CPU), export, merge of two
 overlapping files, and ``best()`` latency, cold (first call on a freshly opened store) and
@@ -31,7 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from kgen.db import SqlStore, write_jsonl  # noqa: E402
-from kgen.db.exchange import _gc_paused, export, import_file, merge, read_records, read_rows  # noqa: E402
+from kgen.db.exchange import export, import_file, merge, read_records, read_rows  # noqa: E402
+from kgen.db.reading import gc_paused  # noqa: E402
 from kgen.knobs import knobs  # noqa: E402
 from kgen.measurement import Measurement, Provenance, Record, Timing  # noqa: E402
 
@@ -135,7 +137,7 @@ def timed_write(op: str, path: Path, write, note: str) -> dict:
     garbage collector paused as ``import_file`` pauses it."""
     store = SqlStore(f"sqlite:///{path}")
     try:
-        with _gc_paused():
+        with gc_paused():
             n, s = timed(lambda: write(store))
     finally:
         store.close()
@@ -192,8 +194,8 @@ def main() -> None:
         rows.append({"op": "import_parse_rows", "records": len(rows_in), "seconds": round(s, 3),
                      "records_per_s": round(len(rows_in) / s), "parse_workers": knobs.db_workers,
                      "note": "the first half of import: lines to validated SQL rows"})
-        rows.append(timed_write("import_insert", tmp / "rows.db", lambda db: db.insert_new(rows_in),
-                                "the second half: SqlStore.insert_new, one transaction"))
+        rows.append(timed_write("import_insert", tmp / "rows.db", lambda db: db.add_rows(rows_in).written,
+                                "the second half: SqlStore.add_rows, one transaction"))
         rows_in = None
         parsed, s = timed(lambda: read_records(tmp / "all.jsonl"))          # as merge reads
         rows.append({"op": "import_read_validate", "records": len(parsed), "seconds": round(s, 3),

@@ -32,7 +32,11 @@ class Database(ABC):
     def commit(self, records: Iterable[Record]) -> int:
         """Write all records in one transaction under the conflict rule (``kgen.db.conflicts``:
         a record identical to one held, origin aside, is not written again; one with other
-        content under a held key is written beside it); return how many were written."""
+        content under a held key is written beside it); return how many were written.
+
+        For records measured here (a tune, ``kgen db verify``): they are not checked against
+        their family's space. Records from elsewhere go through ``kgen.db.exchange``
+        (``import_file``, ``import_records``), which checks them (``kgen.db.validity``)."""
 
     @abstractmethod
     def records(self, family: str, problem_key: str | None = None, device: str | None = None,

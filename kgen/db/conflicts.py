@@ -9,10 +9,14 @@ same commit):
   measurement, held once. The one already held stays, with its origin; it is counted as a
   duplicate ("already stored").
 - **different** (another time, or any other field): both are kept, as two measurements of
-  the same config, and it is counted as a conflict. Dispatch takes the fastest it may use of
-  them.
+  the same config, and it is counted as a conflict ("N conflicting records kept"). Dispatch
+  takes the fastest it may use of them: under ``KGEN_VERIFIED_ONLY`` (the default) an
+  imported record only once ``kgen db verify`` found its time on this device
+  (``kgen.db.trust``), so of two conflicting imported times the verified one wins.
 
-``Held.admit`` is the rule; ``MemoryStore.commit`` and ``SqlStore.commit`` / ``add_rows`` go
+Nothing is dropped silently: import and merge summaries say how many records were duplicates
+and how many conflicts were kept. ``Held.admit`` is the rule; ``MemoryStore.commit``,
+``SqlStore.commit`` / ``add_rows``, ``import_file``, ``import_records`` and ``merge`` all go
 through it.
 
 >>> held = Held()

@@ -240,33 +240,6 @@ class SqlStore(Database):
 
         return self._in_transaction(insert)
 
-    def insert_new(self, rows: list[tuple] | Iterable[list[tuple]]) -> int:
-        """Store the rows (``row_of`` tuples) whose key (``KEY_COLUMNS``) is not stored yet,
-        in one transaction; return how many were new. ``rows`` may instead be an iterable of
-        lists of rows, stored as they come; an exception it raises rolls everything back."""
-        if isinstance(rows, list):
-            if not rows:
-                return 0
-            rows = [rows]
-
-        def insert(conn: sa.Connection) -> int:
-            c = _t.c
-            stored: set[tuple] = set()
-            families: set[str] = set()
-            count = 0
-            for chunk in rows:
-                fresh = {row[0] for row in chunk} - families
-                if fresh:
-                    keys = sa.select(*(c[k] for k in KEY_COLUMNS)).where(c.family.in_(sorted(fresh)))
-                    stored.update(tuple(key) for key in conn.execute(keys))
-                    families |= fresh
-                new = [row for row in chunk if row_key(row) not in stored]
-                self._insert(conn, new)
-                count += len(new)
-            return count
-
-        return self._in_transaction(insert)
-
     def _in_transaction(self, write):
         try:
             with self._write() as conn, conn.begin():

@@ -5,7 +5,7 @@ import sets it, whatever the file says.
 
 - ``""`` (or any origin not below, e.g. ``vendor:...``, ``carried:...``): measured by this kgen
   or shipped with it. Always trusted.
-- ``import:<file>``: imported by ``kgen db import`` (or ``import_file``).
+- ``import:<file>``: imported by ``kgen db import`` (or ``import_file`` / ``import_records``).
   Trusted only once ``kgen db verify`` re-measured its config on this device and found its time
   (``kgen.db.verify``).
 - ``trusted:<file>``: imported with ``--trust`` (``trust=True``): whoever imported it vouches
