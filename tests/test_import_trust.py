@@ -414,3 +414,27 @@ def test_the_conflict_rule_on_postgresql(pg_url, tmp_path):  # noqa: F811
         assert (report.imported, report.skipped, report.conflicts) == (2, 1, 1)
         assert _texts(db.records("gemm")) == _texts([a, a2, b])
         assert db.commit([a2, b]) == 0
+        assert import_file(tmp_path / "coming.jsonl", db, trust=True).now_trusted == 2     # a2 and b
+        assert sorted(r.provenance.origin for r in db.records("gemm")) == ["", "trusted:coming.jsonl",
+                                                                           "trusted:coming.jsonl"]
+
+
+def test_importing_again_with_trust_makes_the_held_imports_trusted(store, tmp_path, monkeypatch):
+    monkeypatch.setenv("KGEN_VENDOR", "0")
+    write_jsonl(tmp_path / "theirs.jsonl", [rec(0, 0.5), rec(1, 0.6)])
+    import_file(tmp_path / "theirs.jsonl", store)
+    assert _choose(store).how != "tuned"
+    again = import_file(tmp_path / "theirs.jsonl", store, trust=True)
+    assert (again.imported, again.skipped, again.now_trusted) == (0, 2, 2)
+    assert "2 already stored, 2 of them now trusted" in again.summary()
+    assert sorted(r.provenance.origin for r in store.records("gemm")) == ["trusted:theirs.jsonl"] * 2
+    assert store.count() == 2 and _choose(store).how == "tuned"
+    once_more = import_file(tmp_path / "theirs.jsonl", store)          # without --trust: trust stays
+    assert (once_more.skipped, once_more.now_trusted) == (2, 0)
+    assert sorted(r.provenance.origin for r in store.records("gemm")) == ["trusted:theirs.jsonl"] * 2
+
+
+def test_a_commit_holding_an_import_and_its_trusted_copy_keeps_one_trusted_record(store):
+    plain, trusted = rec(0, origin="import:a.jsonl"), rec(0, origin="trusted:a.jsonl")
+    assert store.commit([plain, trusted]) == 1
+    assert [r.provenance.origin for r in store.records("gemm")] == ["trusted:a.jsonl"]

@@ -53,10 +53,12 @@ class ImportReport:
     invalid: int = 0             # invalid here, left out by skip_invalid
     examples: tuple[str, ...] = ()   # the first of those, "file:line: why"
     trusted: bool = False        # imported with trust: dispatch uses them without a verdict
+    now_trusted: int = 0         # of the skipped, imports held without trust that trust made trusted
 
     def summary(self) -> str:
         """The one line ``kgen db import`` prints."""
-        parts = [f"{self.skipped} already stored"]
+        parts = [f"{self.skipped} already stored" + (f", {self.now_trusted} of them now trusted"
+                                                     if self.now_trusted else "")]
         if self.conflicts:
             parts.append(f"{self.conflicts} conflicting records kept")
         if self.invalid:
@@ -100,13 +102,13 @@ def _store(records: list[Record], db: Database) -> Tally:
         return db.add_rows([row_of(r) for r in records])
     held = Held(_held_texts(db, {r.family for r in records}))
     kept = held.admit((record_key(r), text, r) for r in records for text in (canonical(r),))
-    db.commit(kept)
+    db.commit(kept + [r for *_, r in held.upgrades])      # the store's own rule rewrites held imports
     return held.tally
 
 
 def _report(path: str, read: int, tally: Tally, skipped: list[str], trust: bool) -> ImportReport:
     return ImportReport(path, read, tally.written, tally.duplicates, tally.conflicts, len(skipped),
-                        tuple(skipped[:EXAMPLES]), trust)
+                        tuple(skipped[:EXAMPLES]), trust, tally.trusted)
 
 
 def import_file(path: str | os.PathLike, db: Database, fmt: str = "auto", *, skip_invalid: bool = False,

@@ -31,8 +31,13 @@ class MemoryStore(Database):
 
     def commit(self, records: Iterable[Record]) -> int:
         batch = [(record_key(r), text, (r, text)) for r in records for text in (canonical(r),)]  # all or nothing
-        rows = Held(self._texts).admit(batch)
+        held = Held(self._texts)
+        rows = held.admit(batch)
         self._add_rows(rows)
+        for key, old, new, (record, _) in held.upgrades:     # a held import now trusted
+            family_rows = self._rows[key[0]]
+            at = next(i for i, (_, text) in enumerate(family_rows) if text == old)
+            family_rows[at] = (record, new)
         return len(rows)
 
     def _select(self, family, problem_key, device, template_digest, cc=None):

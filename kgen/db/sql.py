@@ -110,6 +110,15 @@ def _texts_of(conn: sa.Connection, keys: list[tuple]) -> dict[tuple, list[str]]:
     return out
 
 
+def _rewrite(conn: sa.Connection, upgrades: list[tuple]) -> None:
+    """Give each held row of ``upgrades`` ((key, held text, new text, _)) its new text."""
+    c = _t.c
+    key = sa.and_(*(c[k] == sa.bindparam(f"k_{k}") for k in KEY_COLUMNS), c.data == sa.bindparam("old"))
+    conn.execute(sa.update(_t).where(key).values(data=sa.bindparam("new")),
+                 [{**{f"k_{k}": v for k, v in zip(KEY_COLUMNS, held_key)}, "old": old, "new": new}
+                  for held_key, old, new, _ in upgrades])
+
+
 def _where(family, problem_key=None, device=None, template_digest=None, cc=None):
     conds = [_t.c.family == family]
     for col, value in (("problem_key", problem_key), ("device", device), ("cc", cc),
@@ -236,6 +245,9 @@ class SqlStore(Database):
                     for key, texts in _texts_of(conn, sorted({row_key(row) for row in chunk})).items():
                         held.texts.setdefault(key, []).extend(texts)
                 self._insert(conn, held.admit((row_key(row), row[-1], row) for row in chunk))
+                if held.upgrades:                 # held imports a --trust import makes trusted
+                    _rewrite(conn, held.upgrades)
+                    held.upgrades.clear()
             return held.tally
 
         return self._in_transaction(insert)

@@ -9,7 +9,8 @@ import sets it, whatever the file says.
   Trusted only once ``kgen db verify`` re-measured its config on this device and found its time
   (``kgen.db.verify``).
 - ``trusted:<file>``: imported with ``--trust`` (``trust=True``): whoever imported it vouches
-  for the file. Trusted.
+  for the file. Trusted. Importing a file again with ``--trust`` makes its records held as
+  ``import:`` trusted (``kgen.db.conflicts``).
 - ``verify:verified`` / ``verify:rejected``: a re-measurement made here by ``kgen db verify``;
   a measurement of this machine, so trusted itself.
 
