@@ -431,9 +431,12 @@ def _replayed(recording, problem, choice):
 def db_ls(family: Optional[str] = typer.Option(None), device: Optional[str] = typer.Option(None),
           db: str = typer.Option("")) -> None:
     """Tuned problems: records measured (and replayed: answered from a recording, never used by
-    dispatch), failures, the best measured generated kernel's time and config, and the vendor
-    library's time (config ``cublas``, measured beside it)."""
+    dispatch), failures, the best measured generated kernel's time, config and trust (local;
+    imported and trusted, verified, unverified or rejected: dispatch uses an unverified or
+    rejected import only under KGEN_VERIFIED_ONLY=0), and the vendor library's time (config
+    ``cublas``, measured beside it)."""
     from kgen.db.base import is_replayed, usable_time
+    from kgen.db.trust import trust_state
     from kgen.vendor import is_vendor_record
 
     def fastest(records):
@@ -443,7 +446,8 @@ def db_ls(family: Optional[str] = typer.Option(None), device: Optional[str] = ty
     try:
         store = _open_db(db)
         table = Table(title="tuned problems")
-        for col in ("family", "device", "problem", "records", "replayed", "failed", "best", "config", "cuBLAS"):
+        for col in ("family", "device", "problem", "records", "replayed", "failed", "best", "config", "trust",
+                    "cuBLAS"):
             table.add_column(col)
         for fam in ([family] if family else store.families()):
             for key in store.problems(fam, device):
@@ -457,6 +461,7 @@ def db_ls(family: Optional[str] = typer.Option(None), device: Optional[str] = ty
                                   str(sum(1 for r in mine if r.measurement.failure)),
                                   _fmt_ms(best.measurement.time_ms) if best else "-",
                                   best.measurement.config_name if best else "-",
+                                  trust_state(best, mine) if best else "-",
                                   _fmt_ms(vendor.measurement.time_ms) if vendor else "-")
     except KgenError as exc:
         _fail(exc)
@@ -518,32 +523,39 @@ def db_import(file: str = typer.Argument(..., help="a file from `kgen db export`
               fmt: str = typer.Option("auto", "--format", help="auto, jsonl or t4"),
               problem: Optional[str] = typer.Option(None, help="problem key of T4 results that carry no kgen keys"),
               device: Optional[str] = typer.Option(None, help="device name of T4 results that carry no kgen keys"),
+              skip_invalid: bool = typer.Option(False, "--skip-invalid",
+                                                help="leave out (and count) records invalid here instead of "
+                                                     "importing nothing"),
+              trust: bool = typer.Option(False, "--trust", help="dispatch may use the file's records at once, "
+                                                                "without `kgen db verify`"),
               db: str = _DB_OPT) -> None:
-    """Validate a file, then store all its new records in one transaction (or none)."""
+    """Check a file (every record a valid config of its family with a plausible time), then store
+    its records in one transaction (or none)."""
     from kgen.db.exchange import import_file
 
     try:
         keys = {k: v for k, v in (("problem_key", problem), ("device", device)) if v}
-        report = import_file(file, _local_db(db), fmt, **keys)
+        report = import_file(file, _local_db(db), fmt, skip_invalid=skip_invalid, trust=trust, **keys)
     except KgenError as exc:
         _fail(exc)
-    console.print(f"imported {report.imported} records from {file} "
-                  f"({report.skipped} already stored); check them here with `kgen db verify`")
+    console.print(report.summary(), markup=False, highlight=False, soft_wrap=True)
 
 
 @db_app.command("merge")
 def db_merge(inputs: list[str] = typer.Argument(..., help="exchange files to merge"),
-             output: str = typer.Option(..., "--output", "-o", help="file to write")) -> None:
-    """Merge exchange files into one, one record per key, in a fixed order."""
+             output: str = typer.Option(..., "--output", "-o", help="file to write"),
+             skip_invalid: bool = typer.Option(False, "--skip-invalid",
+                                               help="leave out (and count) records invalid here instead of "
+                                                    "writing nothing")) -> None:
+    """Merge exchange files into one (identical records once, conflicting ones all), each record
+    checked as an import checks it, in a fixed order."""
     from kgen.db.exchange import merge
 
     try:
-        report = merge(inputs, output)
+        report = merge(inputs, output, skip_invalid=skip_invalid)
     except KgenError as exc:
         _fail(exc)
-    extra = f", {report.conflicts} conflicting duplicates resolved" if report.conflicts else ""
-    console.print(f"merged {report.read} records from {len(inputs)} files into {report.written} "
-                  f"in {output}{extra}")
+    console.print(report.summary(len(inputs), output), markup=False, highlight=False, soft_wrap=True)
 
 
 @db_app.command("prune")

@@ -9,8 +9,10 @@ config of the nearest tuned problem of the same family (distance on log2 of the 
 parameters, everything else equal) when it is valid here, among the records
 ``KGEN_DISPATCH_POLICY`` admits (device: this device's; arch: this compute capability's;
 any: every device's; the template digest always matches), and the family's default config.
-``KGEN_STRICT=1`` raises instead of falling back. Everything after the first call of a
-problem is served from memory: no database, no compiler, no synchronisation. A background
+Records are used only where dispatch may trust them (``kgen.db.trust``): under
+``KGEN_VERIFIED_ONLY`` (the default) an imported record once ``kgen db verify`` confirmed it
+here, or when it was imported with ``--trust``. ``KGEN_STRICT=1`` raises instead of falling
+back. Everything after the first call of a problem is served from memory: no database, no compiler, no synchronisation. A background
 thread looks at the database files' fingerprint every ``KGEN_REFRESH_S`` seconds and drops
 every cached choice when it changed (another process tuned or imported); ``kgen.refresh()``
 does it at once, and is the only way for a database on a server.
@@ -129,7 +131,7 @@ class Dispatcher:
         """The vendor library as this problem's candidate: with its stored time, or unmeasured."""
         if not knobs.vendor or not spec.vendor_supported(problem):
             return None
-        record = self.db.best(spec.family, problem.key, target.name, VENDOR_DIGEST)
+        record = self._best(spec.family, problem.key, target.name, VENDOR_DIGEST)
         if record is not None and record.measurement.time_ms < floor_ms(spec, problem):
             record = None                   # an invented time: the candidate counts as unmeasured
         time_ms = record.measurement.time_ms if record is not None else None
@@ -149,12 +151,14 @@ class Dispatcher:
         return Choice(spec.default_config(problem, target), "default")
 
     def _valid_best(self, spec, problem: Problem, target: Target, digest: str):
-        """(record, config) of the fastest tuned record whose config is valid in the family's
-        space and whose time is above the physical floor (``kgen.plausible``); a record that
-        is not (a shared file's bad or hostile values, an invented time) is passed over with
-        a warning and never rendered, and a replayed trial (no measurement of this machine)
-        is passed over too."""
+        """(record, config) of the fastest tuned record dispatch may use: its config valid in the
+        family's space, its time above the physical floor (``kgen.plausible``), measured (not
+        replayed), and trusted (``kgen.db.trust``: under KGEN_VERIFIED_ONLY, the default, an
+        imported record only once verified here or imported with --trust). A record that is
+        not (a shared file's bad or hostile values, an invented time, an unverified import) is
+        passed over, with a warning for the first two, and never rendered."""
         from kgen.db.base import is_replayed, usable_time      # (importing kgen loads no database code)
+        from kgen.db.trust import is_trusted, needs_verdict
 
         best = self._best(spec.family, problem.key, target.name, digest)
         if best is None:
@@ -173,9 +177,9 @@ class Dispatcher:
             log.warning("%s: the best record (%r, %s ms) is not a valid %s config or is faster than any GPU "
                         "(%.4f ms); passed over", problem.key, best.measurement.config_name,
                         best.measurement.time_ms, spec.family, floor)
-        if knobs.verified_only:
-            return None
-        timed = [r for r in self.db.records(spec.family, problem.key, target.name, digest) if usable(r)]
+        records = self.db.records(spec.family, problem.key, target.name, digest)
+        timed = [r for r in records if usable(r)
+                 and (not knobs.verified_only or not needs_verdict(r) or is_trusted(r, records))]
         for record in sorted(timed, key=lambda r: (usable_time(r), r.measurement.config_name)):
             config = space.trusted(record.measurement.config)
             if config is not None:
@@ -183,11 +187,11 @@ class Dispatcher:
         return None
 
     def _best(self, family: str, key: str, device: str, digest: str, **scope):
-        """The database's best record, or only among trusted ones under KGEN_VERIFIED_ONLY=1."""
+        """The database's best record; only among trusted ones under KGEN_VERIFIED_ONLY (the default)."""
         if knobs.verified_only:
-            from kgen.db.verify import trusted_best
+            from kgen.db.trust import trusted_best
 
-            return trusted_best(self.db, family, key, device, digest)
+            return trusted_best(self.db, family, key, device, digest, **scope)
         return self.db.best(family, key, device, digest, **scope)
 
     def _nearest(self, spec, problem: Problem, target: Target, digest: str) -> Choice | None:

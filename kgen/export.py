@@ -136,6 +136,9 @@ def export_package(family: str, out_dir: str | Path, name: str = "kgen_kernels",
                         remedy="call them through kgen, or export a family that has an export runtime")
     if not name.isidentifier():
         raise KgenError(f"{name!r} is not a Python package name", remedy="use letters, digits and _")
+    from kgen.db.trust import trusted_best
+    from kgen.knobs import knobs
+
     if db is None:
         from kgen.db import open_default
 
@@ -146,7 +149,8 @@ def export_package(family: str, out_dir: str | Path, name: str = "kgen_kernels",
     bests = []
     for key in db.problems(family, device, digest):
         if wanted is None or key in wanted:
-            best = db.best(family, key, device, digest)
+            best = trusted_best(db, family, key, device, digest) if knobs.verified_only else \
+                db.best(family, key, device, digest)     # as dispatch chooses (kgen.db.trust)
             if best is not None:
                 bests.append(best)
     if not bests:

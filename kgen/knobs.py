@@ -77,8 +77,9 @@ class Knobs:
     tune_on_miss = _EnvKnob("KGEN_TUNE_ON_MISS", int, lambda: 0,
                             "trials of a background tune started when dispatch meets an untuned problem "
                             "(0: off)")
-    verified_only = _EnvKnob("KGEN_VERIFIED_ONLY", _parse_bool, lambda: False,
-                             "dispatch ignores imported records until `kgen db verify` confirmed them")
+    verified_only = _EnvKnob("KGEN_VERIFIED_ONLY", _parse_bool, lambda: True,
+                             "dispatch uses an imported record only once `kgen db verify` confirmed it on "
+                             "this device, or when it was imported with --trust (0: as soon as it is stored)")
     dispatch_policy = _EnvKnob("KGEN_DISPATCH_POLICY", _one_of("device", "arch", "any"), lambda: "device",
                                "records dispatch may borrow for an untuned problem's nearest tuned one: "
                                "device (same device name), arch (same compute capability), any")

@@ -114,13 +114,17 @@ class Target:
         return d
 
     @classmethod
-    def h200(cls, name: str = "NVIDIA H200") -> "Target":
-        """The NVIDIA H200 (or a Hopper of that shape) as a GPU-less target: for CI and replay."""
-        from kgen.toolkit import nvrtc_version
+    def h200(cls, name: str = "NVIDIA H200", cc: tuple[int, int] = (9, 0),
+             nvrtc: str | None = None) -> "Target":
+        """The NVIDIA H200 (or a Hopper of that shape) as a GPU-less target: for CI and replay.
+        ``nvrtc``: the NVRTC version to record (default: the installed one, looked up)."""
+        if nvrtc is None:
+            from kgen.toolkit import nvrtc_version
 
-        return cls(name=name, cc=(9, 0), sm_count=132, smem_per_block=48 * 1024,
+            nvrtc = nvrtc_version()
+        return cls(name=name, cc=tuple(cc), sm_count=132, smem_per_block=48 * 1024,
                    smem_per_block_optin=227 * 1024, smem_per_sm=228 * 1024,
-                   l2_bytes=60 * 1024 * 1024, nvrtc_version=nvrtc_version())
+                   l2_bytes=60 * 1024 * 1024, nvrtc_version=nvrtc)
 
     @classmethod
     def detect(cls, device_id: int = 0) -> "Target":

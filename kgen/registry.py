@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "kgen.families"
 _REGISTRY: dict[str, KernelSpec] = {}
+_REGISTERED: set[str] = set()        # names given a spec by register() in this process
 _LOCK = threading.RLock()
 
 
@@ -43,7 +44,15 @@ def register(spec: KernelSpec) -> KernelSpec:
                                  remedy="set the class attribute `family`")
     with _LOCK:
         _REGISTRY[spec.family] = spec
+        _REGISTERED.add(spec.family)
     return spec
+
+
+def registered_in_process() -> bool:
+    """Whether ``register`` gave some family its spec in this process: a process started
+    afresh (spawned, not forked) would not see it, or would see another spec of that name."""
+    with _LOCK:
+        return any(name in _REGISTRY for name in _REGISTERED)
 
 
 @functools.lru_cache(maxsize=1)

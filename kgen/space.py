@@ -129,13 +129,19 @@ class Space:
     def __post_init__(self):
         object.__setattr__(self, "params", tuple(self.params))
         object.__setattr__(self, "constraints", tuple(self.constraints))
-        names = [p.name for p in self.params]
+        names = tuple(p.name for p in self.params)
         if len(set(names)) != len(names):
-            raise SpaceError(f"parameter names repeat: {names}")
+            raise SpaceError(f"parameter names repeat: {list(names)}")
+        object.__setattr__(self, "_names", names)
+        object.__setattr__(self, "_name_set", frozenset(names))
+        # constraints that declare the parameters they read are checked on the parameters alone
+        # (as enumeration checks them); the others on the values with every derived one
+        object.__setattr__(self, "_on_params", tuple(c.params is not None and set(c.params) <= set(names)
+                                                     for c in self.constraints))
 
     @property
     def names(self) -> tuple[str, ...]:
-        return tuple(p.name for p in self.params)
+        return self._names
 
     def size(self) -> int:
         n = 1
@@ -160,19 +166,29 @@ class Space:
 
     def violations(self, values: Values) -> list[str]:
         """Names of the constraints the values break; empty when the config is valid."""
-        values = self.complete(values)
-        missing = [n for n in self.names if n not in values]
-        unknown = [k for k in values if k not in self.names]
-        if missing or unknown:
+        return self._violations(self.complete(values))
+
+    def _violations(self, values: dict[str, Any]) -> list[str]:
+        """``violations`` of values ``complete`` gave."""
+        if values.keys() != self._name_set:
+            missing = [n for n in self._names if n not in values]
+            unknown = [k for k in values if k not in self._name_set]
             raise SpaceError(f"config values do not match the space: missing {missing}, unknown {unknown}")
         for p in self.params:
-            if not p.allows(values[p.name]):
-                return [f"{p.name}={values[p.name]!r} is not one of {p.choices}"]
-        full = self.full_values(values)
-        broken = []
-        for c in self.constraints:
+            v = values[p.name]
             try:
-                ok = bool(c.holds(full))
+                allowed = (type(v), v) in p._allowed        # Param.allows, inlined: the hot path of import
+            except TypeError:
+                allowed = False
+            if not allowed:
+                return [f"{p.name}={v!r} is not one of {p.choices}"]
+        full = None
+        broken = []
+        for c, on_params in zip(self.constraints, self._on_params):
+            if not on_params and full is None:
+                full = self.full_values(values)
+            try:
+                ok = bool(c.holds(values if on_params else full))
             except (ZeroDivisionError, ValueError, KeyError, TypeError) as exc:
                 ok = False
                 broken.append(f"{c.name} ({type(exc).__name__})")
@@ -186,24 +202,38 @@ class Space:
 
     def make(self, values: Values) -> Config:
         """A Config from values, valid or not (the name never depends on validity)."""
-        values = self.complete(values)
-        ordered = {n: values[n] for n in self.names}
+        return self._make(self.complete(values))
+
+    def _make(self, values: dict[str, Any]) -> Config:
+        ordered = {n: values[n] for n in self._names}
         name = self.namer(ordered)
         if not _IDENTIFIER.match(name):
             raise SpaceError(f"the namer gave {name!r}, which is not a C identifier")
         return Config(name=name, values=tuple(ordered.items()))
+
+    def trusted_name(self, values: Values) -> str | None:
+        """``trusted(values).name`` without the Config (None where ``trusted`` gives None)."""
+        values = self.complete(values)
+        try:
+            if self._violations(values):
+                return None
+        except SpaceError:
+            return None
+        name = self.namer({n: values[n] for n in self._names})
+        return name if _IDENTIFIER.match(name) else None
 
     def trusted(self, values: Values) -> Config | None:
         """The Config of values read from a record or a file, or None where they are not a
         valid config of this space (a parameter missing or unknown, a value not one of the
         declared choices of its type, a broken constraint). The name comes from the values,
         never from the record."""
+        values = self.complete(values)
         try:
-            if self.violations(values):
+            if self._violations(values):
                 return None
         except SpaceError:
             return None
-        return self.make(values)
+        return self._make(values)
 
     def config(self, **values) -> Config:
         """A valid Config; raises SpaceError naming the broken constraints otherwise."""

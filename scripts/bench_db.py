@@ -2,7 +2,8 @@
 
     python scripts/bench_db.py [--records 100000]
 
-Builds synthetic records (25 timed runs each, 100 configs per problem), then times: import
+Builds synthetic records (valid configs of the gemm family with plausible times, 25 timed
+runs each, 100 configs per problem), then times: import
 into a fresh SQLite file through ``import_file`` (validation included; lines parsed by
 ``KGEN_DB_WORKERS`` processes, default one per CPU), export, merge of two
 overlapping files, and ``best()`` latency, cold (first call on a freshly opened store) and
@@ -31,7 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from kgen.db import SqlStore, write_jsonl  # noqa: E402
-from kgen.db.exchange import _gc_paused, export, import_file, merge, read_records, read_rows  # noqa: E402
+from kgen.db.exchange import export, import_file, merge, read_records, read_rows  # noqa: E402
+from kgen.db.reading import gc_paused  # noqa: E402
 from kgen.knobs import knobs  # noqa: E402
 from kgen.measurement import Measurement, Provenance, Record, Timing  # noqa: E402
 
@@ -78,28 +80,47 @@ def commit() -> str:
     return "unknown"
 
 
+def _config_pool(spec, target) -> list:
+    """Configs of the gemm family valid for every problem ``synthetic`` makes (256 to 32,000
+    rows and columns, k 256 to 2048, float32 NN, alignment 4): those of the smallest problem
+    without split-K or grouping, whose other constraints do not depend on the shape."""
+    from kgen.kernels.gemm.problem import gemm_problem
+
+    space = spec.space(gemm_problem(256, 256, 256), target)
+    return [c for c in space.configs() if c["SK"] == 1 and c["GM"] == 1]
+
+
 def synthetic(n: int, configs: int = 100, seed: int = 0) -> list[Record]:
-    """``n`` successful and failed records: n / configs gemm problems on two devices."""
+    """``n`` successful and failed records: n / configs gemm problems on two devices, each
+    with ``configs`` valid configs of the installed gemm family and plausible times (import
+    checks both)."""
+    from kgen.kernels.gemm.problem import gemm_problem
+    from kgen.measurement import Failure
+    from kgen.problem import Target
+    from kgen.registry import get_spec
+
+    spec = get_spec("gemm")
+    digest = spec.template_digest()
+    pool = _config_pool(spec, Target.h200())
     rng = random.Random(seed)
     out = []
+    chosen: list = []
     for i in range(n):
         p, c = divmod(i, configs)
         m, k = 256 * (1 + p // 8), 256 * (1 + p % 8)
-        key = f"gemm|align_a=4|align_b=4|dtype=float32|k={k}|layout=NN|m={m}|n={m}"
-        base = rng.uniform(0.05, 5.0)
+        problem = gemm_problem(m, m, k)
+        if c == 0:
+            chosen = rng.sample(pool, min(configs, len(pool)))
+        config = chosen[c % len(chosen)]
+        base = 2 * m * m * k / 2e13 * 1e3 * rng.uniform(1.0, 3.0)        # ms at 20 TFLOP/s or less
         failed = rng.random() < 0.1
         meas = Measurement(
-            config_name=f"gemm_simt_f32_nn_c{c:03d}", config={"BM": 64 << (c % 3), "BN": 64 << (c // 3 % 3),
-                                                              "BK": 8 << (c % 2), "id": c},
-            problem_key=key, times_ms=None if failed else tuple(base * rng.uniform(0.99, 1.03) for _ in range(25)),
-            failure=None, error=None if failed else 1e-7, timing=Timing(), resources={"registers": 128},
-            compile_s=0.4, measure_s=0.02)
-        if failed:
-            from kgen.measurement import Failure
-
-            meas = Measurement(**{**meas.__dict__, "failure": Failure("compile", "ptxas error")})
+            config_name=config.name, config=config.as_dict(), problem_key=problem.key,
+            times_ms=None if failed else tuple(base * rng.uniform(0.99, 1.03) for _ in range(25)),
+            failure=Failure("compile", "ptxas error") if failed else None, error=None if failed else 1e-7,
+            timing=Timing(), resources={"registers": 128}, compile_s=0.4, measure_s=0.02)
         prov = Provenance(device="NVIDIA H200" if p % 2 == 0 else "NVIDIA H100 80GB HBM3", cc="9.0", driver=13000,
-                          cuda_runtime=13020, nvrtc="13.0", kgen_version="0.1.0", template_digest="11441fbcb3f61481",
+                          cuda_runtime=13020, nvrtc="13.0", kgen_version="0.1.0", template_digest=digest,
                           created=f"2026-11-{1 + p % 28:02d}T12:00:00+00:00")
         out.append(Record("gemm", meas, prov))
     return out
@@ -116,7 +137,7 @@ def timed_write(op: str, path: Path, write, note: str) -> dict:
     garbage collector paused as ``import_file`` pauses it."""
     store = SqlStore(f"sqlite:///{path}")
     try:
-        with _gc_paused():
+        with gc_paused():
             n, s = timed(lambda: write(store))
     finally:
         store.close()
@@ -173,8 +194,8 @@ def main() -> None:
         rows.append({"op": "import_parse_rows", "records": len(rows_in), "seconds": round(s, 3),
                      "records_per_s": round(len(rows_in) / s), "parse_workers": knobs.db_workers,
                      "note": "the first half of import: lines to validated SQL rows"})
-        rows.append(timed_write("import_insert", tmp / "rows.db", lambda db: db.insert_new(rows_in),
-                                "the second half: SqlStore.insert_new, one transaction"))
+        rows.append(timed_write("import_insert", tmp / "rows.db", lambda db: db.add_rows(rows_in).written,
+                                "the second half: SqlStore.add_rows, one transaction"))
         rows_in = None
         parsed, s = timed(lambda: read_records(tmp / "all.jsonl"))          # as merge reads
         rows.append({"op": "import_read_validate", "records": len(parsed), "seconds": round(s, 3),

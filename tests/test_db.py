@@ -151,9 +151,12 @@ class TestConformance:
         db = make()
         assert db.commit([]) == 0
         assert db.commit(iter([rec("x"), rec("y")])) == 2
-        assert db.commit([rec("x")]) == 1          # duplicates are kept
+        assert db.commit([rec("x")]) == 0          # identical: held once (kgen.db.conflicts)
+        assert db.commit([rec("x", times=(2.0,)), rec("x", times=(2.0,))]) == 1   # same key, another time: kept
         assert db.count() == 3
         assert [r.measurement.config_name for r in db.records("gemm")] == ["x", "x", "y"]
+        assert sorted(r.measurement.time_ms for r in db.records("gemm") if r.measurement.config_name == "x") \
+            == [1.0, 2.0]
 
     def test_read_only_commit_raises(self, make):
         if make.kind != "jsonl":
@@ -508,8 +511,9 @@ def test_open_default_layers(tmp_path, monkeypatch):
 
 def test_layered_shows_shared_record_once(tmp_path):
     r = rec("same")
-    db = LayeredStore(MemoryStore([r, r]), MemoryStore([r]))
-    assert db.records("gemm") == [r, r]
+    other = rec("same", times=(2.0,))                # same key, another time: a second measurement
+    db = LayeredStore(MemoryStore([r, r, other]), MemoryStore([r]))
+    assert db.records("gemm") == [r, other]
     assert db.count() == 3
 
 
@@ -523,7 +527,7 @@ def test_layered_best_whatever_the_order(team, tmp_path, request):
              rec("y", times=(0.3,), problem=P2, digest="d2")]
     shipped = [rec("tie_a", times=(1.0,), created="2025-01-01"), rec("a100", times=(0.05,), device=A100),
                rec("z", times=(0.1,), problem="gemm|m=1")]
-    mem = [rec("w", times=(0.2,), problem=P2), tie, tie]
+    mem = [rec("w", times=(0.2,), problem=P2), tie, tie]        # held once
     write_jsonl(tmp_path / "shipped" / "gemm.jsonl", shipped)
     stores = [SqlStore(_url(tmp_path / "local.db")), SqlStore(team_url), JsonlStore(tmp_path / "shipped"),
               MemoryStore(mem)]
@@ -540,7 +544,7 @@ def test_layered_best_whatever_the_order(team, tmp_path, request):
         first = answers(LayeredStore(*stores))
         assert first[0][0].measurement.config_name == "tie_a" and first[0][0].provenance.created == "2025-01-01"
         assert [b.measurement.config_name for b in first[0][1:]] == ["h100", "a100", "w", "y", "z"]   # w ties x
-        assert sum(r == tie for r in first[3]) == 2              # once per copy in the richest layer
+        assert sum(r == tie for r in first[3]) == 1              # every layer holds it once
         for order in itertools.permutations(stores):
             assert answers(LayeredStore(*order)) == first
     finally:

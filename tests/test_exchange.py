@@ -3,6 +3,7 @@ stats, verify, and the `kgen db` commands."""
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import tempfile
@@ -21,17 +22,40 @@ from kgen.db.t4 import from_t4, to_t4
 from kgen.db.verify import is_trusted, trusted_best, verify
 from kgen.errors import DatabaseError
 from kgen.measurement import Failure, Measurement, Provenance, Record, record_from_dict, record_to_dict
-from kgen.problem import Target
+from kgen.kernels.gemm.problem import gemm_problem
+from kgen.problem import Problem, Target
+from kgen.registry import get_spec
 from kgen.runners import Recording, ReplayRunner
 
 H200 = "NVIDIA H200"
-P1 = "gemm|align=4|dtype=float32|k=64|layout=NN|m=128|n=128"
-P2 = "gemm|align=4|dtype=float32|k=64|layout=NN|m=256|n=256"
+SPEC = get_spec("gemm")
+DIGEST = SPEC.template_digest()
+P1 = gemm_problem(128, 128, 64).key
+P2 = gemm_problem(256, 256, 64).key
+# Labels the tests use for configs; each stands for a distinct valid config of both problems.
+LABELS = ([f"gemm_{c}" for c in "abcdfiqvxyz"] + [f"gemm_{i}" for i in range(5)]
+          + [f"gemm_{i:04d}" for i in range(130)])
 
 
-def rec(config="gemm_a", times=(1.0, 1.0, 1.0), problem=P1, device=H200, failure=None, digest="d1",
+@functools.lru_cache(maxsize=1)
+def _configs() -> dict:
+    target = Target.h200()
+    first, second = (SPEC.space(Problem.from_key(k), target) for k in (P1, P2))
+    both = [c for c in first.configs() if second.is_valid(c.as_dict())]
+    assert len(both) >= len(LABELS)
+    return dict(zip(LABELS, both[::len(both) // len(LABELS)]))
+
+
+def name(label: str) -> str:
+    """The procedural name of the config a label stands for."""
+    return _configs()[label].name
+
+
+def rec(config="gemm_a", times=(1.0, 1.0, 1.0), problem=P1, device=H200, failure=None, digest=DIGEST,
         created="2025-01-01T00:00:00Z", error=1e-7, origin="") -> Record:
-    m = Measurement(config_name=config, config={"tile": 64, "vec": 4, "name": config}, problem_key=problem,
+    """A valid gemm record (the config a label stands for); ``kgen.db.validity`` accepts it."""
+    chosen = _configs()[config]
+    m = Measurement(config_name=chosen.name, config=chosen.as_dict(), problem_key=problem,
                     times_ms=tuple(times) if times is not None else None,
                     failure=Failure(failure, "why") if failure else None, error=error,
                     resources={"registers": 64}, compile_s=0.5, measure_s=0.1)
@@ -147,7 +171,8 @@ def test_a_bad_line_imports_nothing_and_is_named(store, tmp_path, case):
     ("truncated", lambda p: p.write_bytes("\n".join(GOOD).encode()[:-40]), "bad.jsonl:2: the last line is cut short"),
     ("truncated gzip", lambda p: p.write_bytes(gzip.compress("".join(t + "\n" for t in GOOD * 50).encode())[:-30]),
      "compressed data is cut short"),
-    ("duplicate key", lambda p: write_lines(p, [GOOD[0], GOOD[1], GOOD[0]]), "bad.jsonl:3: duplicate of line 1"),
+    ("invalid config", lambda p: write_lines(p, [GOOD[0], GOOD[1], _edit(lambda d: d["config"].update(GM="K"))]),
+     "bad.jsonl:3: config 'gemm_simt_"),
     ("empty", lambda p: p.write_bytes(b""), "holds no records"),
     ("binary file", lambda p: p.write_bytes(bytes(range(256)) * 4), "bad.jsonl:1: not JSON"),
     ("binary blob", lambda p: p.write_bytes(b"\x89PNG\r\x1a" + bytes(range(128, 256)) * 8), "bad.jsonl:1: not UTF-8"),
@@ -205,18 +230,23 @@ def test_parallel_parsing_names_the_first_bad_line(store, tmp_path, parallel_par
     assert store.count() == 0
 
 
-def test_chunks_stored_before_a_late_duplicate_are_rolled_back(store, tmp_path, parallel_parse):
+def test_chunks_stored_before_a_late_invalid_record_are_rolled_back(store, tmp_path, parallel_parse):
     store.commit(SAMPLE[:2])
     texts = lines(_many(130))
-    texts.append(texts[3])                         # line 131 repeats line 4, six chunks later
-    write_lines(tmp_path / "dup.jsonl", texts)
-    with pytest.raises(DatabaseError, match="dup.jsonl:131: duplicate of line 4"):
-        import_file(tmp_path / "dup.jsonl", store)
+    late = json.loads(texts[3])
+    late["times_ms"], late["time_ms"] = [1e-6], 1e-6          # faster than any GPU
+    late["provenance"]["created"] = "2026-01-01T00:00:00Z"
+    texts.append(json.dumps(late, sort_keys=True))            # line 131, six chunks later
+    write_lines(tmp_path / "late.jsonl", texts)
+    with pytest.raises(DatabaseError, match="late.jsonl:131: time 1e-06 ms is faster than any GPU") as info:
+        import_file(tmp_path / "late.jsonl", store)
+    assert "--skip-invalid" in info.value.remedy
     assert store.count() == 2
-    write_lines(tmp_path / "ok.jsonl", texts[:-1])
+    texts[-1] = texts[3]                                      # a line repeated: one record
+    write_lines(tmp_path / "ok.jsonl", texts)
     report = import_file(tmp_path / "ok.jsonl", store)
-    assert (report.read, report.imported, report.skipped) == (130, 130, 0)
-    assert import_file(tmp_path / "ok.jsonl", store).skipped == 130
+    assert (report.read, report.imported, report.skipped, report.conflicts) == (131, 130, 1, 0)
+    assert import_file(tmp_path / "ok.jsonl", store).skipped == 131
 
 
 def test_parallel_parsing_sees_a_truncated_last_line(store, tmp_path, parallel_parse):
@@ -312,7 +342,9 @@ def test_merge_collapses_identical_and_reports_conflicts(tmp_path):
     write_jsonl(tmp_path / "a.jsonl", [rec("gemm_a"), rec("gemm_b")])
     write_jsonl(tmp_path / "b.jsonl", [rec("gemm_a"), rec("gemm_b", (9.0,))])
     report = merge([tmp_path / "a.jsonl", tmp_path / "b.jsonl"], tmp_path / "m.jsonl")
-    assert (report.read, report.written, report.conflicts) == (4, 2, 1)
+    assert (report.read, report.written, report.duplicates, report.conflicts) == (4, 3, 1, 1)
+    kept = read_records(tmp_path / "m.jsonl")
+    assert sorted(r.measurement.time_ms for r in kept if r.measurement.config_name == name("gemm_b")) == [1.0, 9.0]
 
 
 # ---------------------------------------------------------------- T4
@@ -327,7 +359,7 @@ def test_t4_round_trip_keeps_config_times_and_failure_kind(tmp_path):
     assert first["invalidity"] == "correct" and first["times"]["runtimes"] == [0.001] * 3
     assert first["measurements"][0] == {"name": "time", "value": 1.0, "unit": "ms"}
     assert [r["invalidity"] for r in doc["results"]][2:4] == ["compile", "correctness"]
-    assert first["kgen"]["problem_key"] == P1 and first["kgen"]["config_name"] == "gemm_a"
+    assert first["kgen"]["problem_key"] == P1 and first["kgen"]["config_name"] == name("gemm_a")
 
     db = MemoryStore(SAMPLE)
     export(db, tmp_path / "t4.json", fmt="t4")
@@ -338,41 +370,58 @@ def test_t4_round_trip_keeps_config_times_and_failure_kind(tmp_path):
     assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
 
 
-FOREIGN = {"schema_version": "1.0.0", "results": [
-    {"configuration": {"block_size_x": 128}, "times": {"runtimes": [0.0012, 0.0011, 0.0013]},
-     "invalidity": "correct", "correctness": 1, "tool_specific": {"x": 1}},
-    {"configuration": {"block_size_x": 256}, "invalidity": "compile", "correctness": 0},
-    {"configuration": {"block_size_x": 512}, "timestamp": "2024-05-01T10:00:00Z",
-     "measurements": [{"name": "time", "value": 0.9, "unit": "ms"}], "invalidity": "correct", "correctness": 1},
-    {"configuration": {"block_size_x": 64}, "times": {"runtimes": [2.0, 2.2]},        # Kernel Tuner: ms
-     "measurements": [{"name": "time", "value": 2.1, "unit": "ms"}], "invalidity": "correct", "correctness": 1},
-    {"configuration": {"block_size_x": 32}, "times": {"runtimes": [1.0]}, "correctness": 0},
-]}
+def _foreign(*extra) -> dict:
+    """A T4 document as another tool writes it: configurations with no kgen name or keys."""
+    values = {label: _configs()[label].as_dict() for label in ("gemm_a", "gemm_b", "gemm_c", "gemm_d", "gemm_f")}
+    return {"schema_version": "1.0.0", "results": [
+        {"configuration": values["gemm_a"], "times": {"runtimes": [0.0012, 0.0011, 0.0013]},
+         "invalidity": "correct", "correctness": 1, "tool_specific": {"x": 1}},
+        {"configuration": values["gemm_b"], "invalidity": "compile", "correctness": 0},
+        {"configuration": values["gemm_c"], "timestamp": "2024-05-01T10:00:00Z",
+         "measurements": [{"name": "time", "value": 0.9, "unit": "ms"}], "invalidity": "correct", "correctness": 1},
+        {"configuration": values["gemm_d"], "times": {"runtimes": [2.0, 2.2]},        # Kernel Tuner: ms
+         "measurements": [{"name": "time", "value": 2.1, "unit": "ms"}], "invalidity": "correct", "correctness": 1},
+        {"configuration": values["gemm_f"], "times": {"runtimes": [1.0]}, "correctness": 0},
+        *extra]}
 
 
-def test_a_foreign_t4_file_imports_leniently(tmp_path):
+def test_a_foreign_t4_file_imports_leniently_and_its_configs_take_the_family_names(tmp_path):
     path = tmp_path / "kt.json"
-    path.write_text(json.dumps(FOREIGN, indent=2))
+    path.write_text(json.dumps(_foreign(), indent=2))
     db = MemoryStore()
     report = import_file(path, db, problem_key=P1, device=H200)
     assert report.imported == 5
-    got = {r.measurement.config["block_size_x"]: r for r in db.records("gemm")}
-    assert all(r.measurement.config_name.startswith("t4_") for r in got.values())
-    assert got[128].measurement.times_ms == pytest.approx((1.2, 1.1, 1.3))
-    assert got[256].measurement.failure.kind == "compile"
-    assert got[512].measurement.times_ms == (0.9,) and got[512].provenance.created == "2024-05-01T10:00:00Z"
-    assert got[64].measurement.times_ms == pytest.approx((2.0, 2.2))
-    assert got[32].measurement.failure.kind == "correctness"
-    assert db.best("gemm", P1, H200).measurement.config["block_size_x"] == 512
+    got = {r.measurement.config_name: r for r in db.records("gemm")}
+    assert sorted(got) == sorted(name(label) for label in ("gemm_a", "gemm_b", "gemm_c", "gemm_d", "gemm_f"))
+    assert got[name("gemm_a")].measurement.times_ms == pytest.approx((1.2, 1.1, 1.3))
+    assert got[name("gemm_b")].measurement.failure.kind == "compile"
+    assert got[name("gemm_c")].measurement.times_ms == (0.9,)
+    assert got[name("gemm_c")].provenance.created == "2024-05-01T10:00:00Z"
+    assert got[name("gemm_d")].measurement.times_ms == pytest.approx((2.0, 2.2))
+    assert got[name("gemm_f")].measurement.failure.kind == "correctness"
+    assert db.best("gemm", P1, H200).measurement.config_name == name("gemm_c")
+
+
+def test_a_foreign_t4_result_that_is_no_config_of_the_family_is_refused_or_skipped(tmp_path):
+    path = tmp_path / "kt.json"
+    path.write_text(json.dumps(_foreign({"configuration": {"block_size_x": 128}, "times": {"runtimes": [0.001]}})))
+    db = MemoryStore()
+    with pytest.raises(DatabaseError, match=r"kt.json: results\[5\]: config 't4_\w+' is not one of the family's: "
+                                            r"unknown parameter 'block_size_x'; missing parameter 'BM'"):
+        import_file(path, db, problem_key=P1, device=H200)
+    assert db.count() == 0
+    report = import_file(path, db, problem_key=P1, device=H200, skip_invalid=True)
+    assert (report.read, report.imported, report.invalid) == (6, 5, 1)
+    assert report.examples[0].startswith(f"{path}: results[5]: config 't4_")
 
 
 def test_a_foreign_t4_file_needs_the_problem_and_device(tmp_path):
     path = tmp_path / "kt.json"
-    path.write_text(json.dumps(FOREIGN))
+    path.write_text(json.dumps(_foreign()))
     db = MemoryStore()
     with pytest.raises(DatabaseError, match=r"results\[0\]: this result has no kgen keys"):
         import_file(path, db)
-    bad = {"schema_version": "1.0.0", "results": [FOREIGN["results"][0], {"configuration": {}, "invalidity": "oops"}]}
+    bad = {"schema_version": "1.0.0", "results": [_foreign()["results"][0], {"configuration": {}, "invalidity": "oops"}]}
     path.write_text(json.dumps(bad))
     with pytest.raises(DatabaseError, match=r"results\[1\]: invalidity 'oops'"):
         import_file(path, db, problem_key=P1, device=H200)
@@ -387,7 +436,8 @@ def test_prune_keeps_the_fastest_per_problem(tmp_path):
     db.commit([rec(f"gemm_{i}", (float(i + 1),)) for i in range(5)] + [rec("gemm_f", None, failure="runtime")]
               + [rec("gemm_0", (1.0,), problem=P2), rec("gemm_0", (1.0,), digest="d2")])
     assert prune(db, 2) == 4
-    assert [r.measurement.config_name for r in db.records("gemm", P1, H200, "d1")] == ["gemm_0", "gemm_1"]
+    assert sorted(r.measurement.config_name for r in db.records("gemm", P1, H200, DIGEST)) == sorted(
+        [name("gemm_0"), name("gemm_1")])
     assert db.count() == 4
     with pytest.raises(DatabaseError, match="SQL store"):
         prune(MemoryStore(), 1)
@@ -419,17 +469,17 @@ def test_verify_keeps_a_reproduced_config_and_rejects_a_slower_one():
     db = MemoryStore(imported)
     verdicts = verify(db, ReplayRunner(recording), Target.h200())
     assert [(v.problem_key, v.config_name, v.verdict) for v in verdicts] == [
-        (P1, "gemm_a", "verified"), (P2, "gemm_b", "rejected")]
+        (P1, name("gemm_a"), "verified"), (P2, name("gemm_b"), "rejected")]
     assert verdicts[1].measured_ms == 2.0 and "2.00x" in verdicts[1].detail
     origins = sorted(r.provenance.origin for r in db.records("gemm"))
     assert origins.count("verify:verified") == 1 and origins.count("verify:rejected") == 1
     p1, p2 = db.records("gemm", P1), db.records("gemm", P2)
     assert is_trusted(imported[0], p1) and not is_trusted(imported[1], p2)
-    assert db.best("gemm", P2, H200).measurement.config_name == "gemm_b"          # untrusted, fastest
+    assert db.best("gemm", P2, H200).measurement.config_name == name("gemm_b")    # untrusted, fastest
     assert trusted_best(db, "gemm", P2, H200).provenance.origin == "verify:rejected"   # measured here
     again = verify(db, ReplayRunner(recording), Target.h200())                  # the next imported config
-    assert [(v.config_name, v.verdict) for v in again] == [("gemm_c", "verified")]
-    assert trusted_best(db, "gemm", P2, H200).measurement.config_name == "gemm_c"
+    assert [(v.config_name, v.verdict) for v in again] == [(name("gemm_c"), "verified")]
+    assert trusted_best(db, "gemm", P2, H200).measurement.config_name == name("gemm_c")
     assert verify(db, ReplayRunner(recording), Target.h200()) == []
 
 
@@ -509,7 +559,7 @@ def test_db_verify_through_the_command_line(cli, tmp_path):
 
 
 def recording_records(recording: Recording) -> list[Record]:
-    return [Record("gemm", m, Provenance(device=H200, cc="9.0", template_digest="d1"))
+    return [Record("gemm", m, Provenance(device=H200, cc="9.0", template_digest=DIGEST))
             for m in recording.entries.values()]
 
 

@@ -114,8 +114,16 @@ def test_a_family_installed_by_entry_point_goes_through_every_front_door(install
     out = cli.invoke(app, ["tune", "toydouble", "--n", "1000000", "--block", "64", "--replay", str(rec)])
     assert out.exit_code == 2 and "no problem field --block" in out.output and "--n integer" in out.output
 
-    out = cli.invoke(app, ["db", "import", str(rec), "--db", db])
-    assert out.exit_code == 0, out.output
+    out = cli.invoke(app, ["db", "import", str(rec), "--db", db])   # not trusted: not used yet
+    assert out.exit_code == 0 and "imported 3 records" in out.output, out.output
+    out = cli.invoke(app, ["bench", "toydouble", "--n", "1000000", "--replay", str(rec), "--db", db])
+    assert out.exit_code == 0 and "tuned" not in out.output, out.output
+
+    out = cli.invoke(app, ["db", "import", str(rec), "--trust", "--db", db])   # the same records: stored once
+    assert out.exit_code == 0 and "imported 0 records" in out.output, out.output
+    out = cli.invoke(app, ["db", "import", str(rec), "--trust", "--db", f"sqlite:///{tmp_path / 'trusted.db'}"])
+    assert out.exit_code == 0 and "trusted: dispatch uses them now" in out.output, out.output
+    db = f"sqlite:///{tmp_path / 'trusted.db'}"
 
     out = cli.invoke(app, ["bench", "toydouble", "--n", "1000000", "--replay", str(rec), "--db", db])
     assert out.exit_code == 0, out.output

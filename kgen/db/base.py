@@ -30,7 +30,13 @@ class Database(ABC):
 
     @abstractmethod
     def commit(self, records: Iterable[Record]) -> int:
-        """Write all records in one transaction; return how many were written."""
+        """Write all records in one transaction under the conflict rule (``kgen.db.conflicts``:
+        a record identical to one held, origin aside, is not written again; one with other
+        content under a held key is written beside it); return how many were written.
+
+        For records measured here (a tune, ``kgen db verify``): they are not checked against
+        their family's space. Records from elsewhere go through ``kgen.db.exchange``
+        (``import_file``, ``import_records``), which checks them (``kgen.db.validity``)."""
 
     @abstractmethod
     def records(self, family: str, problem_key: str | None = None, device: str | None = None,
@@ -104,6 +110,12 @@ ROW_COLUMNS = ("family", "problem_key", "device", "cc", "template_digest", "conf
 KEY_COLUMNS = ("family", "problem_key", "device", "template_digest", "config_name", "created")
 _KEY_AT = tuple(ROW_COLUMNS.index(c) for c in KEY_COLUMNS)
 _row_key = operator.itemgetter(*_KEY_AT)
+
+
+def record_key(r: Record) -> tuple[str, ...]:
+    """The identity of a record (``KEY_COLUMNS``): (family, problem, device, digest, config, created)."""
+    m, p = r.measurement, r.provenance
+    return (r.family, m.problem_key, p.device, p.template_digest, m.config_name, p.created)
 
 
 def row_of(record: Record) -> tuple:

@@ -1,9 +1,15 @@
-"""Sharing tuning records: validated import, export, merge, prune and stats.
+"""Sharing tuning records: checked import, export, merge, prune and stats.
 
 The exchange format is JSON lines, one ``record_to_dict`` per line (sorted keys), in the
-order ``write_jsonl`` writes; gzip is read too. Files are data only: every line is checked
-against the schema before anything is stored, and a file with any bad line imports nothing.
-``provenance.origin`` is local: export leaves it out, import sets ``import:<file name>``.
+order ``write_jsonl`` writes; gzip is read too, and T4 results documents. Files are data
+only: every record is checked against the schema and against its family (``kgen.db.validity``:
+a valid config of its space, a plausible time) before anything is stored, and a file with
+any bad record imports nothing; ``skip_invalid`` (``--skip-invalid``) leaves out, and counts,
+well-formed records that are invalid here instead. Records that share a key follow one rule
+(``kgen.db.conflicts``) in import, merge and commit alike. ``provenance.origin`` is local:
+export leaves it out, import sets ``import:<file name>``, or ``trusted:<file name>`` with
+``trust`` (``--trust``); dispatch uses imported records only once ``kgen db verify`` confirmed
+them, or when trusted (``kgen.db.trust``).
 
 >>> import tempfile, pathlib
 >>> from kgen.db import MemoryStore
@@ -14,153 +20,24 @@ against the schema before anything is stored, and a file with any bad line impor
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import gc
-import gzip
-import io
 import json
 import os
 import tempfile
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from kgen.db.base import KEY_COLUMNS, Database, canonical, row_key, row_of
-from kgen.db.jsonl import write_jsonl
-from kgen.db.lines import REMEDY, parse_lines
+from kgen.db.base import Database, canonical, record_key, row_of
+from kgen.db.conflicts import Held, Tally
+from kgen.db.jsonl import write_texts
+from kgen.db.lines import INVALID_REMEDY
+from kgen.db.reading import (FORMATS, gc_paused, read_chunks, read_records, read_rows, sniff,  # noqa: F401
+                             with_origin)
+from kgen.db.trust import import_origin
 from kgen.errors import DatabaseError
 from kgen.measurement import Record
 
-FORMATS = ("auto", "jsonl", "t4")
-
-# ---------------------------------------------------------------- reading files
-
-
-@contextlib.contextmanager
-def _gc_paused():
-    """Pause the cyclic garbage collector: records hold no cycles, and its passes over a
-    large heap of them cost about 40 % of an import."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
-def record_key(r: Record) -> tuple[str, ...]:
-    """The identity of a record in exchange files: (family, problem, device, digest, config, created)."""
-    m, p = r.measurement, r.provenance
-    return (r.family, m.problem_key, p.device, p.template_digest, m.config_name, p.created)
-
-
-def _lines(path: Path) -> list[bytes]:
-    """The file's lines as bytes (gzip by its magic number); truncated gzip names the line."""
-    try:
-        with open(path, "rb") as f:
-            gz = f.read(2) == b"\x1f\x8b"
-        if not gz:
-            return io.BytesIO(Path(path).read_bytes()).readlines()     # lines end at "\n" only
-        lines: list[bytes] = []
-        try:
-            with gzip.open(path, "rb") as f:
-                lines.extend(f)
-        except (EOFError, OSError, zlib.error) as exc:
-            raise DatabaseError(f"{path}:{len(lines) + 1}: compressed data is cut short or corrupt ({exc})",
-                                remedy="copy or download the file again; nothing was imported",
-                                path=str(path), line=len(lines) + 1) from None
-        return lines
-    except OSError as exc:
-        raise DatabaseError(f"cannot read {path}: {exc.strerror or exc}",
-                            remedy="give the path of a file written by `kgen db export`", path=str(path)) from None
-
-
-def sniff(lines: list[bytes]) -> str:
-    """"t4" when the content is one JSON object with ``results``, else "jsonl"."""
-    first = next((line for line in lines if line.strip()), b"")
-    try:
-        obj = json.loads(first)
-    except (ValueError, RecursionError):
-        obj = None
-    if isinstance(obj, dict):
-        return "t4" if "results" in obj or "schema_version" in obj else "jsonl"
-    try:
-        whole = json.loads(b"".join(lines))
-    except (ValueError, RecursionError):        # the line reader names what is wrong
-        return "jsonl"
-    return "t4" if isinstance(whole, dict) and "results" in whole else "jsonl"
-
-
-def _t4(path: Path, lines: list[bytes], **keys) -> list[tuple[int, Record]]:
-    from kgen.db.t4 import from_t4
-
-    try:
-        doc = json.loads(b"".join(lines).decode("utf-8"))
-    except UnicodeDecodeError:
-        raise DatabaseError(f"{path}: not UTF-8 text (binary data?)", remedy=REMEDY, path=str(path)) from None
-    except json.JSONDecodeError as exc:
-        raise DatabaseError(f"{path}:{exc.lineno}: not JSON ({exc.msg})", remedy=REMEDY,
-                            path=str(path), line=exc.lineno) from None
-    except RecursionError:
-        raise DatabaseError(f"{path}: JSON nested too deeply for a T4 file", remedy=REMEDY, path=str(path)) from None
-    try:
-        return list(enumerate(from_t4(doc, **keys), 1))
-    except (OverflowError, RecursionError) as exc:
-        raise DatabaseError(f"{path}: a value out of range ({type(exc).__name__})", remedy=REMEDY,
-                            path=str(path)) from None
-    except DatabaseError as exc:
-        raise DatabaseError(f"{path}: {exc.message}", remedy=exc.remedy or REMEDY, path=str(path)) from None
-
-
-def read_records(path: str | os.PathLike, fmt: str = "auto", origin: str = "", **t4_keys) -> list[Record]:
-    """Every record of an exchange file, all validated; duplicate keys are an error.
-
-    ``origin``, when given, replaces each record's ``provenance.origin``.
-
-    ``t4_keys`` (family, problem_key, device, template_digest) name what a foreign T4
-    file does not say itself.
-    """
-    with _gc_paused():
-        return [r for chunk in read_chunks(Path(path), fmt, origin, t4_keys, as_rows=False) for r in chunk]
-
-
-def read_rows(path: str | os.PathLike, fmt: str = "auto", origin: str = "", **t4_keys) -> list[tuple]:
-    """As ``read_records``, each record as its SQL row (``kgen.db.base.row_of``)."""
-    with _gc_paused():
-        return [r for chunk in read_chunks(Path(path), fmt, origin, t4_keys, as_rows=True) for r in chunk]
-
-
-def read_chunks(path: Path, fmt: str, origin: str, t4_keys: dict, as_rows: bool):
-    """The file's records (or ``row_of`` rows), validated, each key once, as lists in file
-    order, each yielded once parsed; DatabaseError at the first bad or duplicate line (a
-    reader that stores chunks as they come does so in a transaction it rolls back then)."""
-    if fmt not in FORMATS:
-        raise DatabaseError(f"unknown format {fmt!r}", remedy=f"use one of {', '.join(FORMATS)}")
-    lines = _lines(path)
-    fmt = sniff(lines) if fmt == "auto" else fmt
-    if fmt == "t4":
-        numbered = [(n, with_origin(r, origin) if origin else r) for n, r in _t4(path, lines, **t4_keys)]
-        chunks = iter([[(n, row_of(r)) for n, r in numbered] if as_rows else numbered])
-    else:
-        chunks = parse_lines(str(path), lines, origin, as_rows)
-    del lines
-    seen: dict[tuple, int] = {}
-    what = "line" if fmt == "jsonl" else "result"
-    key = row_key if as_rows else record_key
-    for chunk in chunks:
-        for number, item in chunk:
-            first = seen.setdefault(key(item), number)
-            if first != number:
-                raise DatabaseError(f"{path}:{number}: duplicate of {what} {first} (same {', '.join(KEY_COLUMNS)})",
-                                    remedy="merge files with `kgen db merge`, which removes duplicates; "
-                                           "nothing was imported", path=str(path), line=number)
-        if chunk:
-            yield [item for _, item in chunk]
-    if not seen:
-        raise DatabaseError(f"{path} holds no records", remedy="export again; the file is empty", path=str(path))
+EXAMPLES = 3                    # invalid records a summary names
 
 
 # ---------------------------------------------------------------- import
@@ -169,9 +46,27 @@ def read_chunks(path: Path, fmt: str, origin: str, t4_keys: dict, as_rows: bool)
 @dataclass(frozen=True)
 class ImportReport:
     path: str
-    read: int          # records in the file
-    imported: int      # new records stored
-    skipped: int       # already in the database (same key)
+    read: int                    # records in the file (or given)
+    imported: int                # records stored, conflicts included
+    skipped: int                 # identical to a record already held: stored once (kgen.db.conflicts)
+    conflicts: int = 0           # stored beside a record of the same key with other content
+    invalid: int = 0             # invalid here, left out by skip_invalid
+    examples: tuple[str, ...] = ()   # the first of those, "file:line: why"
+    trusted: bool = False        # imported with trust: dispatch uses them without a verdict
+    now_trusted: int = 0         # of the skipped, imports held without trust that trust made trusted
+
+    def summary(self) -> str:
+        """The one line ``kgen db import`` prints."""
+        parts = [f"{self.skipped} already stored" + (f", {self.now_trusted} of them now trusted"
+                                                     if self.now_trusted else "")]
+        if self.conflicts:
+            parts.append(f"{self.conflicts} conflicting records kept")
+        if self.invalid:
+            parts.append(f"{self.invalid} invalid records left out")
+        use = ("trusted: dispatch uses them now" if self.trusted else
+               "dispatch uses them once `kgen db verify` confirms them on this GPU (or import with --trust)")
+        line = f"imported {self.imported} records from {self.path} ({', '.join(parts)}); {use}"
+        return line + "".join(f"\n  left out: {e}" for e in self.examples)
 
 
 class _Counted:
@@ -186,62 +81,107 @@ class _Counted:
             yield chunk
 
 
-def with_origin(r: Record, origin: str) -> Record:
-    return dataclasses.replace(r, provenance=dataclasses.replace(r.provenance, origin=origin))
-
-
-def _stored_keys(db: Database, families: set[str]) -> set[tuple]:
+def _held_texts(db: Database, families: set[str]) -> dict[tuple, list[str]]:
+    """The texts of every record of ``families`` held by ``db`` (all its layers), by key."""
     from kgen.db.layered import LayeredStore
 
-    if isinstance(db, LayeredStore):
-        return set().union(*(_stored_keys(layer, families) for layer in db.layers))
-    return {record_key(r) for f in families for r in db.records(f)}
+    layers = db.layers if isinstance(db, LayeredStore) else (db,)
+    texts: dict[tuple, list[str]] = {}
+    for layer in layers:
+        for family in sorted(families):
+            for r in layer.records(family):
+                texts.setdefault(record_key(r), []).append(canonical(r))
+    return texts
 
 
-def import_file(path: str | os.PathLike, db: Database, fmt: str = "auto", **t4_keys) -> ImportReport:
-    """Validate every record of ``path``, then store the new ones in one transaction.
+def _store(records: list[Record], db: Database) -> Tally:
+    """Store records under the conflict rule; the tally of what was kept."""
+    from kgen.db.sql import SqlStore
 
-    Records whose key is already stored are skipped, so importing a file twice is harmless.
-    A SQL store gets rows built (in parallel for large files) and inserted chunk by chunk,
-    while the next chunks are parsed, in one transaction that a bad line rolls back.
+    if isinstance(db, SqlStore):
+        return db.add_rows([row_of(r) for r in records])
+    held = Held(_held_texts(db, {r.family for r in records}))
+    kept = held.admit((record_key(r), text, r) for r in records for text in (canonical(r),))
+    db.commit(kept + [r for *_, r in held.upgrades])      # the store's own rule rewrites held imports
+    return held.tally
+
+
+def _report(path: str, read: int, tally: Tally, skipped: list[str], trust: bool) -> ImportReport:
+    return ImportReport(path, read, tally.written, tally.duplicates, tally.conflicts, len(skipped),
+                        tuple(skipped[:EXAMPLES]), trust, tally.trusted)
+
+
+def import_file(path: str | os.PathLike, db: Database, fmt: str = "auto", *, skip_invalid: bool = False,
+                trust: bool = False, **t4_keys) -> ImportReport:
+    """Check every record of ``path``, then store them in one transaction, or nothing.
+
+    A record that is invalid here (``kgen.db.validity``) stops the import with its file and
+    line, or with ``skip_invalid`` is left out and counted. Records that share a key with a
+    held one follow ``kgen.db.conflicts`` (importing a file twice stores nothing the second
+    time). Each record's origin becomes ``import:<file name>`` (``trusted:<file name>`` with
+    ``trust``). A SQL store gets rows built (in parallel for large files) and inserted chunk
+    by chunk, while the next chunks are parsed, in one transaction that a bad line rolls back.
     """
     from kgen.db.sql import SqlStore
 
-    origin = f"import:{Path(path).name}"
-    with _gc_paused():
+    origin = import_origin(Path(path).name, trust)
+    skipped: list[str] = []
+    with gc_paused():
         if isinstance(db, SqlStore):
-            counted = _Counted(read_chunks(Path(path), fmt, origin, t4_keys, as_rows=True))
-            imported = db.insert_new(counted)
-            return ImportReport(str(path), counted.items, imported, counted.items - imported)
-        records = read_records(path, fmt, origin, **t4_keys)
-        stored = _stored_keys(db, {r.family for r in records})
-        new = [r for r in records if record_key(r) not in stored]
-        db.commit(new)
-    return ImportReport(str(path), len(records), len(new), len(records) - len(new))
+            counted = _Counted(read_chunks(Path(path), fmt, origin, t4_keys, True, True, skip_invalid, skipped))
+            tally = db.add_rows(counted)
+            return _report(str(path), counted.items + len(skipped), tally, skipped, trust)
+        records = read_records(path, fmt, origin, skip_invalid=skip_invalid, skipped=skipped, **t4_keys)
+        return _report(str(path), len(records) + len(skipped), _store(records, db), skipped, trust)
+
+
+def import_records(records: Iterable[Record], db: Database, source: str = "python", *,
+                   skip_invalid: bool = False, trust: bool = False) -> ImportReport:
+    """``import_file`` for records in memory (read from elsewhere, built by a script): each is
+    checked against its family (``kgen.db.validity``), given the origin ``import:<source>``
+    (``trusted:<source>`` with ``trust``) and stored under ``kgen.db.conflicts``, all in one
+    transaction, or none.
+
+    >>> from kgen.db import MemoryStore
+    >>> import_records([], MemoryStore()).imported
+    0
+    """
+    from kgen.db.validity import Validator
+
+    validator, origin = Validator(), import_origin(source, trust)
+    kept: list[Record] = []
+    skipped: list[str] = []
+    records = list(records)
+    for i, r in enumerate(records):
+        why = validator.record(r)
+        if why is None:
+            kept.append(with_origin(r, origin))
+        elif skip_invalid:
+            skipped.append(f"{source}[{i}]: {why}")
+        else:
+            raise DatabaseError(f"{source}[{i}]: {why}", remedy=INVALID_REMEDY, index=i)
+    with gc_paused():
+        return _report(source, len(records), _store(kept, db), skipped, trust)
 
 
 # ---------------------------------------------------------------- export and merge
 
 
-def unique(records: Iterable[Record]) -> tuple[list[Record], int]:
-    """Records without origin, one per key (of two different ones, the smaller text); and how
-    many differed from the one kept."""
-    kept: dict[tuple, Record] = {}
-    conflicts = 0
+def unique(records: Iterable[Record]) -> tuple[list[tuple[Record, str]], Tally]:
+    """Records without origin, with their texts, under the conflict rule: identical ones once,
+    conflicting ones all; and the tally."""
+    held = Held()
+    batch = []
     for r in records:
         r = with_origin(r, "") if r.provenance.origin else r
-        old = kept.setdefault(record_key(r), r)
-        if old is not r:                                # rare: texts only for a repeated key
-            new_text, old_text = canonical(r), canonical(old)
-            conflicts += new_text != old_text
-            if new_text < old_text:
-                kept[record_key(r)] = r
-    return list(kept.values()), conflicts
+        text = canonical(r)
+        batch.append((record_key(r), text, (r, text)))
+    return held.admit(batch), held.tally
 
 
 def collect(db: Database, device: str | None = None, family: str | None = None) -> list[Record]:
     """Every record of the store (one family and/or device, if given)."""
-    with _gc_paused():
+    with gc_paused():
         return [r for f in ([family] if family else db.families()) for r in db.records(f, device=device)]
 
 
@@ -260,43 +200,60 @@ def _write_text(path: Path, text: str) -> None:
 
 def write_records(path: str | os.PathLike, records: Iterable[Record], fmt: str = "jsonl") -> int:
     """Write records as JSON lines (``write_jsonl``) or one T4 results document; return count."""
-    with _gc_paused():
+    with gc_paused():
         return _write_records(Path(path), records, fmt)
 
 
 def _write_records(path: Path, records: Iterable[Record], fmt: str) -> int:
     rows, _ = unique(records)
     if fmt == "jsonl":
-        return write_jsonl(path, rows)
+        return write_texts(path, rows)
     if fmt == "t4":
         from kgen.db.t4 import to_t4
 
-        rows.sort(key=lambda r: (r.family, r.provenance.device, r.measurement.problem_key,
-                                 r.measurement.config_name, r.provenance.created, canonical(r)))
-        _write_text(path, json.dumps(to_t4(rows), sort_keys=True) + "\n")
+        rows.sort(key=lambda rt: (rt[0].family, rt[0].provenance.device, rt[0].measurement.problem_key,
+                                  rt[0].measurement.config_name, rt[0].provenance.created, rt[1]))
+        _write_text(path, json.dumps(to_t4([r for r, _ in rows]), sort_keys=True) + "\n")
         return len(rows)
     raise DatabaseError(f"unknown export format {fmt!r}", remedy="use jsonl or t4")
 
 
 def export(db: Database, path: str | os.PathLike, device: str | None = None, family: str | None = None,
            fmt: str = "jsonl") -> int:
-    """Write the store's records (one per key, origin left out) to ``path``; return count."""
+    """Write the store's records (origin left out; identical ones once) to ``path``; return count."""
     return write_records(path, collect(db, device, family), fmt)
 
 
 @dataclass(frozen=True)
 class MergeReport:
-    read: int          # records in all inputs
+    read: int                    # records in all inputs (invalid ones included)
     written: int
-    conflicts: int     # same key, different content: the smaller text was kept
+    conflicts: int               # kept beside a record of the same key with other content
+    duplicates: int = 0          # identical to a record kept: written once
+    invalid: int = 0             # invalid here, left out by skip_invalid
+    examples: tuple[str, ...] = ()
+
+    def summary(self, inputs: int, output: str) -> str:
+        """The one line ``kgen db merge`` prints."""
+        parts = [f"{self.duplicates} identical"]
+        if self.conflicts:
+            parts.append(f"{self.conflicts} conflicting records kept")
+        if self.invalid:
+            parts.append(f"{self.invalid} invalid records left out")
+        line = f"merged {self.read} records from {inputs} files into {self.written} in {output} ({', '.join(parts)})"
+        return line + "".join(f"\n  left out: {e}" for e in self.examples)
 
 
-def merge(inputs: Iterable[str | os.PathLike], output: str | os.PathLike) -> MergeReport:
-    """Union of exchange files, one record per key: deterministic, idempotent, order-independent."""
-    with _gc_paused():
-        records = [r for path in inputs for r in read_records(path)]
-        rows, conflicts = unique(records)
-        return MergeReport(len(records), write_jsonl(output, rows), conflicts)
+def merge(inputs: Iterable[str | os.PathLike], output: str | os.PathLike, *, skip_invalid: bool = False) -> MergeReport:
+    """Union of exchange files under ``kgen.db.conflicts`` (identical records once, conflicting
+    ones all, origins left out), each record checked as an import checks it: deterministic,
+    idempotent, order-independent."""
+    skipped: list[str] = []
+    with gc_paused():
+        records = [r for path in inputs for r in read_records(path, skip_invalid=skip_invalid, skipped=skipped)]
+        rows, tally = unique(records)
+        return MergeReport(len(records) + len(skipped), write_texts(output, rows), tally.conflicts,
+                           tally.duplicates, len(skipped), tuple(skipped[:EXAMPLES]))
 
 
 # ---------------------------------------------------------------- maintenance
@@ -342,10 +299,11 @@ def _sql_stats(db) -> dict[str, Any]:
     c = _t.c
     one = lambda stmt: [tuple(row) for row in db._query(stmt)]   # noqa: E731
     like = lambda kind: sa.func.sum(sa.case((c.data.like(f'%"origin": "{kind}:%'), 1), else_=0))  # noqa: E731
-    n, imported, verified = one(sa.select(sa.func.count(), like("import"), like("verify")).select_from(_t))[0]
+    n, imported, trusted, verified = one(sa.select(sa.func.count(), like("import"), like("trusted"),
+                                                   like("verify")).select_from(_t))[0]
     problems = one(sa.select(sa.func.count()).select_from(sa.select(c.family, c.problem_key).distinct().subquery()))
-    local = n - (imported or 0) - (verified or 0)
-    origins = {"import": imported or 0, "local": local, "verify": verified or 0}
+    local = n - (imported or 0) - (trusted or 0) - (verified or 0)
+    origins = {"import": imported or 0, "local": local, "trusted": trusted or 0, "verify": verified or 0}
     return {"records": n, "problems": problems[0][0],
             "devices": [d for (d,) in one(sa.select(c.device).distinct().order_by(c.device))],
             "families": [f for (f,) in one(sa.select(c.family).distinct().order_by(c.family))],
@@ -354,8 +312,14 @@ def _sql_stats(db) -> dict[str, Any]:
             "origins": {k: v for k, v in origins.items() if v}}
 
 
+def _origin_kind(origin: str) -> str:
+    kind = origin.split(":")[0]
+    return kind if kind in ("import", "trusted", "verify") else "local"
+
+
 def stats(db: Database) -> dict[str, Any]:
-    """Records, problems, devices, families, failures by kind, origins, and the file's size."""
+    """Records, problems, devices, families, failures by kind, origins (import, trusted,
+    verify; the rest local), and the file's size."""
     from collections import Counter
 
     from kgen.db.sql import SqlStore
@@ -365,7 +329,7 @@ def stats(db: Database) -> dict[str, Any]:
     else:
         records = collect(db)
         kinds = Counter(r.measurement.failure.kind for r in records if r.measurement.failure)
-        origins = Counter(r.provenance.origin.split(":")[0] or "local" for r in records)
+        origins = Counter(_origin_kind(r.provenance.origin) for r in records)
         out = {"records": len(records),
                "problems": len({(r.family, r.measurement.problem_key) for r in records}),
                "devices": sorted({r.provenance.device for r in records}),

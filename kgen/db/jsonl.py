@@ -95,9 +95,14 @@ def _write_order(rt: tuple[Record, str]) -> tuple:
 
 def write_jsonl(path: str | os.PathLike, records: Iterable[Record]) -> int:
     """Write records sorted (family, device, problem_key, config_name), atomically; return count."""
+    return write_texts(path, [(r, canonical(r)) for r in records])
+
+
+def write_texts(path: str | os.PathLike, rows: list[tuple[Record, str]]) -> int:
+    """``write_jsonl`` of records given with their canonical texts."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    rows = sorted(((r, canonical(r)) for r in records), key=_write_order)
+    rows = sorted(rows, key=_write_order)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:

@@ -1,7 +1,10 @@
 """Exchange-file lines to validated Records or SQL rows; large files in parallel processes.
 
-Each line is parsed, given its ``origin`` and checked by ``validate_line``. The first bad
-line stops the file with a DatabaseError naming it. Files of ``PARALLEL_MIN_LINES`` lines
+Each line is parsed, given its ``origin`` and checked by ``validate_line`` (the schema), then,
+with ``check``, its record by ``kgen.db.validity`` (its family's space, a plausible time). The
+first bad line stops the file with a DatabaseError naming it; with ``skip_invalid`` a line
+whose record is well-formed but invalid here is left out and reported instead (a line that is
+no record still stops the file). Files of ``PARALLEL_MIN_LINES`` lines
 or more are split into chunks parsed by worker processes (``KGEN_DB_WORKERS``); a
 chunk reports a bad line as data, and the chunks are read back in file order, so the error
 names the same line either way. Workers are forked (reading the parent's lines in place)
@@ -28,6 +31,18 @@ CHUNK_LINES = 2000            # lines per task sent to a worker
 PARALLEL_MIN_LINES = 20_000   # smaller files are parsed here: starting workers costs more
 log = logging.getLogger(__name__)
 REMEDY = "fix or delete that line (or export the file again); nothing was imported"
+INVALID_REMEDY = ("leave such records out and import the rest with --skip-invalid (skip_invalid=True), "
+                  "which counts them; nothing was imported")
+_VALIDATOR = None             # this process's kgen.db.validity.Validator while a file is parsed
+
+
+def _validator():
+    global _VALIDATOR
+    if _VALIDATOR is None:            # a spawned worker: its own
+        from kgen.db.validity import Validator
+
+        _VALIDATOR = Validator()
+    return _VALIDATOR
 
 
 def _why(exc: Exception, cut: bool) -> str:
@@ -44,18 +59,23 @@ def _why(exc: Exception, cut: bool) -> str:
     return f"not a kgen record ({type(exc).__name__}: {exc})"
 
 
-def parse_chunk(lines: list[bytes], first: int, total: int, origin: str,
-                as_rows: bool) -> tuple[list[tuple[int, Any]], tuple[int, str] | None]:
-    """``(parsed, error)`` for lines numbered from ``first`` of a file of ``total`` lines:
-    ``parsed`` holds ``(number, Record)`` (or ``(number, row_of(record))`` with ``as_rows``)
-    up to the first bad line; ``error`` is ``(number, why)`` of that line, or None."""
+def parse_chunk(lines: list[bytes], first: int, total: int, origin: str, as_rows: bool, check: bool = False,
+                skip_invalid: bool = False) -> tuple[list[tuple[int, Any]], tuple | None, list[tuple[int, str]]]:
+    """``(parsed, error, skipped)`` for lines numbered from ``first`` of a file of ``total``
+    lines: ``parsed`` holds ``(number, Record)`` (or ``(number, row_of(record))`` with
+    ``as_rows``) up to the first bad line; ``error`` is ``(number, why, invalid)`` of that line
+    (``invalid``: a well-formed record ``check`` refused), or None; ``skipped`` the
+    ``(number, why)`` of the invalid records ``skip_invalid`` left out."""
     from kgen.knobs import knobs
 
     out: list[tuple[int, Any]] = []
+    skipped: list[tuple[int, str]] = []
     limit = knobs.db_max_line_bytes
+    validator = _validator() if check else None
     for number, raw in enumerate(lines, first):
         if len(raw) > limit:
-            return out, (number, f"a line of {len(raw)} bytes, over the limit of {limit} (KGEN_DB_MAX_LINE_BYTES)")
+            return out, (number, f"a line of {len(raw)} bytes, over the limit of {limit} (KGEN_DB_MAX_LINE_BYTES)",
+                         False), skipped
         if not raw.strip():
             continue
         try:
@@ -64,30 +84,39 @@ def parse_chunk(lines: list[bytes], first: int, total: int, origin: str,
                 obj["provenance"]["origin"] = origin
             if as_rows:                      # the row straight from the checked line
                 check_line(obj)
-                out.append((number, row_of_dict(obj)))
+                item = row_of_dict(obj)
+                why = validator and validator.why(item[0], item[1], item[5], obj["config"], item[6], item[2],
+                                                  item[3], item[4], item[7])
             else:
-                out.append((number, validate_line(obj)))
+                item = validate_line(obj)
+                why = validator and validator.record(item)
         except (UnicodeDecodeError, ValueError, DatabaseError, TypeError, KeyError, OverflowError,
                 RecursionError) as exc:
             cut = number == total and not raw.endswith(b"\n") and raw.lstrip().startswith(b"{")
-            return out, (number, _why(exc, cut))
-    return out, None
+            return out, (number, _why(exc, cut), False), skipped
+        if why:
+            if not skip_invalid:
+                return out, (number, why, True), skipped
+            skipped.append((number, why))
+            continue
+        out.append((number, item))
+    return out, None, skipped
 
 
 _FORKED_LINES: list[bytes] = []     # the file's lines, read by forked workers without a copy
 
 
-def _parse_task(task: tuple) -> tuple[list[tuple[int, Any]], tuple[int, str] | None]:
-    lines, first, total, origin, as_rows = task
+def _parse_task(task: tuple) -> tuple[list[tuple[int, Any]], tuple | None, list[tuple[int, str]]]:
+    lines, first, total, *options = task
     if lines is None:                 # a forked worker: its chunk of the parent's lines
         lines = _FORKED_LINES[first - 1:first - 1 + CHUNK_LINES]
-    return parse_chunk(lines, first, total, origin, as_rows)
+    return parse_chunk(lines, first, total, *options)
 
 
-def _chunks(lines: list[bytes], origin: str, as_rows: bool, forked: bool = False):
+def _chunks(lines: list[bytes], options: tuple, forked: bool = False):
     total = len(lines)
     for start in range(0, total, CHUNK_LINES):
-        yield None if forked else lines[start:start + CHUNK_LINES], start + 1, total, origin, as_rows
+        yield (None if forked else lines[start:start + CHUNK_LINES], start + 1, total, *options)
 
 
 def _workers(lines: int) -> int:
@@ -109,23 +138,54 @@ def _start_method() -> str:
     return "spawn"
 
 
-def parse_lines(path: str, lines: list[bytes], origin: str, as_rows: bool = False):
+def parse_lines(path: str, lines: list[bytes], origin: str, as_rows: bool = False, check: bool = False,
+                skip_invalid: bool = False, skipped: list | None = None):
     """Every line of the file ``path`` parsed (see ``parse_chunk``), as lists of
     ``(number, item)`` in file order, one per chunk, each yielded as soon as it is parsed (so
     a caller can store one while the workers parse the next); DatabaseError at the first bad
-    line."""
-    global _FORKED_LINES
+    line. The ``(number, why)`` of records ``skip_invalid`` left out go to ``skipped``."""
+    global _VALIDATOR
+    options = (origin, as_rows, check, skip_invalid)
+    skipped = [] if skipped is None else skipped
     workers = _workers(len(lines))
-    if workers == 1:
-        yield from _collect(path, map(_parse_task, _chunks(lines, origin, as_rows)))
-        return
+    method = _start_method() if workers > 1 else "fork"
+    if check:
+        from kgen.db.validity import Validator
+        from kgen.registry import registered_in_process
+
+        _VALIDATOR = Validator()          # this import's: forked workers start with it
+        _warm(_VALIDATOR, lines)
+        if method == "spawn" and registered_in_process():
+            workers = 1                   # a spawned worker would not know the families register() added here
+    try:
+        if workers == 1:
+            yield from _collect(path, map(_parse_task, _chunks(lines, options)), skipped)
+            return
+        yield from _parallel(path, lines, options, workers, method, skipped)
+    finally:
+        _VALIDATOR = None
+
+
+def _warm(validator, lines: list[bytes]) -> None:
+    """Load the family of the first record before any worker is forked, so each need not."""
+    for raw in lines[:10]:
+        try:
+            family = loads(raw).get("family")
+        except (ValueError, AttributeError, RecursionError, UnicodeDecodeError):
+            continue
+        if isinstance(family, str):
+            validator.spec(family)
+            return
+
+
+def _parallel(path: str, lines: list[bytes], options: tuple, workers: int, method: str, skipped: list):
+    global _FORKED_LINES
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
-    method = _start_method()
-    tasks = _chunks(lines, origin, as_rows, forked=method == "fork")
-    done = 0                                 # chunks already handed on
+    tasks = _chunks(lines, options, forked=method == "fork")
+    done = [0]                               # chunks already handed on
     try:
         _FORKED_LINES = lines if method == "fork" else []
         from kgen.lifetime import exit_with_parent
@@ -133,25 +193,29 @@ def parse_lines(path: str, lines: list[bytes], origin: str, as_rows: bool = Fals
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(method),
                                  initializer=exit_with_parent) as pool:
             try:
-                for chunk in _collect(path, pool.map(_parse_task, tasks)):
-                    done += 1
-                    yield chunk
+                yield from _collect(path, pool.map(_parse_task, tasks), skipped, done)
             except BaseException:
                 pool.shutdown(wait=True, cancel_futures=True)
                 raise
     except BrokenProcessPool as exc:      # e.g. a __main__ script without its `if __name__ == "__main__":`
         log.warning("parsing %s in this process: its worker processes failed (%s); "
                     "KGEN_DB_WORKERS=1 skips them", path, exc)
-        rest = list(_chunks(lines, origin, as_rows))[done:]
-        yield from _collect(path, map(_parse_task, rest))
+        rest = list(_chunks(lines, options))[done[0]:]
+        yield from _collect(path, map(_parse_task, rest), skipped)
     finally:
         _FORKED_LINES = []
 
 
-def _collect(path: str, results):
-    for parsed, error in results:
+def _collect(path: str, results, skipped: list, done: list | None = None):
+    """The parsed chunks of ``results``; DatabaseError at the first error; ``done[0]`` counts
+    the results handed on."""
+    for parsed, error, left_out in results:
+        skipped.extend(left_out)
         if parsed:
             yield parsed
         if error is not None:
-            number, why = error
-            raise DatabaseError(f"{path}:{number}: {why}", remedy=REMEDY, path=str(path), line=number)
+            number, why, invalid = error
+            raise DatabaseError(f"{path}:{number}: {why}", remedy=INVALID_REMEDY if invalid else REMEDY,
+                                path=str(path), line=number)
+        if done is not None:
+            done[0] += 1

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Iterable
 
-from kgen.db.base import Database, best_order, canonical, matches, record_order, scope, usable_time
+from kgen.db.base import Database, best_order, canonical, matches, record_key, record_order, scope, usable_time
+from kgen.db.conflicts import Held
 from kgen.measurement import Record
 
 
@@ -19,6 +20,7 @@ class MemoryStore(Database):
 
     def __init__(self, records: Iterable[Record] = ()):
         self._rows: dict[str, list[tuple[Record, str]]] = defaultdict(list)
+        self._texts: dict[tuple, list[str]] = {}        # by record_key: the conflict rule's index
         self._n = 0
         self.commit(records)
 
@@ -28,8 +30,14 @@ class MemoryStore(Database):
         self._n += len(rows)
 
     def commit(self, records: Iterable[Record]) -> int:
-        rows = [(r, canonical(r)) for r in records]   # all or nothing
+        batch = [(record_key(r), text, (r, text)) for r in records for text in (canonical(r),)]  # all or nothing
+        held = Held(self._texts)
+        rows = held.admit(batch)
         self._add_rows(rows)
+        for key, old, new, (record, _) in held.upgrades:     # a held import now trusted
+            family_rows = self._rows[key[0]]
+            at = next(i for i, (_, text) in enumerate(family_rows) if text == old)
+            family_rows[at] = (record, new)
         return len(rows)
 
     def _select(self, family, problem_key, device, template_digest, cc=None):

@@ -20,6 +20,7 @@ from typing import Iterable
 import sqlalchemy as sa
 
 from kgen.db.base import KEY_COLUMNS, ROW_COLUMNS, Database, row_key, row_of, scope
+from kgen.db.conflicts import Held, Tally
 from kgen.db.sqlite import ChangeProbe, refuse_network_fs, sqlite_events
 from kgen.errors import DatabaseError
 from kgen.measurement import Record, record_from_dict
@@ -91,6 +92,31 @@ def upgrade(conn: sa.Connection, old: str) -> int:
         n += len(rows)
     log.info("copied %d records from %s into %s", n, old, TABLE)
     return n
+
+
+_FEW_ROWS = 1000          # a commit of more rows reads the stored keys of its families at once
+_KEYS_PER_QUERY = 50      # keys looked up by one query (6 parameters each)
+
+
+def _texts_of(conn: sa.Connection, keys: list[tuple]) -> dict[tuple, list[str]]:
+    """The stored texts (``data``) under each of ``keys`` (``KEY_COLUMNS`` tuples) that has any."""
+    c = _t.c
+    cols = [c[k] for k in KEY_COLUMNS]
+    out: dict[tuple, list[str]] = {}
+    for i in range(0, len(keys), _KEYS_PER_QUERY):
+        match = sa.or_(*(sa.and_(*(col == v for col, v in zip(cols, key))) for key in keys[i:i + _KEYS_PER_QUERY]))
+        for row in conn.execute(sa.select(*cols, c.data).where(match)):
+            out.setdefault(tuple(row[:-1]), []).append(row[-1])
+    return out
+
+
+def _rewrite(conn: sa.Connection, upgrades: list[tuple]) -> None:
+    """Give each held row of ``upgrades`` ((key, held text, new text, _)) its new text."""
+    c = _t.c
+    key = sa.and_(*(c[k] == sa.bindparam(f"k_{k}") for k in KEY_COLUMNS), c.data == sa.bindparam("old"))
+    conn.execute(sa.update(_t).where(key).values(data=sa.bindparam("new")),
+                 [{**{f"k_{k}": v for k, v in zip(KEY_COLUMNS, held_key)}, "old": old, "new": new}
+                  for held_key, old, new, _ in upgrades])
 
 
 def _where(family, problem_key=None, device=None, template_digest=None, cc=None):
@@ -190,34 +216,39 @@ class SqlStore(Database):
 
     def commit(self, records: Iterable[Record]) -> int:
         rows = [row_of(r) for r in records]
-        if rows:
-            self._in_transaction(lambda conn: self._insert(conn, rows))
-        return len(rows)
+        return self.add_rows(rows).written if rows else 0
 
-    def insert_new(self, rows: list[tuple] | Iterable[list[tuple]]) -> int:
-        """Store the rows (``row_of`` tuples) whose key (``KEY_COLUMNS``) is not stored yet,
-        in one transaction; return how many were new. ``rows`` may instead be an iterable of
-        lists of rows, stored as they come; an exception it raises rolls everything back."""
+    def add_rows(self, rows: list[tuple] | Iterable[list[tuple]]) -> Tally:
+        """Store rows (``row_of`` tuples) under the conflict rule (``kgen.db.conflicts``: a row
+        identical to a stored one is not stored again, one with other content under a stored
+        key is stored beside it), in one transaction; return the tally. ``rows`` may instead be
+        an iterable of lists of rows, stored as they come; an exception it raises rolls
+        everything back."""
         if isinstance(rows, list):
             if not rows:
-                return 0
-            rows = [rows]
+                return Tally()
+            chunks, by_family = [rows], len(rows) > _FEW_ROWS
+        else:
+            chunks, by_family = rows, True
 
-        def insert(conn: sa.Connection) -> int:
-            c = _t.c
-            stored: set[tuple] = set()
+        def insert(conn: sa.Connection) -> Tally:
+            held = Held(fetch=lambda keys: _texts_of(conn, keys))
             families: set[str] = set()
-            count = 0
-            for chunk in rows:
+            for chunk in chunks:
                 fresh = {row[0] for row in chunk} - families
-                if fresh:
+                if by_family and fresh:           # every stored key of the chunk's new families, once
+                    c = _t.c
                     keys = sa.select(*(c[k] for k in KEY_COLUMNS)).where(c.family.in_(sorted(fresh)))
-                    stored.update(tuple(key) for key in conn.execute(keys))
+                    held.hold(tuple(key) for key in conn.execute(keys))
                     families |= fresh
-                new = [row for row in chunk if row_key(row) not in stored]
-                self._insert(conn, new)
-                count += len(new)
-            return count
+                elif not by_family:               # a few rows: the texts of their keys
+                    for key, texts in _texts_of(conn, sorted({row_key(row) for row in chunk})).items():
+                        held.texts.setdefault(key, []).extend(texts)
+                self._insert(conn, held.admit((row_key(row), row[-1], row) for row in chunk))
+                if held.upgrades:                 # held imports a --trust import makes trusted
+                    _rewrite(conn, held.upgrades)
+                    held.upgrades.clear()
+            return held.tally
 
         return self._in_transaction(insert)
 

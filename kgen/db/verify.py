@@ -1,10 +1,9 @@
-"""Trust in imported records: re-measure them here, store a verdict, say what to trust.
+"""Trust in imported records: re-measure them here and store a verdict.
 
 ``verify`` re-measures the fastest imported config (``provenance.origin`` ``import:...``) of
 each problem on this device and stores the new measurement as a local Record whose origin
 is ``verify:verified`` (correct and within 15 % of the imported time) or ``verify:rejected``.
-``is_trusted`` reads those verdicts; ``trusted_best`` is ``Database.best`` over trusted
-records only.
+``kgen.db.trust`` reads those verdicts (``is_trusted``, ``trusted_best``: what dispatch may use).
 
 >>> from kgen.db import MemoryStore
 >>> trusted_best(MemoryStore(), "gemm", "gemm|m=1", "NVIDIA H200") is None
@@ -17,13 +16,12 @@ import dataclasses
 from dataclasses import dataclass
 
 from kgen.db.base import Database, best_order, canonical, usable_time
+from kgen.db.trust import (REJECTED, TOLERANCE, VERIFIED, agrees, is_imported, is_trusted, is_verdict,  # noqa: F401
+                           trusted_best)
 from kgen.errors import KgenError
 from kgen.measure.bench import l2_label
 from kgen.measurement import Measurement, Record, Timing
 from kgen.vendor import VENDOR_DIGEST
-
-TOLERANCE = 0.15
-VERIFIED, REJECTED = "verify:verified", "verify:rejected"
 
 
 @dataclass(frozen=True)
@@ -35,45 +33,6 @@ class Verdict:
     measured_ms: float | None
     verdict: str            # "verified" | "rejected" | "skipped"
     detail: str = ""
-
-
-def is_imported(r: Record) -> bool:
-    return r.provenance.origin.startswith("import:")
-
-
-def is_verdict(r: Record) -> bool:
-    return r.provenance.origin.startswith("verify:")
-
-
-def _same_config(a: Record, b: Record) -> bool:
-    return (a.family, a.measurement.problem_key, a.provenance.device, a.provenance.template_digest,
-            a.measurement.config_name) == (b.family, b.measurement.problem_key, b.provenance.device,
-                                           b.provenance.template_digest, b.measurement.config_name)
-
-
-def agrees(imported_ms: float, m: Measurement, tolerance: float = TOLERANCE) -> bool:
-    """A correct measurement within ``tolerance`` (relative) of the imported time."""
-    return m.ok and abs(m.time_ms - imported_ms) <= tolerance * imported_ms
-
-
-def is_trusted(record: Record, records_of_problem: list[Record], tolerance: float = TOLERANCE) -> bool:
-    """True for records measured here; an imported one only when its latest verdict (among
-    ``records_of_problem``) is ``verify:verified`` and agrees with its time."""
-    if not is_imported(record):
-        return True
-    verdicts = [v for v in records_of_problem if is_verdict(v) and _same_config(v, record)]
-    if not verdicts or not record.measurement.ok:
-        return False
-    last = max(verdicts, key=lambda v: (v.provenance.created, canonical(v)))
-    return last.provenance.origin == VERIFIED and agrees(record.measurement.time_ms, last.measurement, tolerance)
-
-
-def trusted_best(db: Database, family: str, problem_key: str, device: str,
-                 template_digest: str | None = None) -> Record | None:
-    """``db.best`` restricted to trusted records (what dispatch uses with KGEN_VERIFIED_ONLY=1)."""
-    records = db.records(family, problem_key, device, template_digest)
-    ok = [r for r in records if usable_time(r) is not None and is_trusted(r, records)]
-    return min(ok, key=lambda r: best_order(r, canonical(r))) if ok else None
 
 
 def to_verify(db: Database, device: str, family: str | None = None) -> list[Record]:
