@@ -55,10 +55,16 @@ __device__ __forceinline__ void mbar_arrive_cluster(unsigned bar) {
     }
 }
 
+// This block's rank in its cluster of CLUSTER blocks (0 without clusters).
+template <int CLUSTER>
 __device__ __forceinline__ unsigned cluster_rank() {
-    unsigned r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
+    if constexpr (CLUSTER > 1) {
+        unsigned r;
+        asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+        return r;
+    } else {
+        return 0;
+    }
 }
 
 // Every thread of every block of the cluster (a plain block barrier without clusters).
