@@ -7,6 +7,7 @@ Templates are found under the shipped template root (``templates/`` in a source 
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -51,14 +52,46 @@ def template_text(spec) -> str | None:
     return getattr(spec, "template_source", None) or None
 
 
+# a piece named by a Jinja include / import / from / extends: literal, or computed (any piece then)
+_PIECE = re.compile(r"""\{%-?\s*(?:include|import|from|extends)\s+(?:(["'])(.+?)\1)?""")
+
+
+def _pieces_of(text: str, folder: Path) -> list[Path]:
+    """The files ``text`` names as Jinja includes, found as the environment finds them (the
+    template's own folder first, then the template root); every shared piece where a name
+    is computed at render time."""
+    found = []
+    for match in _PIECE.finditer(text):
+        if match.group(2) is None:
+            found += sorted((templates_root() / "common").rglob("*.cuh"))
+            continue
+        for root in (folder, templates_root()):
+            if (root / match.group(2)).is_file():
+                found.append(root / match.group(2))
+                break
+        else:
+            raise TemplateError(f"template piece {match.group(2)!r} does not exist",
+                                remedy="name a file under templates/ (e.g. common/...) in the include")
+    return found
+
+
 def template_files(spec) -> list[Path]:
-    """The spec's template and every shared piece it could include, in a stable order."""
-    main = _template_path(spec)
-    if not main.is_file():
+    """The spec's template file (none for an inline ``template_source``), then every piece it
+    includes, directly or through other pieces, in a stable order."""
+    inline = template_text(spec)
+    main = None if inline else _template_path(spec)
+    if main is not None and not main.is_file():
         raise TemplateError(f"template {main} of family {spec.family!r} does not exist",
                             remedy="give KernelSpec.template as a path under templates/ or an absolute path")
-    common = sorted((templates_root() / "common").glob("*.cuh"))
-    return [main] + common
+    folder = templates_root() if inline else main.parent
+    pieces: list[Path] = []
+    todo = _pieces_of(inline or main.read_text(), folder)
+    while todo:
+        piece = todo.pop(0).resolve()
+        if piece not in pieces:
+            pieces.append(piece)
+            todo += _pieces_of(piece.read_text(), folder)
+    return ([] if main is None else [main]) + sorted(pieces)
 
 
 def _bytecode_cache() -> jinja2.BytecodeCache | None:

@@ -209,14 +209,14 @@ class KernelSpec:
 
     # --- identity ------------------------------------------------------------------------
     def template_digest(self) -> str:
-        """sha256 of the template and the shared pieces it may include (first 16 hex)."""
+        """sha256 of the template and every shared piece it includes (first 16 hex)."""
         from kgen.render import template_files, template_text
 
         h = hashlib.sha256()
         inline = template_text(self)
         if inline:
             h.update(inline.encode())
-        for path in ([] if inline else template_files(self)):
+        for path in template_files(self):
             h.update(path.name.encode())
             h.update(path.read_bytes())
         return h.hexdigest()[:16]

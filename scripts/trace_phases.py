@@ -54,7 +54,7 @@ CLOCK_SLOTS = {"start": 1, "ready": 2, "descs": 10, "origin": 11, "freed": 12, "
                "first_stage": 4, "sums": 5, "parted": 16, "turn_first": 17, "turn_last": 18, "added": 19,
                "stored": 6, "drained": 7, "end": 9}
 START_NS, DRAINED_NS, LAST_WARP_NS, END_NS, SUMS_NS = 0, 8, 14, 15, 20      # global-timer slots
-WORDS_PER_BLOCK = 32     # the template's KGEN_TRACE_WORDS
+WORDS_PER_BLOCK = 32     # KGEN_TRACE_WORDS of templates/common/trace.cuh
 
 
 def traced(spec):

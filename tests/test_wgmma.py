@@ -359,7 +359,7 @@ def test_context_carries_types_epilogue_and_entry(target):
     assert ctx["entry"] == c.name and ctx["out_t"] == "float" and ctx["has_bias"] == 1
     assert ctx["activation"] == "gelu" and ctx["SLABS"] == ctx["RPC"] // 64
     code = render(SPEC, p, c, target, space).code
-    assert "erff" in code and "tnspA 1" in code and "tnspB 0" in code
+    assert "Activation::gelu" in code and "HAS_BIAS = true" in code and "tnspA 1" in code and "tnspB 0" in code
 
 
 # ---------------------------------------------------------------- host-side arguments
