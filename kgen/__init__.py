@@ -6,10 +6,11 @@ True
 """
 
 from kgen.errors import (CompileError, DatabaseError, DeviceError, DtypeError, InputError, KgenError,
-                         LayoutError, NoConfigError, NoDeviceError, ShapeError, SpaceError, TemplateError)
+                         LayoutError, NoConfigError, NoDeviceError, ShapeError, SpaceError, TemplateError, ExpressionError)
 from kgen.dispatch import refresh
 from kgen.dispatch import set_miss_tuner as _set_miss_tuner
 from kgen.kernels.gemm.problem import gemm_problem
+from kgen.ops.elementwise import cast, elementwise
 from kgen.ops.gemm import GemmChoice, gemm, gemm_choice
 from kgen.ops.run import run
 from kgen.problem import Problem, Target
@@ -23,8 +24,8 @@ __version__ = "0.1.0"
 _set_miss_tuner(_miss_tuner())     # dispatch tunes a missed problem (KGEN_TUNE_ON_MISS) with kgen's search
 
 __all__ = [
-    "gemm", "gemm_choice", "GemmChoice", "gemm_problem", "refresh", "run", "Problem", "Target", "Param", "Space", "Constraint", "Config",
+    "gemm", "gemm_choice", "elementwise", "cast", "GemmChoice", "gemm_problem", "refresh", "run", "Problem", "Target", "Param", "Space", "Constraint", "Config",
     "KernelSpec", "Launch", "Check", "register", "get_spec", "families",
-    "KgenError", "InputError", "DeviceError", "DtypeError", "ShapeError", "LayoutError", "SpaceError",
+    "KgenError", "InputError", "DeviceError", "DtypeError", "ShapeError", "LayoutError", "SpaceError", "ExpressionError",
     "TemplateError", "CompileError", "NoDeviceError", "NoConfigError", "DatabaseError",
 ]

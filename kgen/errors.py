@@ -55,6 +55,11 @@ class FieldError(InputError):
     or of the wrong type or value."""
 
 
+class ExpressionError(InputError):
+    """An elementwise expression uses something outside the allowed names, operators and
+    functions (the message names the token and its column)."""
+
+
 class DeviceError(InputError):
     default_remedy = "move the arrays to one CUDA device (cupy.asarray / tensor.cuda())"
 

@@ -93,6 +93,15 @@ class _Operand:
     def __init__(self, name: str):
         self.name = name
 
+    def as_scalar(self, dtype: str) -> "_ScalarOperand":
+        """What ``kgen.spec.scalar_operand`` gives for this operand: a scalar read at the call."""
+        return _ScalarOperand(self.name, dtype)
+
+
+class _ScalarOperand:
+    def __init__(self, name: str, dtype: str):
+        self.name, self.dtype = name, dtype
+
 
 class _Operands(dict):
     def __missing__(self, name: str) -> _Operand:
@@ -101,7 +110,8 @@ class _Operands(dict):
 
 def launch_recipe(spec, problem: Problem, config) -> dict:
     """The launch of ``config`` on ``problem`` as the generic runtime replays it: geometry, and
-    each argument as an operand's name or a scalar's type and value. KgenError where the
+    each argument as an operand's name (an array, or a scalar given at the call) or a scalar's type
+    and value. KgenError where the
     family's arguments are computed from the arrays (the family needs its own runtime)."""
     if type(spec).run is not KernelSpec.run:
         raise KgenError(f"the {spec.family} family launches in steps of its own (KernelSpec.run), which the "
@@ -118,6 +128,8 @@ def launch_recipe(spec, problem: Problem, config) -> dict:
     for arg in args:
         if isinstance(arg, _Operand):
             recipe.append({"array": arg.name})
+        elif isinstance(arg, _ScalarOperand):
+            recipe.append({"scalar": arg.name, "type": arg.dtype})
         elif isinstance(arg, np.generic) and arg.dtype.kind in "iuf":
             recipe.append({"type": arg.dtype.name, "value": arg.item()})
         else:

@@ -27,6 +27,18 @@ class Launch:
     shared_mem: int = 0
 
 
+def scalar_operand(value: Any, dtype: str = "float32") -> Any:
+    """A scalar operand (one the call gives, not the problem) as a kernel argument of ``dtype``;
+    while ``kgen export`` records a launch, the operand's name, which the exported runtime
+    reads from the call."""
+    as_scalar = getattr(value, "as_scalar", None)
+    if as_scalar is not None:
+        return as_scalar(dtype)
+    import numpy as np
+
+    return np.dtype(dtype).type(value)
+
+
 @dataclass(frozen=True)
 class Check:
     """Outcome of comparing a kernel's outputs with the reference."""

@@ -5,6 +5,8 @@
     __PACKAGE__.run({"n": 4096}, x=x, y=y, out=out)  # the tuned kernel of that problem
     __PACKAGE__.run("__FAMILY__|n=4096", x=x, ...)   # the same, by its key
 
+Scalars the family reads at the call (an elementwise expression's ``a``) are passed by name
+beside the arrays.
 Arrays are CuPy arrays or any ``__cuda_array_interface__`` arrays (PyTorch, JAX ...), passed
 by the names the family gives its operands; the kernel runs on CuPy's current stream (or
 ``stream=``). A problem that was not exported raises ``ExportedError``.
@@ -63,11 +65,22 @@ def _argument(item, arrays):
             raise ExportedError(f"missing array {name!r}; this family takes {sorted(_array_names())}")
         x = arrays[name]
         return x if isinstance(x, cupy.ndarray) else cupy.asarray(x)
+    if "scalar" in item:
+        name = item["scalar"]
+        if name not in arrays:
+            raise ExportedError(f"missing scalar {name!r}; this family takes {sorted(_operand_names())}")
+        return getattr(numpy, item["type"])(arrays[name])
     return getattr(numpy, item["type"])(item["value"])
 
 
 def _array_names():
     return {item["array"] for e in TABLE["problems"].values() for item in e["args"] if "array" in item}
+
+
+def _operand_names():
+    """The names a call passes: arrays, and scalars read at the call."""
+    return _array_names() | {item["scalar"] for e in TABLE["problems"].values() for item in e["args"]
+                             if "scalar" in item}
 
 
 def run(problem, stream=None, **arrays):
@@ -77,9 +90,9 @@ def run(problem, stream=None, **arrays):
     entry = TABLE["problems"].get(key)
     if entry is None:
         raise ExportedError(f"{key} was not exported; exported: {', '.join(problems()[:5])}")
-    unknown = sorted(set(arrays) - _array_names())
+    unknown = sorted(set(arrays) - _operand_names())
     if unknown:
-        raise ExportedError(f"unknown array {unknown[0]!r}; this family takes {sorted(_array_names())}")
+        raise ExportedError(f"unknown operand {unknown[0]!r}; this family takes {sorted(_operand_names())}")
     launch = entry["launch"]
     fn = _kernel(entry["config"], launch["shared_mem"])
     args = tuple(_argument(item, arrays) for item in entry["args"])

@@ -5,4 +5,6 @@ BUILTIN_FAMILIES = {
     "gemm": "kgen.kernels.gemm.simt:GemmSimt",
     "gemm_mma": "kgen.kernels.gemm.mma:GemmMma",
     "gemm_wgmma": "kgen.kernels.gemm.wgmma:GemmWgmma",
+    "elementwise": "kgen.kernels.memory.elementwise:Elementwise",
+    "cast": "kgen.kernels.memory.cast:Cast",
 }

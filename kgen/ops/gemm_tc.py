@@ -21,6 +21,7 @@ from kgen.kernels.gemm.route import tensor_core_candidates, uses_tensor_cores
 from kgen.kernels.gemm.staging import Staging
 from kgen.kernels.gemm.dtypes import ITEMSIZE, allowed_outputs, epilogue_name
 from kgen.problem import Problem
+from kgen.ops.caller import to_jax, torch_stream
 
 
 @dataclass
@@ -147,25 +148,6 @@ def _empty(dispatcher, kind: str, like, shape, dtype: str):
     return dispatcher.launcher.empty(shape, "uint16" if dtype == "bfloat16" else dtype, like=like)
 
 
-def _to_jax(arr, dtype: str):
-    import jax
-    import jax.numpy as jnp
-
-    out = jax.dlpack.from_dlpack(arr)
-    return jax.lax.bitcast_convert_type(out, jnp.bfloat16) if dtype == "bfloat16" else out
-
-
-def _torch_stream(device: int) -> int:
-    """PyTorch's current stream on ``device``, as a cudaStream_t: through the raw getter
-    where this PyTorch has it (no Stream object made per call), else the public API."""
-    import torch
-
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    if raw is not None:
-        return raw(device)
-    return torch.cuda.current_stream(device).cuda_stream
-
-
 def call(dispatcher, a, b, c=None, alpha: float = 1.0, beta: float = 0.0, *, bias=None, activation=None,
          precision=None, dtype=None, out_dtype=None):
     """C = act(alpha * a @ b + beta * c + bias) on the tensor cores (see ``kgen.gemm``); None
@@ -189,7 +171,7 @@ def call(dispatcher, a, b, c=None, alpha: float = 1.0, beta: float = 0.0, *, bia
         raise InputError("c overlaps a or b in memory: the kernel would read what it writes",
                          remedy="pass a separate output array (or none, for a new one)")
     if plan.kernel is not None:
-        stream = _torch_stream(plan.device) if plan.kind == "torch" else None
+        stream = torch_stream(plan.device) if plan.kind == "torch" else None
         if plan.staging is not None:
             pa, pb = plan.staging.pointers(a, b, pa, pb, problem["layout"], plan.device, stream)
         args = plan.build(pa, pb, pc, pbias, alpha, beta, stream, plan.device)
@@ -199,4 +181,4 @@ def call(dispatcher, a, b, c=None, alpha: float = 1.0, beta: float = 0.0, *, bia
         plan.bound(args, stream=stream)
     elif plan.vendor is not None:
         plan.vendor(a, b, c, alpha, beta, bias)
-    return _to_jax(c, problem["out_dtype"]) if plan.kind == "jax" else c
+    return to_jax(c, problem["out_dtype"]) if plan.kind == "jax" else c

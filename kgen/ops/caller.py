@@ -1,0 +1,140 @@
+"""The caller's side of a call: which array library the operands come from, new outputs of
+that library, and the caller's current stream. Shared by every user-facing operation so that
+each returns the caller's array type and runs where the caller's work runs.
+
+Depends on CuPy (and PyTorch or JAX where the caller uses them), each loaded on first use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from kgen.arrays import ArrayInfo, array_kind, describe
+from kgen.errors import DtypeError, InputError, LayoutError
+
+
+@dataclass(frozen=True)
+class CallerArray:
+    """One operand as given: the object, its library (``torch``, ``jax``, ``cai``), what
+    ``kgen.arrays.describe`` read of it, and its element type (a CuPy uint16 array given with
+    ``dtype="bfloat16"`` is bfloat16)."""
+
+    obj: Any
+    kind: str
+    info: ArrayInfo
+    dtype: str
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.info.shape
+
+    @property
+    def ptr(self) -> int:
+        return self.info.ptr
+
+
+def contiguous(info: ArrayInfo) -> bool:
+    """Whether the array is dense and row-major (dimensions of one element may have any stride)."""
+    expected = 1
+    for size, stride in zip(reversed(info.shape), reversed(info.strides)):
+        if size != 1 and stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def caller_array(x: Any, name: str, dtypes: tuple[str, ...], dtype: str | None = None) -> CallerArray:
+    """``x`` read as an operand of one of ``dtypes``: a typed error for a host array, another
+    dtype or a strided view (the remedy: a contiguous copy)."""
+    kind = array_kind(x)
+    info = describe(x, name)
+    found = info.dtype
+    if found == "uint16" and dtype == "bfloat16":
+        found = "bfloat16"
+    elif dtype is not None and dtype != found:
+        raise DtypeError(f"{name} holds {found}, not the {dtype} that dtype= names",
+                         remedy="leave dtype= out, or give it only to say a uint16 CuPy array holds bfloat16")
+    if found not in dtypes:
+        hint = " (a uint16 CuPy array holding bfloat16 bits: pass dtype='bfloat16')" if found == "uint16" else ""
+        raise DtypeError(f"{name} holds {found}; this operation takes {', '.join(dtypes)}{hint}",
+                         remedy=f"convert it first, e.g. kgen.cast({name}, 'float32')")
+    if not contiguous(info):
+        raise LayoutError(f"{name} is a strided view (shape {info.shape}, strides {info.strides} in elements); "
+                          "this operation reads dense row-major arrays",
+                          remedy=f"pass a contiguous copy ({name}.copy() in CuPy, {name}.contiguous() in PyTorch), "
+                                 "or kgen.permute it first")
+    return CallerArray(x, kind, info, found)
+
+
+def same_device(arrays: list[CallerArray]) -> int:
+    """The one device all ``arrays`` are on (an InputError otherwise)."""
+    devices = {a.info.device for a in arrays}
+    if len(devices) != 1:
+        raise InputError(f"the operands are on devices {sorted(devices)}",
+                         remedy="move them to one GPU first")
+    return devices.pop()
+
+
+def new_array(like: CallerArray, shape, dtype: str, launcher=None):
+    """An uninitialised array of the caller's library (JAX: a CuPy array, made a JAX array by
+    ``returned``), on ``like``'s device; bfloat16 outside PyTorch as uint16 bits."""
+    if like.kind == "torch":
+        import torch
+
+        return torch.empty(tuple(shape), dtype=getattr(torch, dtype), device=like.obj.device)
+    storage = "uint16" if dtype == "bfloat16" else dtype
+    if launcher is not None:
+        return launcher.empty(tuple(shape), storage, like=like.obj)
+    import cupy
+
+    with cupy.cuda.Device(like.info.device):
+        return cupy.empty(tuple(shape), dtype=storage)
+
+
+def returned(kind: str, array, dtype: str):
+    """``array`` as the caller's library holds it: a JAX array for a JAX caller (bfloat16 bits
+    read as bfloat16), the array itself otherwise."""
+    return to_jax(array, dtype) if kind == "jax" else array
+
+
+def to_jax(array, dtype: str):
+    import jax
+    import jax.numpy as jnp
+
+    out = jax.dlpack.from_dlpack(array)
+    return jax.lax.bitcast_convert_type(out, jnp.bfloat16) if dtype == "bfloat16" else out
+
+
+def torch_stream(device: int) -> int:
+    """PyTorch's current stream on ``device``, as a cudaStream_t: through the raw getter
+    where this PyTorch has it (no Stream object made per call), else the public API."""
+    import torch
+
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return raw(device)
+    return torch.cuda.current_stream(device).cuda_stream
+
+
+_EXTERNAL: dict[tuple[int, int], Any] = {}
+
+
+@contextlib.contextmanager
+def on_caller_stream(kind: str, device: int) -> Iterator[None]:
+    """CuPy's current device and stream made the caller's for the launches inside: PyTorch's
+    current stream for a PyTorch caller, CuPy's own otherwise."""
+    import cupy
+
+    with cupy.cuda.Device(device):
+        if kind != "torch" or "torch" not in sys.modules:
+            yield
+            return
+        ptr = torch_stream(device)
+        stream = _EXTERNAL.get((device, ptr))
+        if stream is None:
+            stream = _EXTERNAL[(device, ptr)] = cupy.cuda.ExternalStream(ptr, device)
+        with stream:
+            yield

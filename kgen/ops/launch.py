@@ -1,0 +1,31 @@
+"""One launch of a family's best known kernel on a caller's operands: on the operands'
+device and the caller's current stream, through the default dispatcher (the tuned record,
+else the family's model or default, loaded once)."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from kgen.dispatch import default_dispatcher
+from kgen.ops.caller import CallerArray, on_caller_stream
+from kgen.problem import Problem
+from kgen.registry import get_spec
+
+
+def pointer(array: CallerArray) -> np.uint64:
+    """An array operand as the kernel argument it is (its device address)."""
+    return np.uint64(array.ptr)
+
+
+def launch_family(family: str, problem: Problem, device: int, kind: str, operands: Mapping[str, Any]) -> None:
+    """Run ``family``'s kernel of ``problem`` on ``operands`` (pointers and scalars by name)."""
+    spec = get_spec(family)
+    with on_caller_stream(kind, device):
+        default_dispatcher().call(spec, problem, operands, device)
+
+
+def choice_of(family: str, problem: Problem, device: int):
+    """The dispatcher's choice for ``problem`` (config and how it was chosen), without a launch."""
+    return default_dispatcher().decide(get_spec(family), problem, device)
