@@ -341,6 +341,10 @@ class Dispatcher:
         loaded = self.prepare(spec, problem, device)
         spec.run(loaded.kernel, problem, loaded.choice.config, operands)
 
+    def loaded(self, family: str) -> list[tuple[Problem, Choice]]:
+        """(problem, choice) of each of ``family``'s loaded kernels, in the order they were loaded."""
+        return [(loaded.problem, loaded.choice) for key, loaded in list(self._loaded.items()) if key[0] == family]
+
     def clear(self) -> None:
         """Drop every loaded kernel and call plan: the next call of each problem chooses again."""
         with self._lock:

@@ -28,6 +28,12 @@
 #                                        #   cuBLAS run for seconds (scripts/clock_probe.py) -> $OUT/clock_probe.jsonl
 #   scripts/gpu_check.sh trace ARGS      # the phase marks of named gemm_wgmma configs, per block
 #                                        #   (scripts/trace_phases.py) -> $OUT/trace_phases.jsonl
+#   scripts/gpu_check.sh memory-tune [TRIALS [SECONDS]] # the memory benchmark's problems (run once, untuned,
+#                                        #   -> $OUT/bench_memory_untuned.json) tuned into $OUT/memory.db, each
+#                                        #   family's records exported to $OUT/tuning_db/<device>_<family>.jsonl
+#   scripts/gpu_check.sh memory-bench [ARGS] # the memory-bound families beside PyTorch, torch.compile and CuPy
+#                                        #   (scripts/bench_memory.py; with $OUT/memory.db's records where it
+#                                        #   exists) -> $OUT/bench_memory.json
 #   scripts/gpu_check.sh shapes [ARGS]   # kgen (untuned; tuned: ARGS --modes) and cuBLAS side by side on random
 #                                        #   shapes nobody tunes for (scripts/bench_shapes.py) -> $OUT/bench_shapes.json
 set -uo pipefail
@@ -97,6 +103,24 @@ if [ "$what" = trace ]; then
 fi
 if [ "$what" = clocks ]; then
   logged clock_probe.log python3 scripts/clock_probe.py --out "$OUT/clock_probe.jsonl" "$@"
+fi
+if [ "$what" = memory-tune ]; then
+  trials=${1:-24}; seconds=${2:-10}
+  logged bench_memory_untuned.log python3 scripts/bench_memory.py --no-compile --runs 15 \
+    --out "$OUT/bench_memory_untuned.json" --keys "$OUT/keys"
+  mkdir -p "$OUT/tuning_db"
+  slug=$(python3 -c "from kgen.problem import Target; print(Target.detect(0).slug)")
+  for keys in "$OUT"/keys.*.txt; do
+    family=$(basename "$keys" .txt); family=${family#keys.}
+    logged "tune_$family.log" python3 -m kgen.cli tune "$family" --from "$keys" --trials "$trials" \
+      --timeout "$seconds" --db "sqlite:///$OUT/memory.db"
+    python3 -m kgen.cli db export --db "sqlite:///$OUT/memory.db" --family "$family" \
+      --output "$OUT/tuning_db/${slug}_$family.jsonl" || status=1
+  done
+fi
+if [ "$what" = memory-bench ]; then
+  [ -f "$OUT/memory.db" ] && export KGEN_DB_URL="sqlite:///$OUT/memory.db"
+  logged bench_memory.log python3 scripts/bench_memory.py --out "$OUT/bench_memory.json" "$@"
 fi
 if [ "$what" = shapes ]; then
   logged bench_shapes.log python3 scripts/bench_shapes.py --out "$OUT/bench_shapes.json" "$@"
