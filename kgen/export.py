@@ -28,7 +28,7 @@ from kgen.problem import Problem, Target
 from kgen.provenance import kgen_version
 from kgen.registry import get_spec
 from kgen.render import render
-from kgen.spec import KernelSpec
+from kgen.spec import GENERIC_RUNTIME, KernelSpec
 
 log = logging.getLogger(__name__)
 
@@ -189,7 +189,7 @@ def export_package(family: str, out_dir: str | Path, name: str = "kgen_kernels",
                         m.problem_key, m.config_name, family)
             skipped.append(m.problem_key)
             continue
-        generic = spec.export_runtime == "generic_module.py"
+        generic = spec.export_runtime == GENERIC_RUNTIME
         recipe = launch_recipe(spec, problem, config) if generic else {}
         _write_kernel(spec, problem, config, target, kernels, written, cc)
         table["problems"][m.problem_key] = {"config": config.name, "values": config.as_dict(),

@@ -211,13 +211,18 @@ class Space:
             raise SpaceError(f"the namer gave {name!r}, which is not a C identifier")
         return Config(name=name, values=tuple(ordered.items()))
 
-    def trusted_name(self, values: Values) -> str | None:
-        """``trusted(values).name`` without the Config (None where ``trusted`` gives None)."""
+    def _valid_or_none(self, values: Values) -> dict[str, Any] | None:
+        """``values`` completed with defaults where they make a valid config, else None."""
         values = self.complete(values)
         try:
-            if self._violations(values):
-                return None
+            return None if self._violations(values) else values
         except SpaceError:
+            return None
+
+    def trusted_name(self, values: Values) -> str | None:
+        """``trusted(values).name`` without the Config (None where ``trusted`` gives None)."""
+        values = self._valid_or_none(values)
+        if values is None:
             return None
         name = self.namer({n: values[n] for n in self._names})
         return name if _IDENTIFIER.match(name) else None
@@ -227,13 +232,8 @@ class Space:
         valid config of this space (a parameter missing or unknown, a value not one of the
         declared choices of its type, a broken constraint). The name comes from the values,
         never from the record."""
-        values = self.complete(values)
-        try:
-            if self._violations(values):
-                return None
-        except SpaceError:
-            return None
-        return self._make(values)
+        values = self._valid_or_none(values)
+        return None if values is None else self._make(values)
 
     def config(self, **values) -> Config:
         """A valid Config; raises SpaceError naming the broken constraints otherwise."""

@@ -18,6 +18,9 @@ from kgen.problem import Problem, Target
 from kgen.space import Config, Space
 
 
+GENERIC_RUNTIME = "generic_module.py"   # the exported runtime that replays each problem's recorded launch
+
+
 @dataclass(frozen=True)
 class Launch:
     """Grid, block and dynamic shared memory of one kernel launch."""
@@ -64,7 +67,7 @@ class KernelSpec:
     outputs: tuple[str, ...] = ("out",)
     options: tuple[str, ...] = ("--std=c++17",)
     problem_fields: tuple[Field, ...] = ()
-    export_runtime: str = "generic_module.py"    # the exported package's module (kgen/export_runtime/)
+    export_runtime: str = GENERIC_RUNTIME    # the exported package's module (kgen/export_runtime/)
 
     # --- the front door: problems from what a user gives ----------------------------------
     def fields(self) -> tuple[Field, ...]:
