@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import warnings
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -135,6 +136,8 @@ def on_caller_stream(kind: str, device: int) -> Iterator[None]:
         ptr = torch_stream(device)
         stream = _EXTERNAL.get((device, ptr))
         if stream is None:
-            stream = _EXTERNAL[(device, ptr)] = cupy.cuda.ExternalStream(ptr, device)
+            with warnings.catch_warnings():     # newer CuPy prefers Stream.from_external(obj): we hold a handle
+                warnings.simplefilter("ignore", DeprecationWarning)
+                stream = _EXTERNAL[(device, ptr)] = cupy.cuda.ExternalStream(ptr, device)
         with stream:
             yield
