@@ -11,7 +11,10 @@ from kgen.dispatch import refresh
 from kgen.dispatch import set_miss_tuner as _set_miss_tuner
 from kgen.kernels.gemm.problem import gemm_problem
 from kgen.ops.elementwise import cast, elementwise
+from kgen.ops.reduce import reduce
 from kgen.ops.gemm import GemmChoice, gemm, gemm_choice
+from kgen.ops.permute import permute, transpose
+from kgen.ops.rownorm import rmsnorm, softmax
 from kgen.ops.run import run
 from kgen.problem import Problem, Target
 from kgen.registry import families, get_spec, register
@@ -24,7 +27,8 @@ __version__ = "0.1.0"
 _set_miss_tuner(_miss_tuner())     # dispatch tunes a missed problem (KGEN_TUNE_ON_MISS) with kgen's search
 
 __all__ = [
-    "gemm", "gemm_choice", "elementwise", "cast", "GemmChoice", "gemm_problem", "refresh", "run", "Problem", "Target", "Param", "Space", "Constraint", "Config",
+    "softmax", "rmsnorm",
+    "permute", "transpose", "gemm", "gemm_choice", "elementwise", "cast", "reduce", "GemmChoice", "gemm_problem", "refresh", "run", "Problem", "Target", "Param", "Space", "Constraint", "Config",
     "KernelSpec", "Launch", "Check", "register", "get_spec", "families",
     "KgenError", "InputError", "DeviceError", "DtypeError", "ShapeError", "LayoutError", "SpaceError", "ExpressionError",
     "TemplateError", "CompileError", "NoDeviceError", "NoConfigError", "DatabaseError",

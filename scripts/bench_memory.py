@@ -189,6 +189,15 @@ def _last_choice(family: str) -> tuple[str, str]:
     return choice.config.name if choice.config is not None else "", choice.how
 
 
+def write_keys(prefix: str, family: str) -> None:
+    """The keys of ``family``'s problems loaded so far, to PREFIX.FAMILY.txt (for ``kgen tune --from``)."""
+    from kgen.dispatch import default_dispatcher
+
+    keys = [problem.key for problem, _ in default_dispatcher().loaded(family)]
+    if keys:
+        Path(f"{prefix}.{family}.txt").write_text("".join(k + "\n" for k in keys))
+
+
 def _commit() -> str:
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
@@ -221,6 +230,12 @@ def main(argv=None) -> int:
     rate = copy_rate(torch, flush, args.runs)
     print(f"{target.name}: copy {rate * 1e3 / 1e12:.2f} TB/s", flush=True)
     wanted = set(filter(None, args.ops.split(",")))
+    out = Path(args.out) if args.out else ROOT / "scripts" / "results" / target.slug / "bench_memory.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    meta = {"device": target.name, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "commit": args.commit or _commit(), "copy_tb_s": rate * 1e3 / 1e12, "runs": args.runs,
+            "torch": torch.__version__, "compile_mode": "max-autotune-no-cudagraphs" if args.compile else None,
+            "l2": "flushed"}
     rows = []
     for case in _cases(args.quick):
         if wanted and case["family"] not in wanted:
@@ -233,20 +248,9 @@ def main(argv=None) -> int:
               f"kgen {row.get('kgen_ms', float('nan')):.4f} ms ({row.get('fraction_of_copy', float('nan')):.2f} copy, "
               f"{row['how']}) | {base} | x{row.get('speedup', float('nan')):.2f} ok={row['ok']} "
               f"[{time.perf_counter() - start:.0f} s]", flush=True)
-    if args.keys:
-        from kgen.dispatch import default_dispatcher
-
-        for family in sorted({case["family"] for case in _cases(args.quick)}):
-            keys = [problem.key for problem, _ in default_dispatcher().loaded(family)]
-            if keys:
-                Path(f"{args.keys}.{family}.txt").write_text("".join(k + "\n" for k in keys))
-    out = Path(args.out) if args.out else ROOT / "scripts" / "results" / target.slug / "bench_memory.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    meta = {"device": target.name, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "commit": args.commit or _commit(), "copy_tb_s": rate * 1e3 / 1e12, "runs": args.runs,
-            "torch": torch.__version__, "compile_mode": "max-autotune-no-cudagraphs" if args.compile else None,
-            "l2": "flushed"}
-    out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+        out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")     # kept as it grows
+        if args.keys:
+            write_keys(args.keys, case["family"])
     fractions = [r["fraction_of_copy"] for r in rows if "fraction_of_copy" in r]
     speedups = [r["speedup"] for r in rows if "speedup" in r]
     if speedups:

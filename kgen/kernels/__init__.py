@@ -7,4 +7,8 @@ BUILTIN_FAMILIES = {
     "gemm_wgmma": "kgen.kernels.gemm.wgmma:GemmWgmma",
     "elementwise": "kgen.kernels.memory.elementwise:Elementwise",
     "cast": "kgen.kernels.memory.cast:Cast",
+    "reduce": "kgen.kernels.memory.reduce:Reduce",
+    "permute": "kgen.kernels.memory.permute:Permute",
+    "softmax": "kgen.kernels.memory.rownorm:Softmax",
+    "rmsnorm": "kgen.kernels.memory.rownorm:RmsNorm",
 }

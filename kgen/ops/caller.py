@@ -38,7 +38,10 @@ class CallerArray:
 
 
 def contiguous(info: ArrayInfo) -> bool:
-    """Whether the array is dense and row-major (dimensions of one element may have any stride)."""
+    """Whether the array is dense and row-major (dimensions of one element may have any stride;
+    an empty array is dense whatever its strides)."""
+    if 0 in info.shape:
+        return True
     expected = 1
     for size, stride in zip(reversed(info.shape), reversed(info.strides)):
         if size != 1 and stride != expected:

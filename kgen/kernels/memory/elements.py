@@ -19,7 +19,8 @@ from kgen.errors import DtypeError
 class Element:
     """One element type: its C storage type, the conversions to and from the float it is
     computed in, its bytes, the NumPy dtype holding it on the host and in CuPy (bfloat16:
-    its bits in uint16), and the relative tolerance of a result rounded to it."""
+    its bits in uint16), the relative tolerance of a result rounded to it, and its spacing
+    at zero (the smallest subnormal: the absolute error a tiny result may carry)."""
 
     name: str
     storage: str
@@ -28,14 +29,16 @@ class Element:
     size: int
     numpy: str
     tolerance: float
+    tiny: float
 
 
 ELEMENTS: dict[str, Element] = {
-    "float32": Element("float32", "float", "kgen_to_float", "kgen_to_float", 4, "float32", 2e-6),
-    "float16": Element("float16", "unsigned short", "kgen_half_to_float", "kgen_float_to_half", 2, "float16", 1e-3),
-    "bfloat16": Element("bfloat16", "unsigned short", "kgen_bf16_to_float", "kgen_float_to_bf16", 2, "uint16", 8e-3),
+    "float32": Element("float32", "float", "kgen_to_float", "kgen_to_float", 4, "float32", 2e-6, 2.0 ** -149),
+    "float16": Element("float16", "unsigned short", "kgen_half_to_float", "kgen_float_to_half", 2, "float16", 1e-3, 2.0 ** -24),
+    "bfloat16": Element("bfloat16", "unsigned short", "kgen_bf16_to_float", "kgen_float_to_bf16", 2, "uint16", 8e-3, 2.0 ** -133),
 }
 DTYPES = tuple(ELEMENTS)
+FLOAT32_EPS = 2.0 ** -24            # the unit roundoff of float arithmetic, in which every family computes
 VECTOR_BYTES = 16                   # the widest load a thread issues (LDG.128)
 
 

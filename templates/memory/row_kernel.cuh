@@ -1,0 +1,231 @@
+// kgen: the skeleton of the row-wise normalisations (softmax, RMSNorm) over rows x cols
+// row-major elements: TPR consecutive threads own one row, ROWS rows a block. A row is read
+// once into an accumulator (Op::add / Op::hold), reduced over its threads
+// (memory/row_reduce.cuh), and written once (Op::out / Op::held_out).
+//
+// HOLD says where the row waits between the reduction's two sides:
+//   KGEN_HOLD_REGS    in registers: ITEMS vectors a thread, read once (the row fits them);
+//   KGEN_HOLD_SMEM    in shared memory (a row's slot: cols elements), read once; ITEMS
+//                     vectors a thread in flight a step;
+//   KGEN_HOLD_REREAD  nowhere: read again (from L2, mostly) after the reduction.
+// A thread owns the same elements in both passes, so an output may alias the input.
+//
+// A row's body is its whole VEC-element vectors from the first element aligned for them
+// (16 bytes at most); the elements before it (head) and after the last whole vector (tail),
+// fewer than VEC each, are its edges, EDGE of them a thread, read element by element. Where
+// x and y are not aligned alike (ALIGNED false) the body starts at the row's first element
+// and is read and written element by element. Every thread reaches the reduction (rows past
+// the last are "dead": they read and write nothing). Needs convert.cuh, vec_io.cuh and
+// row_reduce.cuh. Header-free.
+#define KGEN_HOLD_REGS 0
+#define KGEN_HOLD_SMEM 1
+#define KGEN_HOLD_REREAD 2
+
+template <typename T, int VEC, bool VECTOR>
+__device__ __forceinline__ kgen_vec<T, VEC> kgen_row_vec_load(const T* p) {
+    if constexpr (VECTOR) {
+        return kgen_load_vec<T, VEC>(p);
+    } else {
+        kgen_vec<T, VEC> r;
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) r.v[e] = p[e];
+        return r;
+    }
+}
+
+// A vector store to global memory (kgen_store_vec_global) on the vector path, element by element otherwise.
+template <typename T, int VEC, bool VECTOR>
+__device__ __forceinline__ void kgen_row_vec_store(T* p, const kgen_vec<T, VEC>& r) {
+    if constexpr (VECTOR) {
+        kgen_store_vec_global<T, VEC>(p, r);
+    } else {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) p[e] = r.v[e];
+    }
+}
+
+// VEC weights as floats: one vector load where w is aligned for it, else element by element
+template <class E, int VEC, bool ALIGNED>
+__device__ __forceinline__ void kgen_row_weights(float (&wf)[VEC], const typename E::t* w, bool vector) {
+    if (ALIGNED && vector) {
+        const kgen_vec<typename E::t, VEC> r = kgen_load_vec<typename E::t, VEC>(w);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) wf[e] = E::load(r.v[e]);
+    } else {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) wf[e] = E::load(w[e]);
+    }
+}
+
+template <class Op, class E, int TPR, int ROWS, int VEC, int ITEMS, int HOLD, bool ALIGNED>
+__device__ __forceinline__ void kgen_rownorm(const typename E::t* __restrict__ x, const typename E::t* __restrict__ w,
+                                             typename E::t* __restrict__ y, long long rows, int cols, float param,
+                                             typename Op::acc_t* scratch, typename E::t* smem) {
+    using T = typename E::t;
+    using V = kgen_vec<T, VEC>;
+    using acc_t = typename Op::acc_t;
+    constexpr int EDGE = VEC == 1 ? 0 : (2 * (VEC - 1) + TPR - 1) / TPR;
+    constexpr int EDGE_SLOTS = EDGE > 0 ? EDGE : 1;
+    constexpr int STEP = TPR * ITEMS;
+
+    const int lane = threadIdx.x % TPR;
+    const int slot = threadIdx.x / TPR;
+    const long long row = (long long)blockIdx.x * ROWS + slot;
+    const bool live = row < rows;
+    const T* xr = x + (live ? row : 0) * cols;
+    T* yr = y + (live ? row : 0) * cols;
+
+    int head = 0;
+    if constexpr (ALIGNED && VEC > 1) {
+        head = (int)(((0ull - (unsigned long long)xr) % (VEC * sizeof(T))) / sizeof(T));
+        head = min(head, cols);
+    }
+    const int nb = live ? (cols - head) / VEC : 0;          // body vectors (none for a dead row)
+    const int tail0 = head + ((cols - head) / VEC) * VEC;
+    const int edges = live ? head + cols - tail0 : 0;
+    const T* xb = xr + head;
+    T* yb = yr + head;
+    const T* wb = Op::weighted ? w + head : w;
+    const bool wvec = Op::weighted && ((unsigned long long)wb % (VEC * sizeof(T))) == 0;
+    auto edge_col = [&](int e) { return e < head ? e : tail0 + (e - head); };
+
+    if constexpr (HOLD == KGEN_HOLD_REGS) {
+        float v[ITEMS * VEC + EDGE];
+        {
+            V raw[ITEMS];
+            T eraw[EDGE_SLOTS];
+#pragma unroll
+            for (int k = 0; k < ITEMS; ++k) {
+                const int j = lane + k * TPR;
+                if (j < nb) raw[k] = kgen_row_vec_load<T, VEC, ALIGNED>(xb + j * VEC);
+            }
+#pragma unroll
+            for (int i = 0; i < EDGE; ++i) {
+                const int e = lane + i * TPR;
+                if (e < edges) eraw[i] = xr[edge_col(e)];
+            }
+#pragma unroll
+            for (int k = 0; k < ITEMS; ++k) {
+                const bool here = lane + k * TPR < nb;
+#pragma unroll
+                for (int e = 0; e < VEC; ++e) v[k * VEC + e] = here ? E::load(raw[k].v[e]) : Op::pad();
+            }
+#pragma unroll
+            for (int i = 0; i < EDGE; ++i)
+                v[ITEMS * VEC + i] = lane + i * TPR < edges ? E::load(eraw[i]) : Op::pad();
+        }
+        const acc_t mine = Op::hold(v);
+        const acc_t total = kgen_row_reduce<Op, TPR>(mine, scratch);
+        const typename Op::stat_t st = Op::stat(total, cols, param);
+        const float scale = Op::held_scale(total, mine, st);
+#pragma unroll
+        for (int k = 0; k < ITEMS; ++k) {
+            const int j = lane + k * TPR;
+            if (j < nb) {
+                float wf[VEC];
+                if constexpr (Op::weighted) kgen_row_weights<E, VEC, ALIGNED>(wf, wb + j * VEC, wvec);
+                V o;
+#pragma unroll
+                for (int e = 0; e < VEC; ++e)
+                    o.v[e] = E::store(Op::held_out(v[k * VEC + e], scale, Op::weighted ? wf[e] : 1.0f));
+                kgen_row_vec_store<T, VEC, ALIGNED>(yb + j * VEC, o);
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < EDGE; ++i) {
+            const int e = lane + i * TPR;
+            if (e < edges) {
+                const int c = edge_col(e);
+                yr[c] = E::store(Op::held_out(v[ITEMS * VEC + i], scale, Op::weighted ? E::load(w[c]) : 1.0f));
+            }
+        }
+    } else {
+        acc_t acc = Op::empty();
+        T* srow = nullptr;
+        if constexpr (HOLD == KGEN_HOLD_SMEM) {
+            constexpr int ALIGN = 16 / sizeof(T);
+            srow = smem + (long long)slot * ((cols + ALIGN - 1) / ALIGN * ALIGN);
+        }
+        if constexpr (EDGE > 0) {
+            float ev[EDGE];
+#pragma unroll
+            for (int i = 0; i < EDGE; ++i) {
+                const int e = lane + i * TPR;
+                ev[i] = e < edges ? E::load(xr[edge_col(e)]) : Op::pad();
+            }
+            Op::add(acc, ev);
+        }
+        // pass 1: ITEMS vectors in flight a step
+        for (int base = 0; base < nb; base += STEP) {
+            V raw[ITEMS];
+#pragma unroll
+            for (int k = 0; k < ITEMS; ++k) {
+                const int j = base + lane + k * TPR;
+                if (j < nb) raw[k] = kgen_row_vec_load<T, VEC, ALIGNED>(xb + j * VEC);
+            }
+            float f[ITEMS * VEC];
+#pragma unroll
+            for (int k = 0; k < ITEMS; ++k) {
+                const bool here = base + lane + k * TPR < nb;
+#pragma unroll
+                for (int e = 0; e < VEC; ++e) f[k * VEC + e] = here ? E::load(raw[k].v[e]) : Op::pad();
+                if constexpr (HOLD == KGEN_HOLD_SMEM) {
+                    if (here) kgen_store_vec<T, VEC>(srow + (base + lane + k * TPR) * VEC, raw[k]);
+                }
+            }
+            Op::add(acc, f);
+        }
+        const acc_t total = kgen_row_reduce<Op, TPR>(acc, scratch);
+        const typename Op::stat_t st = Op::stat(total, cols, param);
+        // pass 2
+        for (int base = 0; base < nb; base += STEP) {
+            V raw[ITEMS];
+#pragma unroll
+            for (int k = 0; k < ITEMS; ++k) {
+                const int j = base + lane + k * TPR;
+                if (j < nb) {
+                    if constexpr (HOLD == KGEN_HOLD_SMEM) raw[k] = kgen_load_vec<T, VEC>(srow + j * VEC);
+                    else raw[k] = kgen_row_vec_load<T, VEC, ALIGNED>(xb + j * VEC);
+                }
+            }
+#pragma unroll
+            for (int k = 0; k < ITEMS; ++k) {
+                const int j = base + lane + k * TPR;
+                if (j < nb) {
+                    float wf[VEC];
+                    if constexpr (Op::weighted) kgen_row_weights<E, VEC, ALIGNED>(wf, wb + j * VEC, wvec);
+                    V o;
+#pragma unroll
+                    for (int e = 0; e < VEC; ++e)
+                        o.v[e] = E::store(Op::out(E::load(raw[k].v[e]), st, Op::weighted ? wf[e] : 1.0f));
+                    kgen_row_vec_store<T, VEC, ALIGNED>(yb + j * VEC, o);
+                }
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < EDGE; ++i) {
+            const int e = lane + i * TPR;
+            if (e < edges) {
+                const int c = edge_col(e);
+                yr[c] = E::store(Op::out(E::load(xr[c]), st, Op::weighted ? E::load(w[c]) : 1.0f));
+            }
+        }
+    }
+}
+
+// The kernel's body: the vector path where x and y are aligned alike (then every row's body
+// is aligned in both), the element path otherwise.
+template <class Op, class E, int TPR, int ROWS, int VEC, int ITEMS, int HOLD>
+__device__ __forceinline__ void kgen_rownorm_rows(const typename E::t* __restrict__ x,
+                                                  const typename E::t* __restrict__ w,
+                                                  typename E::t* __restrict__ y, long long rows, int cols,
+                                                  float param, typename Op::acc_t* scratch, typename E::t* smem) {
+    const unsigned long long apart = (unsigned long long)x - (unsigned long long)y;
+    if constexpr (VEC == 1) {
+        kgen_rownorm<Op, E, TPR, ROWS, VEC, ITEMS, HOLD, true>(x, w, y, rows, cols, param, scratch, smem);
+    } else if (apart % (VEC * sizeof(typename E::t)) == 0) {
+        kgen_rownorm<Op, E, TPR, ROWS, VEC, ITEMS, HOLD, true>(x, w, y, rows, cols, param, scratch, smem);
+    } else {
+        kgen_rownorm<Op, E, TPR, ROWS, VEC, ITEMS, HOLD, false>(x, w, y, rows, cols, param, scratch, smem);
+    }
+}
