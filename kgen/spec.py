@@ -80,6 +80,15 @@ class KernelSpec:
         CUDA cores or tensor cores), another family's."""
         return self, Problem.of(self.family, **{k: v for k, v in values.items() if v is not None})
 
+    # fields whose text is not a word (letters, digits, _ and .): the family checks them itself
+    # (``text_field_error``) when a problem comes from a file
+    text_fields: tuple[str, ...] = ()
+
+    def text_field_error(self, problem: Problem) -> str | None:
+        """Why the ``text_fields`` of a problem read from a file are not as this family writes
+        them (None: they are); families with text fields override this."""
+        return f"the {self.family} family declares no check of its text fields" if self.text_fields else None
+
     def problem_from_operands(self, operands: Mapping[str, Any]) -> tuple[Problem, int]:
         """(problem, device) of a call on ``operands`` (``kgen.run(family, **operands)``);
         families that can read their problem from the arrays override this."""

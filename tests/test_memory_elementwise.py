@@ -85,6 +85,22 @@ def test_a_hostile_key_never_renders():
         render(SPEC, bad, config, Target.h200())
 
 
+def test_imported_records_hold_only_canonical_checked_expressions():
+    """A shared record's expression is checked as a call's is: the canonical text over exactly
+    its operands; anything else is refused at import, never stored."""
+    from kgen.db.validity import Validator
+
+    t = Target.h200()
+    good = elementwise_problem("a*x + y", {"a": "scalar", "x": "full", "y": "full"}, 1, 4096, "float32")
+    config = SPEC.default_config(good, t)
+    assert Validator().why("elementwise", good.key, config.name, config.as_dict(), 1.0, t.name, "9.0", "d") is None
+    hostile = [good.replace(expr='x); asm("trap;"); (x'), good.replace(expr="a*x+y"),
+               good.replace(operands="a:scalar,x:full"), good.replace(operands="a:scalar,x:full,y:diag")]
+    for problem in hostile:
+        why = Validator().why("elementwise", problem.key, config.name, config.as_dict(), 1.0, t.name, "9.0", "d")
+        assert why and "problem_key" in why, problem.key
+
+
 def test_the_space_follows_the_widest_dtype_and_the_default_uses_16_byte_vectors():
     t = Target.h200()
     p = elementwise_problem("x", {"x": "full"}, 1, 1 << 20, "bfloat16")

@@ -156,9 +156,16 @@ class Validator:
         for name, value in problem.params:
             if name in spec.shape_params and not (type(value) is int and value >= 1):
                 return _Problem(f"problem_key {_shown(key, 200)}: shape {name}={_shown(value)} is not an integer >= 1")
-            if type(value) is str and not _WORD.fullmatch(value):
+            if type(value) is str and name not in spec.text_fields and not _WORD.fullmatch(value):
                 return _Problem(f"problem_key {_shown(key, 200)}: {name}={_shown(value)} is not a word "
                                 "(letters, digits, _ and .)")
+        if spec.text_fields:
+            try:
+                why = spec.text_field_error(problem)
+            except Exception as exc:      # a family's own code on a key from a file: any failure refuses it
+                why = f"{type(exc).__name__}: {exc}"
+            if why:
+                return _Problem(f"problem_key {_shown(key, 200)}: {why}")
         target = Target.h200(device, (int(match[1]), int(match[2])) if match else (9, 0), nvrtc="")
         try:
             # a copy: a family may keep something of the last space it built (gemm_wgmma its SM count)

@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from kgen.errors import InputError, ShapeError
+from kgen.errors import InputError, KgenError, ShapeError
 from kgen.fields import Field
 from kgen.kernels.memory.elements import DTYPES, element, vector_widths
 from kgen.kernels.memory.expr import parse
@@ -102,6 +102,17 @@ class Elementwise(MemoryFamily):
         kinds = parse_operands(values["operands"]) if values.get("operands") else {n: "full" for n in expr.names}
         return self, elementwise_problem(expr.text, kinds, values.get("rows", 1), values["cols"],
                                          values.get("dtype", "float32"), values.get("out_dtype"), self.family)
+
+    text_fields = ("expr", "operands")
+
+    def text_field_error(self, problem: Problem) -> str | None:
+        """A problem from a file holds the canonical expression over exactly its operands."""
+        try:
+            want = elementwise_problem(problem["expr"], parse_operands(problem["operands"]), problem["rows"],
+                                       problem["cols"], problem["dtype"], problem["out_dtype"], self.family)
+        except (KgenError, KeyError, TypeError) as exc:
+            return str(exc)
+        return None if want == problem else f"not the canonical form {want.key}"
 
     def kinds(self, problem: Problem) -> dict[str, str]:
         return parse_operands(problem["operands"])
