@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from kgen.arrays import ArrayInfo, array_kind, describe
-from kgen.errors import DtypeError, InputError, LayoutError
+from kgen.errors import DtypeError, InputError, LayoutError, ShapeError
 
 
 @dataclass(frozen=True)
@@ -96,6 +96,35 @@ def new_array(like: CallerArray, shape, dtype: str, launcher=None):
 
     with cupy.cuda.Device(like.info.device):
         return cupy.empty(tuple(shape), dtype=storage)
+
+
+def output_array(out: Any, like: CallerArray, shape, dtype: str) -> CallerArray | None:
+    """``out`` checked to take a result of ``shape`` and ``dtype`` in a call on ``like``: of the
+    same library, writable (not JAX), dense; None when no ``out`` is given."""
+    if out is None:
+        return None
+    if like.kind == "jax":
+        raise InputError("JAX arrays are immutable: out= cannot be written", remedy="leave out= out")
+    info = describe(out, "out")
+    found = "bfloat16" if dtype == "bfloat16" and info.dtype == "uint16" else info.dtype
+    if found != dtype:
+        raise DtypeError(f"out holds {found}; the result is {dtype}", remedy=f"pass an out of dtype {dtype}, or leave out= out")
+    target = caller_array(out, "out", (dtype,), dtype)
+    if target.kind != like.kind:
+        raise InputError(f"the operands are {like.kind} arrays and out a {target.kind} one",
+                         remedy="pass arrays of one library")
+    if tuple(target.shape) != tuple(shape):
+        raise ShapeError(f"out has shape {target.shape}; the result has shape {tuple(shape)}",
+                         remedy=f"pass an out of shape {tuple(shape)}, or leave out= out")
+    return target
+
+
+def result_array(target: CallerArray | None, like: CallerArray, shape, dtype: str) -> CallerArray:
+    """``target`` (a checked ``out``), or a new array of ``like``'s library for the result."""
+    if target is not None:
+        return target
+    obj = new_array(like, shape, dtype)
+    return CallerArray(obj, array_kind(obj), describe(obj, "out"), dtype)
 
 
 def returned(kind: str, array, dtype: str):

@@ -21,7 +21,10 @@ from kgen.kernels.memory.elements import DTYPES, element
 from kgen.kernels.memory.cast import cast_problem
 from kgen.kernels.memory.elementwise import elementwise_problem
 from kgen.kernels.memory.expr import parse
-from kgen.ops.caller import CallerArray, caller_array, new_array, returned, same_device
+from kgen.kernels.memory.family import rows_cols
+from kgen.arrays import describe
+from kgen.ops.caller import (CallerArray, caller_array, output_array, result_array, returned,
+                              same_device)
 from kgen.ops.launch import launch_family, pointer
 
 
@@ -29,15 +32,14 @@ def _is_scalar(x: Any) -> bool:
     return isinstance(x, numbers.Real) and not isinstance(x, bool)
 
 
-def _output_shape(arrays: dict[str, CallerArray], out: CallerArray | None) -> tuple[int, ...]:
-    if out is not None:
-        return out.shape
+def _output_shape(arrays: dict[str, CallerArray]) -> tuple[int, ...]:
+    """The shape of the largest array operand (the others are it, or broadcast over it)."""
     shapes = sorted({a.shape for a in arrays.values()}, key=lambda s: (-math.prod(s), -len(s)))
     return shapes[0]
 
 
 def _kind(a: CallerArray, name: str, shape: tuple[int, ...]) -> str:
-    rows, cols = math.prod(shape[:-1]) if shape else 1, shape[-1] if shape else 1
+    rows, cols = rows_cols(shape)
     if a.shape == shape or (math.prod(a.shape) == rows * cols and a.shape[-1:] == shape[-1:]):
         return "full"
     if len(a.shape) <= len(shape) and math.prod(a.shape) == cols and a.shape[-1:] == (cols,):
@@ -73,32 +75,25 @@ def elementwise(expr: str, *, out=None, dtype: str | None = None, out_dtype: str
     if len(kinds) != 1:
         raise InputError(f"the arrays come from {', '.join(sorted(kinds))}", remedy="pass arrays of one library")
     kind = kinds.pop()
-    target = caller_array(out, "out", DTYPES, dtype if dtype and out_dtype in (None, dtype) else None) \
-        if out is not None else None
-    if target is not None:
-        if kind == "jax":
-            raise InputError("JAX arrays are immutable: out= cannot be written", remedy="leave out= out")
-        if out_dtype is not None and target.dtype != out_dtype:
-            raise DtypeError(f"out holds {target.dtype}, not out_dtype={out_dtype}")
-        out_dtype = target.dtype
-    out_dtype = out_dtype or in_dtype
+    like = next(iter(arrays.values()))
+    out_info = describe(out, "out") if out is not None else None
+    if out_dtype is None:        # the out given says it, else the inputs' dtype
+        out_dtype = in_dtype if out_info is None else (
+            "bfloat16" if out_info.dtype == "uint16" and in_dtype == "bfloat16" else out_info.dtype)
     element(out_dtype)
-    shape = _output_shape(arrays, target)
+    shape = out_info.shape if out_info is not None else _output_shape(arrays)
     names = {n: ("scalar" if _is_scalar(x) else _kind(arrays[n], n, shape)) for n, x in operands.items()}
-    device = same_device(list(arrays.values()) + ([target] if target is not None else []))
-    result = target.obj if target is not None else None
+    given = output_array(out, like, shape, out_dtype)
+    device = same_device([*arrays.values(), *([given] if given else [])])
+    target = result_array(given, like, shape, out_dtype)
     if math.prod(shape) == 0:
-        return result if result is not None else returned(kind, new_array(next(iter(arrays.values())), shape,
-                                                                            out_dtype), out_dtype)
-    if result is None:
-        result = new_array(next(iter(arrays.values())), shape, out_dtype)
-        target = caller_array(result, "out", DTYPES, "bfloat16" if out_dtype == "bfloat16" else None)
-    rows, cols = math.prod(shape[:-1]) if len(shape) > 1 else 1, shape[-1] if shape else 1
+        return returned(kind, target.obj, out_dtype)
+    rows, cols = rows_cols(shape)
     problem = elementwise_problem(e.text, names, rows, cols, in_dtype, out_dtype)
     args = {n: (float(x) if names[n] == "scalar" else pointer(arrays[n])) for n, x in operands.items()}
     args["out"] = pointer(target)
     launch_family("elementwise", problem, device, kind, args)
-    return returned(kind, result, out_dtype)
+    return returned(kind, target.obj, out_dtype)
 
 
 def cast(x, dtype: str, *, scale: float | None = None, out=None, from_dtype: str | None = None):
@@ -108,21 +103,15 @@ def cast(x, dtype: str, *, scale: float | None = None, out=None, from_dtype: str
     if dtype not in DTYPES:
         raise DtypeError(f"cast to {dtype!r}: the targets are {', '.join(DTYPES)}")
     a = caller_array(x, "x", DTYPES, from_dtype)
-    target = caller_array(out, "out", DTYPES, dtype) if out is not None else None
-    if target is not None and target.shape != a.shape:
-        raise ShapeError(f"out has shape {target.shape}, x {a.shape}", remedy="pass an out of x's shape")
-    if target is not None and target.dtype != dtype:
-        raise DtypeError(f"out holds {target.dtype}, not {dtype}")
-    shape = a.shape
-    result = target.obj if target is not None else new_array(a, shape, dtype)
-    if math.prod(shape) == 0:
-        return returned(a.kind, result, dtype)
-    if target is None:
-        target = caller_array(result, "out", DTYPES, "bfloat16" if dtype == "bfloat16" else None)
-    rows, cols = math.prod(shape[:-1]) if len(shape) > 1 else 1, shape[-1] if shape else 1
+    given = output_array(out, a, a.shape, dtype)
+    device = same_device([a, *([given] if given else [])])
+    target = result_array(given, a, a.shape, dtype)
+    if math.prod(a.shape) == 0:
+        return returned(a.kind, target.obj, dtype)
+    rows, cols = rows_cols(a.shape)
     problem = cast_problem(rows, cols, a.dtype, dtype, scale is not None)
     args = {"x": pointer(a), "out": pointer(target)}
     if scale is not None:
         args["scale"] = float(scale)
-    launch_family("cast", problem, a.info.device, a.kind, args)
-    return returned(a.kind, result, dtype)
+    launch_family("cast", problem, device, a.kind, args)
+    return returned(a.kind, target.obj, dtype)

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import math
 
-from kgen.errors import DtypeError, InputError, ShapeError
+from kgen.errors import InputError, ShapeError
 from kgen.kernels.memory.elements import DTYPES
 from kgen.kernels.memory.permutation import check_axes
 from kgen.kernels.memory.permute import permute_problem
-from kgen.ops.caller import CallerArray, caller_array, new_array, returned, same_device
+from kgen.ops.caller import CallerArray, caller_array, output_array, result_array, returned, same_device
 from kgen.ops.launch import launch_family, pointer
 
 
@@ -28,28 +28,17 @@ def permute(x, axes, *, out=None, dtype: str | None = None):
     a = caller_array(x, "x", DTYPES, dtype)
     axes = check_axes(axes, len(a.shape))
     shape = tuple(a.shape[i] for i in axes)
-    target = None
-    if out is not None:
-        if a.kind == "jax":
-            raise InputError("JAX arrays are immutable: out= cannot be written", remedy="leave out= out")
-        target = caller_array(out, "out", DTYPES, "bfloat16" if a.dtype == "bfloat16" else None)
-        if target.shape != shape:
-            raise ShapeError(f"out has shape {target.shape}; x of shape {a.shape} permuted by {axes} has {shape}",
-                             remedy=f"pass an out of shape {shape}, or leave out= out")
-        if target.dtype != a.dtype:
-            raise DtypeError(f"out holds {target.dtype}, x {a.dtype}", remedy="pass an out of x's dtype")
-        same_device([a, target])
-        if _overlap(a, target):
-            raise InputError("out overlaps x: a permutation cannot be written over its input",
-                             remedy="pass an out that shares no memory with x, or leave out= out")
-    result = target.obj if target is not None else new_array(a, shape, a.dtype)
+    given = output_array(out, a, shape, a.dtype)
+    device = same_device([a, *([given] if given else [])])
+    target = result_array(given, a, shape, a.dtype)
+    if _overlap(a, target):
+        raise InputError("out overlaps x: a permutation cannot be written over its input",
+                         remedy="pass an out that shares no memory with x, or leave out= out")
     if math.prod(shape) == 0:
-        return returned(a.kind, result, a.dtype)
-    if target is None:
-        target = caller_array(result, "out", DTYPES, "bfloat16" if a.dtype == "bfloat16" else None)
+        return returned(a.kind, target.obj, a.dtype)
     problem = permute_problem(a.shape, axes, a.dtype)
-    launch_family("permute", problem, a.info.device, a.kind, {"x": pointer(a), "out": pointer(target)})
-    return returned(a.kind, result, a.dtype)
+    launch_family("permute", problem, device, a.kind, {"x": pointer(a), "out": pointer(target)})
+    return returned(a.kind, target.obj, a.dtype)
 
 
 def _overlap(a: CallerArray, b: CallerArray) -> bool:

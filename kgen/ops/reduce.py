@@ -18,11 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from kgen.arrays import describe
 from kgen.errors import InputError, ShapeError
 from kgen.kernels.memory.elements import DTYPES
 from kgen.kernels.memory.reduce import OPS, WORKSPACE_BYTES, output_dtype_of, reduce_problem
-from kgen.ops.caller import CallerArray, caller_array, new_array, on_caller_stream, returned, same_device
+from kgen.ops.caller import caller_array, on_caller_stream, output_array, result_array, returned, same_device
 from kgen.ops.launch import launch_family, pointer
 
 # one workspace per (device, stream), zeroed when made: launches on one stream run one after
@@ -69,17 +68,6 @@ def reduce_layout(shape: tuple[int, ...], axis) -> tuple[int, int, tuple[int, ..
             tuple(shape[p] for p in kept))
 
 
-def _output(out, out_dtype: str, shape: tuple[int, ...], kind: str) -> CallerArray:
-    if kind == "jax":
-        raise InputError("JAX arrays are immutable: out= cannot be written", remedy="leave out= out")
-    says = "bfloat16" if out_dtype == "bfloat16" and describe(out, "out").dtype == "uint16" else None
-    target = caller_array(out, "out", (out_dtype,), says)
-    if target.shape != shape:
-        raise ShapeError(f"out has shape {target.shape}; the result has shape {shape}",
-                         remedy=f"pass an out of shape {shape}, or leave out= out")
-    return target
-
-
 def _fill(result, kind: str, device: int, dtype: str, value: float) -> None:
     """``result`` (the caller's library, or CuPy for JAX) set to ``value`` on the caller's stream."""
     if kind == "torch":
@@ -116,21 +104,19 @@ def reduce(x, op: str = "sum", axis=-1, *, deterministic: bool = False, out=None
     a = caller_array(x, "x", DTYPES, dtype)
     rows, cols, shape = reduce_layout(a.shape, axis)
     out_dtype = output_dtype_of(op, a.dtype)
-    target = _output(out, out_dtype, shape, a.kind) if out is not None else None
-    device = same_device([a] + ([target] if target is not None else []))
     if cols == 0 and op not in ("sum", "mean"):
         raise ShapeError(f"{op} of an empty array (shape {a.shape}, axis {axis}) has no value",
                          remedy="check the array is not empty first, or use sum or mean")
-    result = target.obj if target is not None else new_array(a, shape, out_dtype)
+    given = output_array(out, a, shape, out_dtype)
+    device = same_device([a, *([given] if given else [])])
+    target = result_array(given, a, shape, out_dtype)
     if rows == 0:
-        return returned(a.kind, result, out_dtype)
+        return returned(a.kind, target.obj, out_dtype)
     if cols == 0:
-        _fill(result, a.kind, device, out_dtype, 0.0 if op == "sum" else math.nan)
-        return returned(a.kind, result, out_dtype)
-    if target is None:
-        target = caller_array(result, "out", (out_dtype,), "bfloat16" if out_dtype == "bfloat16" else None)
+        _fill(target.obj, a.kind, device, out_dtype, 0.0 if op == "sum" else math.nan)
+        return returned(a.kind, target.obj, out_dtype)
     problem = reduce_problem(op, rows, cols, a.dtype, deterministic)
     with on_caller_stream(a.kind, device):
         operands = {"x": pointer(a), "out": pointer(target), "workspace": _workspace()}
         launch_family("reduce", problem, device, a.kind, operands)
-    return returned(a.kind, result, out_dtype)
+    return returned(a.kind, target.obj, out_dtype)

@@ -18,7 +18,8 @@ from typing import Any
 from kgen.errors import DtypeError, InputError, LayoutError, ShapeError
 from kgen.kernels.memory.elements import DTYPES
 from kgen.kernels.memory.rownorm import rownorm_problem
-from kgen.ops.caller import CallerArray, caller_array, new_array, returned, same_device
+from kgen.kernels.memory.family import rows_cols
+from kgen.ops.caller import CallerArray, caller_array, output_array, result_array, returned, same_device
 from kgen.ops.launch import launch_family, pointer
 
 
@@ -38,42 +39,18 @@ def _check_axis(axis: Any, ndim: int, op: str) -> None:
                                  "and move it back after")
 
 
-def _rows_cols(shape: tuple[int, ...], whole: bool) -> tuple[int, int]:
-    if whole:
-        return 1, math.prod(shape)
-    return (math.prod(shape[:-1]), shape[-1]) if shape else (1, 1)
-
-
-def _output(a: CallerArray, out: Any, dtype: str | None, op: str) -> CallerArray | None:
-    """``out`` checked against ``x`` (None when not given)."""
-    if out is None:
-        return None
-    if a.kind == "jax":
-        raise InputError(f"{op}: JAX arrays are immutable, so out= cannot be written", remedy="leave out= out")
-    target = caller_array(out, "out", DTYPES, dtype)
-    if target.shape != a.shape:
-        raise ShapeError(f"{op}: out has shape {target.shape}, x {a.shape}", remedy="pass an out of x's shape")
-    if target.dtype != a.dtype:
-        raise DtypeError(f"{op}: out holds {target.dtype}, x {a.dtype}", remedy="pass an out of x's dtype")
-    if target.kind != a.kind:
-        raise InputError(f"{op}: x is a {a.kind} array and out a {target.kind} one", remedy="pass arrays of one library")
-    return target
-
-
-def _run(family: str, a: CallerArray, target: CallerArray | None, operands: dict[str, Any], arrays: list,
-         whole: bool = False):
-    """Launch ``family`` over ``a``'s rows into ``target`` (a new array when None); the result
-    as the caller's library holds it."""
-    device = same_device(arrays + ([target] if target is not None else []))
-    result = target.obj if target is not None else new_array(a, a.shape, a.dtype)
-    rows, cols = _rows_cols(a.shape, whole)
+def _run(family: str, a: CallerArray, out: Any, operands: dict[str, Any], arrays: list, whole: bool = False):
+    """Launch ``family`` over ``a``'s rows (all of it as one row when ``whole``) into ``out``
+    (a new array when None); the result as the caller's library holds it."""
+    given = output_array(out, a, a.shape, a.dtype)
+    device = same_device([*arrays, *([given] if given else [])])      # checked before anything is made
+    target = result_array(given, a, a.shape, a.dtype)
+    rows, cols = (1, math.prod(a.shape)) if whole else rows_cols(a.shape)
     if rows * cols == 0:
-        return returned(a.kind, result, a.dtype)
-    if target is None:
-        target = caller_array(result, "out", DTYPES, "bfloat16" if a.dtype == "bfloat16" else None)
+        return returned(a.kind, target.obj, a.dtype)
     problem = rownorm_problem(family, rows, cols, a.dtype)
     launch_family(family, problem, device, a.kind, {**operands, "x": pointer(a), "out": pointer(target)})
-    return returned(a.kind, result, a.dtype)
+    return returned(a.kind, target.obj, a.dtype)
 
 
 def softmax(x, axis: int | None = -1, *, out=None, dtype: str | None = None):
@@ -82,8 +59,7 @@ def softmax(x, axis: int | None = -1, *, out=None, dtype: str | None = None):
     gives NaN. ``dtype="bfloat16"`` says CuPy uint16 arrays hold bfloat16."""
     a = caller_array(x, "x", DTYPES, dtype)
     _check_axis(axis, len(a.shape), "softmax")
-    target = _output(a, out, dtype, "softmax")
-    return _run("softmax", a, target, {}, [a], whole=axis is None)
+    return _run("softmax", a, out, {}, [a], whole=axis is None)
 
 
 def rmsnorm(x, weight, eps: float = 1e-6, *, out=None, dtype: str | None = None):
@@ -103,5 +79,4 @@ def rmsnorm(x, weight, eps: float = 1e-6, *, out=None, dtype: str | None = None)
                          remedy="pass arrays of one library")
     if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not math.isfinite(eps) or eps < 0:
         raise InputError(f"rmsnorm: eps={eps!r} is not a finite number >= 0", remedy="pass e.g. eps=1e-6")
-    target = _output(a, out, dtype, "rmsnorm")
-    return _run("rmsnorm", a, target, {"weight": pointer(w), "eps": float(eps)}, [a, w])
+    return _run("rmsnorm", a, out, {"weight": pointer(w), "eps": float(eps)}, [a, w])

@@ -123,11 +123,9 @@ class Elementwise(MemoryFamily):
     # ---- what the tuner searches ------------------------------------------------------------------
     def space(self, problem: Problem, target: Target) -> Space:
         widths = vector_widths(problem["dtype"], problem["out_dtype"])
-        n = problem["rows"] * problem["cols"]
         return Space([Param("VEC", widths), Param("ITEMS", ITEMS), Param("BLOCK", BLOCKS),
                       Param("MAXBLOCKS", MAXBLOCKS)],
-                     namer=lambda v: f"{self.family}_v{v['VEC']}_i{v['ITEMS']}_b{v['BLOCK']}_g{v['MAXBLOCKS']}",
-                     constraints=[])
+                     namer=lambda v: f"{self.family}_v{v['VEC']}_i{v['ITEMS']}_b{v['BLOCK']}_g{v['MAXBLOCKS']}")
 
     def default_config(self, problem: Problem, target: Target) -> Config:
         """16-byte vectors, two per thread, 256 threads, one block per tile: at the copy rate

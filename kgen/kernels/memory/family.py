@@ -24,6 +24,15 @@ def element_context(prefix: str, dtype: str) -> dict[str, str]:
     return {f"{prefix}_t": e.storage, f"{prefix}_load": e.load, f"{prefix}_store": e.store}
 
 
+def rows_cols(shape: tuple[int, ...]) -> tuple[int, int]:
+    """An array as the families see it: rows x cols, its last axis the columns and every other
+    axis folded into rows (a scalar or a vector is one row)."""
+    rows = 1
+    for size in shape[:-1]:
+        rows *= size
+    return rows, (shape[-1] if shape else 1)
+
+
 # ---- device arrays as the families store them (CuPy; loaded on first use) ---------------------
 def encode(values, dtype: str):
     """A CuPy array of ``dtype`` from float values (bfloat16: rounded to nearest even, as bits)."""
