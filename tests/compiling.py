@@ -40,3 +40,13 @@ def sass_or_skip(cubin: bytes) -> str:
     if disassembler() is None:
         pytest.skip("neither cuobjdump nor nvdisasm found (pip install nvidia-cuda-cuobjdump)")
     return sass_of(cubin)
+
+
+def compiled_rows(compiled: dict) -> list:
+    """Every (problem, config, source, result) of ``compile_cases``'s cases, in one list."""
+    return [row for case in compiled.values() for row in case]
+
+
+def compile_failures(rows, detail: int = 300) -> list[tuple[str, str]]:
+    """(config name, the start of the compiler's log) of each row that did not compile."""
+    return [(c.name, r.failure.detail[:detail]) for _, c, _, r in rows if r.failure is not None]

@@ -31,3 +31,15 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_gpu)
         if "multi_gpu" in item.keywords and count < 2:
             item.add_marker(skip_multi)
+
+
+@pytest.fixture(params=["fork", "spawn"])
+def parallel_parse(monkeypatch, request):
+    """Files of 40+ lines are parsed by 2 worker processes (forked or spawned), 20 lines per chunk."""
+    from kgen.db import lines as parse
+
+    monkeypatch.setattr(parse, "_start_method", lambda: request.param)
+    monkeypatch.setattr(parse, "PARALLEL_MIN_LINES", 40)
+    monkeypatch.setattr(parse, "CHUNK_LINES", 20)
+    monkeypatch.setenv("KGEN_DB_WORKERS", "2")
+    return parse

@@ -194,18 +194,6 @@ def _many(n: int) -> list[Record]:
     return [rec(f"gemm_{i:04d}", (1.0 + i / n, 1.0 + i / n), problem=P1 if i % 2 else P2) for i in range(n)]
 
 
-@pytest.fixture(params=["fork", "spawn"])
-def parallel_parse(monkeypatch, request):
-    """Files of 40+ lines are parsed by 2 worker processes (forked or spawned), 20 lines per chunk."""
-    from kgen.db import lines as parse
-
-    monkeypatch.setattr(parse, "_start_method", lambda: request.param)
-    monkeypatch.setattr(parse, "PARALLEL_MIN_LINES", 40)
-    monkeypatch.setattr(parse, "CHUNK_LINES", 20)
-    monkeypatch.setenv("KGEN_DB_WORKERS", "2")
-    return parse
-
-
 def test_parallel_parsing_imports_what_one_process_does(store, tmp_path, parallel_parse):
     records = _many(130)
     write_jsonl(tmp_path / "many.jsonl", records)

@@ -161,18 +161,6 @@ def test_merge_and_import_records_check_records_as_import_does(tmp_path):
     assert db.records("gemm")[0].provenance.origin == "import:script"
 
 
-@pytest.fixture(params=["fork", "spawn"])
-def parallel_parse(monkeypatch, request):
-    """Files of 40+ lines are parsed by 2 worker processes (forked or spawned), 20 lines per chunk."""
-    from kgen.db import lines as parse
-
-    monkeypatch.setattr(parse, "_start_method", lambda: request.param)
-    monkeypatch.setattr(parse, "PARALLEL_MIN_LINES", 40)
-    monkeypatch.setattr(parse, "CHUNK_LINES", 20)
-    monkeypatch.setenv("KGEN_DB_WORKERS", "2")
-    return parse
-
-
 def _many(n: int) -> list[str]:
     return [line(rec(i % 6, created=f"2026-01-01T00:{i // 60:02d}:{i % 60:02d}+00:00")) for i in range(n)]
 

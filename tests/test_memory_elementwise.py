@@ -20,7 +20,7 @@ from kgen.kernels.memory.expr import parse
 from kgen.problem import Problem, Target
 from kgen.render import render
 
-from compiling import compile_cases, sass_or_skip
+from compiling import compile_cases, compile_failures, compiled_rows, sass_or_skip
 
 SPEC, CAST = Elementwise(), Cast()
 PER_CASE = 12
@@ -156,9 +156,9 @@ def compiled(tmp_path_factory):
 
 
 def test_sampled_configs_compile_for_sm90_without_spills(compiled):
-    rows = [row for case in compiled.values() for row in case]
+    rows = compiled_rows(compiled)
     assert len(rows) >= 30
-    failed = [(c.name, r.failure.detail[:300]) for _, c, _, r in rows if r.failure is not None]
+    failed = compile_failures(rows)
     assert not failed, failed
     assert not [c.name for _, c, _, r in rows if r.binary.resources.get("spill_stores")]
 

@@ -28,7 +28,7 @@ from kgen.kernels.memory.permute import Permute, permute_problem, problem_plan
 from kgen.problem import Problem, Target
 from kgen.render import render
 
-from compiling import compile_cases, sass_or_skip
+from compiling import compile_cases, compile_failures, compiled_rows, sass_or_skip
 from fakes import BASE, FakeArray, fake_dispatch
 from host_cuda import build, compiler
 
@@ -284,9 +284,9 @@ def compiled(tmp_path_factory):
 
 
 def test_sampled_configs_compile_for_sm90_without_spills(compiled):
-    rows = [row for case in compiled.values() for row in case]
+    rows = compiled_rows(compiled)
     assert len(rows) >= 30 and set(compiled) == set(COMPILE_CASES)
-    failed = [(c.name, r.failure.detail[:300]) for _, c, _, r in rows if r.failure is not None]
+    failed = compile_failures(rows)
     assert not failed, failed
     for _, config, source, result in rows:
         assert source.entry == config.name and result.binary.entry == config.name and source.arch == "sm_90"

@@ -20,7 +20,7 @@ from kgen.problem import Problem, Target
 from kgen.registry import get_spec
 from kgen.render import render
 
-from compiling import compile_cases, sass_or_skip
+from compiling import compile_cases, compile_failures, compiled_rows, sass_or_skip
 from fakes import FakeArray
 
 SPEC = Reduce()
@@ -262,9 +262,9 @@ def compiled(tmp_path_factory, target):
 
 
 def test_sampled_configs_compile_for_sm90(compiled):
-    rows = [row for case in compiled.values() for row in case]
+    rows = compiled_rows(compiled)
     assert len(rows) >= 30
-    failed = [(c.name, r.failure.detail[:400]) for _, c, _, r in rows if r.failure is not None]
+    failed = compile_failures(rows, 400)
     assert not failed, failed
     strategies = {c["STRATEGY"] for _, c, _, _ in rows}
     assert strategies >= {"warp", "block", "split", "split_atomic"}

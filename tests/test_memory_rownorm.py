@@ -20,7 +20,7 @@ from kgen.problem import Problem, Target
 from kgen.registry import get_spec
 from kgen.render import render
 
-from compiling import compile_cases, sass_or_skip
+from compiling import compile_cases, compile_failures, sass_or_skip
 from fakes import FakeArray
 
 SPECS = {"softmax": Softmax(), "rmsnorm": RmsNorm()}
@@ -274,7 +274,7 @@ def compiled(tmp_path_factory, target):
 def test_sampled_configs_compile_for_sm90_without_spills(compiled, family):
     rows = compiled[family]
     assert len(rows) >= 30
-    failed = [(c.name, r.failure.detail[:400]) for _, c, _, r in rows if r.failure is not None]
+    failed = compile_failures(rows, 400)
     assert not failed, failed
     assert {c["HOLD"] for _, c, _, _ in rows} == set(HOLDS)
     for problem, config, source, result in rows:

@@ -84,8 +84,6 @@ def elementwise_problem(expr: str, kinds: Mapping[str, str], rows: int, cols: in
 class Elementwise(MemoryFamily):
     family = "elementwise"
     template = "memory/elementwise.cu.j2"
-    shape_params = ("rows", "cols")
-    outputs = ("out",)
     problem_fields = (
         Field("expr", str, "the expression, e.g. 'a * x + y' (names: operands; + - * / ** and functions)"),
         Field("operands", str, "each operand's kind: name:full|row|col|scalar, comma-separated "

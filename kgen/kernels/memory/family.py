@@ -88,6 +88,7 @@ class MemoryFamily(KernelSpec):
     not of the problem's ``dtype`` and overrides ``torch_baseline`` to be compared with."""
 
     options = ("--std=c++17",)
+    shape_params = ("rows", "cols")          # a row-major array seen as rows x cols (``rows_cols``)
     baseline_name = "torch"
 
     def output_dtype(self, problem: Problem, name: str) -> str:

@@ -112,7 +112,6 @@ class Permute(MemoryFamily):
     family = "permute"
     template = "memory/permute.cu.j2"
     shape_params = SHAPE_FIELDS
-    outputs = ("out",)
     problem_fields = (
         Field("shape", str, "the input's shape, e.g. 64,256,56,56"),
         Field("perm", str, "the input axis of each output axis, e.g. 0,2,3,1 (default: reversed, a transpose)",

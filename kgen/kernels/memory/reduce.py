@@ -102,8 +102,6 @@ def _group(values: Mapping[str, Any]) -> int:
 class Reduce(MemoryFamily):
     family = "reduce"
     template = "memory/reduce.cu.j2"
-    shape_params = ("rows", "cols")
-    outputs = ("out",)
     problem_fields = (
         Field("op", str, "what each row reduces to", "sum", OPS),
         Field("cols", int, "elements per row (all of them to reduce a whole array)"),

@@ -93,8 +93,6 @@ class RowNorm(MemoryFamily):
     """What softmax and RMSNorm share: the problem (rows, cols, dtype), the space, the default,
     the launch. Subclasses give the template's Op, the operands and the reference."""
 
-    shape_params = ("rows", "cols")
-    outputs = ("out",)
     op = ""                  # the Op struct the template instantiates
     weighted = False         # a weight vector and eps follow x
     problem_fields = (
