@@ -10,6 +10,7 @@ from kgen.errors import (CompileError, DatabaseError, DeviceError, DtypeError, I
 from kgen.dispatch import refresh
 from kgen.dispatch import set_miss_tuner as _set_miss_tuner
 from kgen.kernels.gemm.problem import gemm_problem
+from kgen.ops.conv import conv2d
 from kgen.ops.elementwise import cast, elementwise
 from kgen.ops.reduce import reduce
 from kgen.ops.gemm import GemmChoice, gemm, gemm_choice
@@ -27,7 +28,7 @@ __version__ = "0.1.0"
 _set_miss_tuner(_miss_tuner())     # dispatch tunes a missed problem (KGEN_TUNE_ON_MISS) with kgen's search
 
 __all__ = [
-    "softmax", "rmsnorm",
+    "softmax", "rmsnorm", "conv2d",
     "permute", "transpose", "gemm", "gemm_choice", "elementwise", "cast", "reduce", "GemmChoice", "gemm_problem", "refresh", "run", "Problem", "Target", "Param", "Space", "Constraint", "Config",
     "KernelSpec", "Launch", "Check", "register", "get_spec", "families",
     "KgenError", "InputError", "DeviceError", "DtypeError", "ShapeError", "LayoutError", "SpaceError", "ExpressionError",

@@ -22,7 +22,6 @@ import datetime
 import json
 import math
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -30,6 +29,8 @@ from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from benchlib import commit, last_choice, median_ms, write_keys  # noqa: E402
 
 MB = 1 << 20
 
@@ -122,18 +123,11 @@ def _calls(case: dict, ops: dict, torch, cupy, kgen) -> tuple[Callable, Callable
     raise ValueError(family)
 
 
-def _median_ms(fn: Callable, runs: int, flush) -> float:
-    from kgen.measure.bench import time_runs
-    from kgen.measurement import Timing
-
-    return statistics.median(time_runs(fn, Timing(runs=runs, warmup=3), flush))
-
-
 def copy_rate(torch, flush, runs: int) -> float:
     """Bytes per ms of a 1 GiB device-to-device copy (read + write), L2 flushed."""
     src = torch.rand(1 << 28, device="cuda")
     dst = torch.empty_like(src)
-    ms = _median_ms(lambda: dst.copy_(src), runs, flush)
+    ms = median_ms(lambda: dst.copy_(src), runs, flush)
     return 2 * src.numel() * 4 / ms
 
 
@@ -155,19 +149,19 @@ def bench_case(case: dict, args, torch, cupy, kgen, flush, rate: float, log) -> 
         torch.cuda.synchronize()
         row["ok"] = _compare(got if isinstance(got, torch.Tensor) else torch.as_tensor(got), eager(ops["x"], ops["y"]),
                              case["dtype"])
-        row["config"], row["how"] = _last_choice(case["family"])
-        row["kgen_ms"] = _median_ms(call, args.runs, flush)
+        row["config"], row["how"] = last_choice(case["family"])
+        row["kgen_ms"] = median_ms(call, args.runs, flush)
     except Exception as exc:                                     # a failure is a row, not the end of the run
         row["error"] = f"{type(exc).__name__}: {exc}"[:500]
         log(f"  kgen failed: {row['error']}")
-    row["baselines"]["torch"] = _median_ms(lambda: eager(ops["x"], ops["y"]), args.runs, flush)
+    row["baselines"]["torch"] = median_ms(lambda: eager(ops["x"], ops["y"]), args.runs, flush)
     if cupy_fn is not None:
-        row["baselines"]["cupy"] = _median_ms(cupy_fn, args.runs, flush)
+        row["baselines"]["cupy"] = median_ms(cupy_fn, args.runs, flush)
     if args.compile:
         try:
             compiled = torch.compile(eager, mode="max-autotune-no-cudagraphs", dynamic=False)
             compiled(ops["x"], ops["y"])
-            row["baselines"]["torch.compile"] = _median_ms(lambda: compiled(ops["x"], ops["y"]), args.runs, flush)
+            row["baselines"]["torch.compile"] = median_ms(lambda: compiled(ops["x"], ops["y"]), args.runs, flush)
         except Exception as exc:
             row["compile_error"] = f"{type(exc).__name__}: {exc}"[:300]
     if "kgen_ms" in row:
@@ -176,34 +170,6 @@ def bench_case(case: dict, args, torch, cupy, kgen, flush, rate: float, log) -> 
         row["speedup"] = best / row["kgen_ms"]
         row["fastest_baseline"] = min(row["baselines"], key=row["baselines"].get)
     return row
-
-
-def _last_choice(family: str) -> tuple[str, str]:
-    """The config and how of the most recent kernel the default dispatcher loaded for ``family``."""
-    from kgen.dispatch import default_dispatcher
-
-    loaded = default_dispatcher().loaded(family)
-    if not loaded:
-        return "", ""
-    choice = loaded[-1][1]
-    return choice.config.name if choice.config is not None else "", choice.how
-
-
-def write_keys(prefix: str, family: str) -> None:
-    """The keys of ``family``'s problems loaded so far, to PREFIX.FAMILY.txt (for ``kgen tune --from``)."""
-    from kgen.dispatch import default_dispatcher
-
-    keys = [problem.key for problem, _ in default_dispatcher().loaded(family)]
-    if keys:
-        Path(f"{prefix}.{family}.txt").write_text("".join(k + "\n" for k in keys))
-
-
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return ""
 
 
 def main(argv=None) -> int:
@@ -233,7 +199,7 @@ def main(argv=None) -> int:
     out = Path(args.out) if args.out else ROOT / "scripts" / "results" / target.slug / "bench_memory.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"device": target.name, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "commit": args.commit or _commit(), "copy_tb_s": rate * 1e3 / 1e12, "runs": args.runs,
+            "commit": args.commit or commit(), "copy_tb_s": rate * 1e3 / 1e12, "runs": args.runs,
             "torch": torch.__version__, "compile_mode": "max-autotune-no-cudagraphs" if args.compile else None,
             "l2": "flushed"}
     rows = []

@@ -34,6 +34,11 @@
 #   scripts/gpu_check.sh memory-bench [ARGS] # the memory-bound families beside PyTorch, torch.compile and CuPy
 #                                        #   (scripts/bench_memory.py; with $OUT/memory.db's records where it
 #                                        #   exists) -> $OUT/bench_memory.json
+#   scripts/gpu_check.sh conv-tune [TRIALS [SECONDS]] # the conv benchmark's cases (run once, untuned,
+#                                        #   -> $OUT/bench_conv_untuned.json) tuned into $OUT/conv.db, records
+#                                        #   exported to $OUT/tuning_db/<device>_conv2d.jsonl
+#   scripts/gpu_check.sh conv-bench [ARGS] # conv2d beside cuDNN (scripts/bench_conv.py; with $OUT/conv.db's
+#                                        #   records where it exists) -> $OUT/bench_conv.json
 #   scripts/gpu_check.sh shapes [ARGS]   # kgen (untuned; tuned: ARGS --modes) and cuBLAS side by side on random
 #                                        #   shapes nobody tunes for (scripts/bench_shapes.py) -> $OUT/bench_shapes.json
 set -uo pipefail
@@ -104,23 +109,36 @@ fi
 if [ "$what" = clocks ]; then
   logged clock_probe.log python3 scripts/clock_probe.py --out "$OUT/clock_probe.jsonl" "$@"
 fi
-if [ "$what" = memory-tune ]; then
-  trials=${1:-24}; seconds=${2:-10}
-  logged bench_memory_untuned.log python3 scripts/bench_memory.py --no-compile --runs 15 \
-    --out "$OUT/bench_memory_untuned.json" --keys "$OUT/keys"
+tune_keys() {   # tune_keys PREFIX DB TRIALS SECONDS: each PREFIX.FAMILY.txt's problems tuned into $OUT/DB, and
+                #   each family's records exported to $OUT/tuning_db/<device>_<family>.jsonl
+  local prefix=$1 db=$2 trials=$3 seconds=$4 keys family slug
   mkdir -p "$OUT/tuning_db"
   slug=$(python3 -c "from kgen.problem import Target; print(Target.detect(0).slug)")
-  for keys in "$OUT"/keys.*.txt; do
-    family=$(basename "$keys" .txt); family=${family#keys.}
+  for keys in "$prefix".*.txt; do
+    family=$(basename "$keys" .txt); family=${family#"$(basename "$prefix")."}
     logged "tune_$family.log" python3 -m kgen.cli tune "$family" --from "$keys" --trials "$trials" \
-      --timeout "$seconds" --db "sqlite:///$OUT/memory.db"
-    python3 -m kgen.cli db export --db "sqlite:///$OUT/memory.db" --family "$family" \
+      --timeout "$seconds" --db "sqlite:///$OUT/$db"
+    python3 -m kgen.cli db export --db "sqlite:///$OUT/$db" --family "$family" \
       --output "$OUT/tuning_db/${slug}_$family.jsonl" || status=1
   done
+}
+if [ "$what" = memory-tune ]; then
+  logged bench_memory_untuned.log python3 scripts/bench_memory.py --no-compile --runs 15 \
+    --out "$OUT/bench_memory_untuned.json" --keys "$OUT/keys"
+  tune_keys "$OUT/keys" memory.db "${1:-24}" "${2:-10}"
 fi
 if [ "$what" = memory-bench ]; then
   [ -f "$OUT/memory.db" ] && export KGEN_DB_URL="sqlite:///$OUT/memory.db"
   logged bench_memory.log python3 scripts/bench_memory.py --out "$OUT/bench_memory.json" "$@"
+fi
+if [ "$what" = conv-tune ]; then
+  logged bench_conv_untuned.log python3 scripts/bench_conv.py --runs 15 --out "$OUT/bench_conv_untuned.json" \
+    --keys "$OUT/convkeys"
+  tune_keys "$OUT/convkeys" conv.db "${1:-24}" "${2:-20}"
+fi
+if [ "$what" = conv-bench ]; then
+  [ -f "$OUT/conv.db" ] && export KGEN_DB_URL="sqlite:///$OUT/conv.db"
+  logged bench_conv.log python3 scripts/bench_conv.py --out "$OUT/bench_conv.json" "$@"
 fi
 if [ "$what" = shapes ]; then
   logged bench_shapes.log python3 scripts/bench_shapes.py --out "$OUT/bench_shapes.json" "$@"

@@ -11,4 +11,5 @@ BUILTIN_FAMILIES = {
     "permute": "kgen.kernels.memory.permute:Permute",
     "softmax": "kgen.kernels.memory.rownorm:Softmax",
     "rmsnorm": "kgen.kernels.memory.rownorm:RmsNorm",
+    "conv2d": "kgen.kernels.conv.conv2d:Conv2d",
 }

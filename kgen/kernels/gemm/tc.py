@@ -87,6 +87,27 @@ def _gelu(x):
 _TOLERANCE = {"bfloat16": 1e-2, "float16": 2e-3, "float32": 1e-4, "float64": 1e-12}
 
 
+def tolerance(problem: Problem) -> float:
+    """Max |error| / max |reference| allowed for a tensor-core problem's output."""
+    if problem["dtype"] == "float32":
+        return 1e-3
+    return _TOLERANCE[problem["out_dtype"]]
+
+
+def compare_output(name: str, got, want, tol: float) -> Check:
+    """Output ``name`` (float64) against the float64 reference: finite everywhere, and max
+    |error| within ``tol`` of max |reference|."""
+    import cupy
+
+    if not bool(cupy.isfinite(got).all()):
+        return Check(False, float("inf"), f"{name} holds NaN or Inf (unwritten or overflowed)")
+    scale = float(cupy.abs(want).max()) or 1.0
+    err = float(cupy.abs(got - want).max()) / scale
+    if not err <= tol:
+        return Check(False, err, f"{name}: max error {err:.3g} over tolerance {tol:.1g}")
+    return Check(True, err)
+
+
 class TensorCoreGemm(GemmFamily, KernelSpec):
     """Operands, reference, check and baseline of the tensor-core GEMM families.
 
@@ -190,23 +211,11 @@ class TensorCoreGemm(GemmFamily, KernelSpec):
         return {"c": ref}
 
     def tolerance(self, problem: Problem) -> float:
-        if problem["dtype"] == "float32":
-            return 1e-3
-        return _TOLERANCE[problem["out_dtype"]]
+        return tolerance(problem)
 
     def check(self, problem: Problem, arrays: Mapping[str, Any], expected: Mapping[str, Any]) -> Check:
-        import cupy
-
-        got = as_float64(arrays["c"], problem["out_dtype"])
-        want = expected["c"]
-        if not bool(cupy.isfinite(got).all()):
-            return Check(False, float("inf"), "c holds NaN or Inf (unwritten or overflowed)")
-        scale = float(cupy.abs(want).max()) or 1.0
-        err = float(cupy.abs(got - want).max()) / scale
-        tol = self.tolerance(problem)
-        if not err <= tol:
-            return Check(False, err, f"c: max error {err:.3g} over tolerance {tol:.1g}")
-        return Check(True, err)
+        return compare_output("c", as_float64(arrays["c"], problem["out_dtype"]), expected["c"],
+                              self.tolerance(problem))
 
     def baseline(self, problem: Problem, operands: Mapping[str, Any]):
         """cuBLAS through PyTorch (bias and activation as separate PyTorch ops), else CuPy."""
@@ -250,7 +259,7 @@ def torch_baseline(problem: Problem, operands: Mapping[str, Any]):
     bias = torch_view(operands["bias"], out) if operands.get("bias") is not None else None
     _, act = epilogue_parts(problem)
     torch.backends.cuda.matmul.allow_tf32 = dtype == "float32"
-    ptr = _cupy_stream_ptr()
+    ptr = cupy_stream_ptr()
     stream = torch.cuda.ExternalStream(ptr) if ptr else torch.cuda.default_stream()
 
     def run():
@@ -269,7 +278,7 @@ def torch_baseline(problem: Problem, operands: Mapping[str, Any]):
     return run
 
 
-def _cupy_stream_ptr() -> int:
+def cupy_stream_ptr() -> int:
     import cupy
 
     return cupy.cuda.get_current_stream().ptr

@@ -1,0 +1,88 @@
+"""``kgen.conv2d``: a 2-D convolution (cross-correlation, as PyTorch's) of channels-last images
+on the tensor cores, with the bias and activation fused, on the caller's arrays and stream.
+
+Layouts: CuPy and JAX arrays are x ``(N, H, W, C)``, w ``(K, R, S, C)``, the result
+``(N, P, Q, K)``, all dense. PyTorch tensors keep PyTorch's shapes, x ``(N, C, H, W)`` and w
+``(K, C, R, S)`` in channels-last memory (``t.to(memory_format=torch.channels_last)``), and
+the result is such a tensor. Tensors in NCHW memory are refused with a typed error rather than
+transposed behind the caller's back (a transposition costs as much as a small convolution:
+``kgen.permute`` does it, and its cost is the caller's to see).
+
+>>> # y = kgen.conv2d(x, w, bias, stride=2, padding=1, activation="relu")
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kgen.errors import DtypeError, InputError, LayoutError, ShapeError
+from kgen.kernels.conv.problem import DTYPES, check_precision, conv2d_problem, geometry
+from kgen.kernels.gemm.dtypes import allowed_outputs, epilogue_name
+from kgen.ops.caller import caller_array, output_array, result_array, returned, same_device
+from kgen.ops.launch import launch_family, pointer
+
+_TO_CHANNELS_LAST = (0, 2, 3, 1)      # a PyTorch NCHW-shaped tensor's dims in NHWC order
+_FROM_CHANNELS_LAST = (0, 3, 1, 2)
+
+
+def _channels_last(t, name: str):
+    """A PyTorch tensor of NCHW shape as its NHWC view, which must be dense (channels-last memory)."""
+    if t.dim() != 4:
+        raise ShapeError(f"conv2d: {name} has {t.dim()} dimensions; it takes 4 (PyTorch order "
+                         f"{'N, C, H, W' if name == 'x' else 'K, C, R, S'})")
+    view = t.permute(*_TO_CHANNELS_LAST)
+    if not view.is_contiguous():
+        raise LayoutError(f"conv2d: {name} is not in channels-last memory (strides {tuple(t.stride())})",
+                          remedy=f"pass {name}.to(memory_format=torch.channels_last) (a copy; keep tensors "
+                                 "channels-last to avoid it), or kgen.permute an NCHW array to NHWC")
+    return view
+
+
+def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, activation: str | None = None, *, out=None,
+           out_dtype: str | None = None, precision: str | None = None, dtype: str | None = None):
+    """``act(conv2d(x, w) + bias)`` (groups = 1). ``activation``: None, "relu" or "gelu" (erf
+    form); ``bias``: one value per output channel, in the output's dtype; ``out_dtype``:
+    float32 output of half inputs; ``precision="tf32"`` lets float32 inputs run on the tensor
+    cores as tf32; ``dtype="bfloat16"`` says CuPy uint16 arrays hold bfloat16."""
+    torch_caller = type(x).__module__.startswith("torch")
+    xs = _channels_last(x, "x") if torch_caller else x
+    ws = _channels_last(w, "w") if torch_caller and type(w).__module__.startswith("torch") else w
+    a = caller_array(xs, "x", DTYPES, dtype)
+    b = caller_array(ws, "w", DTYPES, dtype)
+    if len(a.shape) != 4 or len(b.shape) != 4:
+        raise ShapeError(f"conv2d: x has shape {a.shape} and w {b.shape}; both are 4-D (x N, H, W, C; w K, R, S, C)")
+    if b.kind != a.kind:
+        raise InputError(f"conv2d: x is a {a.kind} array and w a {b.kind} one", remedy="pass arrays of one library")
+    if b.dtype != a.dtype:
+        raise DtypeError(f"conv2d: x holds {a.dtype} and w {b.dtype}", remedy="cast them to one dtype")
+    check_precision(a.dtype, precision)
+    n, h, wd, c = a.shape
+    k, r, s, wc = b.shape
+    if wc != c:
+        raise ShapeError(f"conv2d: x has {c} channels and w {wc} (groups=1)",
+                         remedy="pass a weight of shape (K, R, S, C) (PyTorch: (K, C, R, S))")
+    out_dtype = out_dtype or a.dtype
+    if out_dtype not in allowed_outputs(a.dtype):
+        raise DtypeError(f"conv2d: {a.dtype} inputs write {list(allowed_outputs(a.dtype))}, not {out_dtype}")
+    arrays = [a, b]
+    if bias is not None:
+        bb = caller_array(bias, "bias", (out_dtype,), "bfloat16" if out_dtype == "bfloat16" else None)
+        if bb.shape != (k,):
+            raise ShapeError(f"conv2d: bias has shape {bb.shape}; it holds one value per output channel, ({k},)")
+        arrays.append(bb)
+    epilogue = epilogue_name(bias is not None, activation)
+    problem = conv2d_problem(n, h, wd, c, k, r, s, stride=stride, padding=padding, dilation=dilation,
+                             dtype=a.dtype, out_dtype=out_dtype, epilogue=epilogue)
+    p, q = geometry(problem).output
+    result_shape = (n, p, q, k)
+    out_view = _channels_last(out, "out") if torch_caller and out is not None else out
+    given = output_array(out_view, a, result_shape, out_dtype)
+    device = same_device(arrays + ([given] if given else []))
+    target = result_array(given, a, result_shape, out_dtype)
+    operands: dict[str, Any] = {"x": pointer(a), "w": pointer(b), "y": pointer(target)}
+    if bias is not None:
+        operands["bias"] = pointer(arrays[2])
+    launch_family("conv2d", problem, device, a.kind, operands)
+    if torch_caller:
+        return out if out is not None else target.obj.permute(*_FROM_CHANNELS_LAST)
+    return returned(a.kind, target.obj, out_dtype)
