@@ -1,4 +1,5 @@
-"""Hopper TMA tensor maps: 2-D tiled descriptors for ``cp.async.bulk.tensor``, and their rules.
+"""Hopper TMA tensor maps: 2-D tiled and 4-D im2col descriptors for ``cp.async.bulk.tensor``, and
+their rules.
 
 A tensor map is a 128-byte opaque record the driver encodes
 (``cuTensorMapEncodeTiled``); a kernel takes it by value as
@@ -135,13 +136,104 @@ def encode_tiled(ptr: int, dtype: str, dims: Sequence[int], row_stride_bytes: in
     return desc
 
 
-def _driver_encode(ptr, dtype, dims, row_stride_bytes, box, swizzle_bytes) -> np.void:
+# the range of an im2col map's bounding-box corners and of a load's offsets, for a 4-D tensor
+IM2COL_CORNER_4D = (-(1 << 7), (1 << 7) - 1)
+IM2COL_OFFSET_4D = (0, (1 << 8) - 1)
+
+
+def im2col_rejects(ptr: int, dtype: str, nhwc: Sequence[int], window: Sequence[int], stride: Sequence[int],
+                   padding: Sequence[int], dilation: Sequence[int], channels: int, pixels: int,
+                   swizzle_bytes: int) -> list[str]:
+    """Why TMA would refuse an im2col map of an NHWC image (empty when it is fine). Pure, no GPU.
+    ``window``, ``stride``, ``padding`` and ``dilation`` are (height, width) pairs; ``channels``
+    and ``pixels`` are what one load brings (channels per pixel, pixels per column)."""
+    why = []
+    size = ELEMENT_BYTES.get(dtype)
+    if size is None:
+        return [f"dtype {dtype} has no TMA element type here"]
+    n, h, w, c = (int(d) for d in nhwc)
+    if ptr % 16:
+        why.append(f"base pointer {ptr:#x} is not 16-byte aligned")
+    if (c * size) % 16:
+        why.append(f"a pixel's {c} channels are {c * size} bytes, not a multiple of 16")
+    if not 1 <= channels <= MAX_BOX or (channels * size) % 16:
+        why.append(f"{channels} channels a load is not in 1..{MAX_BOX} and a multiple of 16 bytes")
+    elif swizzle_bytes and channels * size > swizzle_bytes:
+        why.append(f"{channels} channels a load exceed the {swizzle_bytes}-byte swizzle span")
+    if not 1 <= pixels <= MAX_BOX:
+        why.append(f"{pixels} pixels a load is not in 1..{MAX_BOX}")
+    low, high = IM2COL_CORNER_4D
+    for axis, (k, s, p, d) in enumerate(zip(window, stride, padding, dilation)):
+        name = "hw"[axis]
+        corners = (-p, p - d * (k - 1))
+        if not all(low <= x <= high for x in corners):
+            why.append(f"{name}: the window corners' box {corners} is outside {low}..{high}")
+        if not IM2COL_OFFSET_4D[0] <= d * (k - 1) <= IM2COL_OFFSET_4D[1]:
+            why.append(f"{name}: the last tap's offset {d * (k - 1)} is outside {IM2COL_OFFSET_4D}")
+        if not 1 <= s <= 8:
+            why.append(f"{name}: stride {s} is not in 1..8 (a traversal stride)")
+    if max(n, h, w, c) > 1 << 32:
+        why.append(f"dims {tuple(nhwc)} must be at most 2^32")
+    return why
+
+
+def encode_im2col(ptr: int, dtype: str, nhwc: Sequence[int], window: Sequence[int], stride: Sequence[int],
+                  padding: Sequence[int], dilation: Sequence[int], channels: int, pixels: int,
+                  swizzle_bytes: int = 128) -> np.void:
+    """A 4-D im2col tensor map of a dense NHWC image for a convolution's window corners: each load
+    brings ``pixels`` pixels of ``channels`` channels, walking the corners of the windows (the
+    box from -padding to padding - dilation * (window - 1) past each edge, in steps of the
+    stride) from the coordinates the kernel gives; zero fill outside the image. Cached like
+    ``encode_tiled``; TmaError (with the reasons) where TMA cannot describe it."""
+    key = ("im2col", int(ptr), dtype, *(tuple(int(v) for v in x) for x in (nhwc, window, stride, padding, dilation)),
+           int(channels), int(pixels), int(swizzle_bytes))
+    hit = _CACHE.get(key)
+    if hit is not None:
+        _CACHE.move_to_end(key)
+        return hit
+    why = im2col_rejects(ptr, dtype, nhwc, window, stride, padding, dilation, channels, pixels, swizzle_bytes)
+    if why:
+        raise TmaError(f"TMA cannot describe the im2col map of a {dtype} NHWC image {tuple(nhwc)} at {ptr:#x}: "
+                       + "; ".join(why), ptr=ptr, dims=tuple(nhwc))
+    drv = _driver()
+    n, h, w, c = key[3]
+    (r, s), (sh, sw), (ph, pw), (dh, dw) = key[4:8]
+    size = ELEMENT_BYTES[dtype]
+    u64, u32 = drv.cuuint64_t, drv.cuuint32_t
+    try:       # every array innermost first: (C, W, H, N)
+        err, tmap = drv.cuTensorMapEncodeIm2col(
+            _data_type(drv, dtype), 4, ptr, [u64(c), u64(w), u64(h), u64(n)],
+            [u64(c * size), u64(w * c * size), u64(h * w * c * size)],
+            [-pw, -ph], [pw - dw * (s - 1), ph - dh * (r - 1)], u32(channels), u32(pixels),
+            [u32(1), u32(sw), u32(sh), u32(1)], drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+            _swizzle(drv, swizzle_bytes), drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+    except Exception as exc:   # no libcuda, or a binding error
+        raise TmaError(f"cannot call cuTensorMapEncodeIm2col: {type(exc).__name__}: {exc}",
+                       remedy="encode tensor maps on a machine with the NVIDIA driver") from None
+    if err != drv.CUresult.CUDA_SUCCESS:
+        raise TmaError(f"cuTensorMapEncodeIm2col refused a {dtype} NHWC {tuple(nhwc)} map at {ptr:#x} (window "
+                       f"{(r, s)}, stride {(sh, sw)}, padding {(ph, pw)}, dilation {(dh, dw)}, {channels} channels x "
+                       f"{pixels} pixels): {err}", remedy="check the driver supports TMA (CUDA 12+, compute "
+                       "capability 9.0+) and the image's alignment", ptr=ptr, dims=tuple(nhwc))
+    desc = words_to_desc(int(x) for x in tmap.opaque)
+    _CACHE[key] = desc
+    if len(_CACHE) > CACHE_SIZE:
+        _CACHE.popitem(last=False)
+    return desc
+
+
+def _driver():
     try:
         from cuda.bindings import driver as drv
     except ImportError as exc:
-        raise TmaError("cuda-bindings is not installed: tensor maps need cuTensorMapEncodeTiled",
+        raise TmaError("cuda-bindings is not installed: tensor maps need the driver's encoders",
                        remedy="pip install cuda-bindings") from exc
-    data_type = {
+    return drv
+
+
+def _data_type(drv, dtype: str):
+    return {
         "float16": drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
         "bfloat16": drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
         "uint16": drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT16,
@@ -152,12 +244,20 @@ def _driver_encode(ptr, dtype, dims, row_stride_bytes, box, swizzle_bytes) -> np
         "int32": drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_INT32,
         "uint32": drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT32,
     }[dtype]
-    swizzle = {
+
+
+def _swizzle(drv, swizzle_bytes: int):
+    return {
         0: drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE,
         32: drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_32B,
         64: drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_64B,
         128: drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
     }[swizzle_bytes]
+
+
+def _driver_encode(ptr, dtype, dims, row_stride_bytes, box, swizzle_bytes) -> np.void:
+    drv = _driver()
+    data_type, swizzle = _data_type(drv, dtype), _swizzle(drv, swizzle_bytes)
     try:
         err, tmap = _encode_call(drv, data_type, ptr, dims, row_stride_bytes, box, swizzle)
     except Exception as exc:   # no libcuda (no driver on this machine), or a binding error

@@ -10,7 +10,8 @@ Before timing, kgen's result is compared with a float64 convolution of the same 
 
 Rows (one per case): op ("fprop"), n, h, w, c, k, r, s, stride, padding, dilation, dtype,
 epilogue, kgen_ms, baselines ({"cudnn": ms}), tflops (kgen's), speedup (cuDNN ms / kgen ms),
-config and how dispatch chose it (tuned, model, default), ok (within tolerance of float64), error.
+family, config and how dispatch chose it (tuned, model, default), ok (within tolerance of float64),
+error.
 """
 
 from __future__ import annotations
@@ -27,26 +28,23 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchlib import commit, last_choice, median_ms, write_keys  # noqa: E402
+from benchlib import commit, median_ms  # noqa: E402
 
-# ResNet-50's convolutions at batch 32 (stem, the 3x3 and 1x1 of each stage, the strided ones),
-# then shapes no network here was built around: C not a multiple of 8, dilation, 1x1 images,
-# rectangular windows, a small batch
-RESNET = [
-    (32, 224, 224, 3, 64, 7, 7, 2, 3, 1),
-    (32, 56, 56, 64, 64, 1, 1, 1, 0, 1),
-    (32, 56, 56, 64, 64, 3, 3, 1, 1, 1),
-    (32, 56, 56, 64, 256, 1, 1, 1, 0, 1),
-    (32, 56, 56, 256, 128, 1, 1, 1, 0, 1),
-    (32, 56, 56, 128, 128, 3, 3, 2, 1, 1),
-    (32, 28, 28, 128, 128, 3, 3, 1, 1, 1),
-    (32, 28, 28, 512, 256, 1, 1, 1, 0, 1),
-    (32, 28, 28, 256, 256, 3, 3, 2, 1, 1),
-    (32, 14, 14, 256, 256, 3, 3, 1, 1, 1),
-    (32, 14, 14, 1024, 512, 1, 1, 1, 0, 1),
-    (32, 7, 7, 512, 512, 3, 3, 1, 1, 1),
-    (32, 7, 7, 512, 2048, 1, 1, 1, 0, 1),
+# ResNet-50's distinct convolutions (torchvision's, the stride on the 3x3): (h, w, c, k, r, s, stride,
+# padding), each at batch 64 and at batch 1
+RESNET50 = [
+    (224, 224, 3, 64, 7, 7, 2, 3),
+    (56, 56, 64, 64, 1, 1, 1, 0), (56, 56, 64, 64, 3, 3, 1, 1), (56, 56, 64, 256, 1, 1, 1, 0),
+    (56, 56, 256, 64, 1, 1, 1, 0),
+    (56, 56, 256, 128, 1, 1, 1, 0), (56, 56, 128, 128, 3, 3, 2, 1), (28, 28, 128, 512, 1, 1, 1, 0),
+    (56, 56, 256, 512, 1, 1, 2, 0), (28, 28, 512, 128, 1, 1, 1, 0), (28, 28, 128, 128, 3, 3, 1, 1),
+    (28, 28, 512, 256, 1, 1, 1, 0), (28, 28, 256, 256, 3, 3, 2, 1), (14, 14, 256, 1024, 1, 1, 1, 0),
+    (28, 28, 512, 1024, 1, 1, 2, 0), (14, 14, 1024, 256, 1, 1, 1, 0), (14, 14, 256, 256, 3, 3, 1, 1),
+    (14, 14, 1024, 512, 1, 1, 1, 0), (14, 14, 512, 512, 3, 3, 2, 1), (7, 7, 512, 2048, 1, 1, 1, 0),
+    (14, 14, 1024, 2048, 1, 1, 2, 0), (7, 7, 2048, 512, 1, 1, 1, 0), (7, 7, 512, 512, 3, 3, 1, 1),
 ]
+# shapes no network here was built around: C not a multiple of 8, dilation, 1x1 images,
+# rectangular windows and padding, a small batch of large images
 ODD = [
     (16, 64, 64, 20, 48, 3, 3, 1, 2, 2),
     (8, 33, 47, 36, 100, 5, 5, 2, 2, 1),
@@ -55,20 +53,32 @@ ODD = [
     (64, 17, 17, 192, 224, 1, 7, 1, (0, 3), 1),
     (2, 128, 128, 64, 64, 3, 3, 1, 1, 1),
 ]
+SUITES = ("resnet50-b64", "resnet50-b1", "odd", "epilogue", "tf32")
 FIELDS = ("n", "h", "w", "c", "k", "r", "s", "stride", "padding", "dilation")
 
 
-def _cases(quick: bool) -> list[dict]:
+def _resnet(batch: int, layer: tuple) -> tuple:
+    h, w, c, k, r, s, stride, padding = layer
+    return (batch, h, w, c, k, r, s, stride, padding, 1)
+
+
+def _cases(quick: bool, suites: set[str]) -> list[dict]:
     cases = []
-    resnet = RESNET[:: 4] if quick else RESNET
-    for shape in resnet:
-        cases.append(dict(zip(FIELDS, shape), dtype="bfloat16", epilogue="none", suite="resnet50"))
+
+    def add(shape, suite, dtype="bfloat16", epilogue="none"):
+        if suite in suites:
+            cases.append(dict(zip(FIELDS, shape), dtype=dtype, epilogue=epilogue, suite=suite))
+
+    layers = RESNET50[::5] if quick else RESNET50
+    for layer in layers:
+        add(_resnet(64, layer), "resnet50-b64")
+    for layer in layers:
+        add(_resnet(1, layer), "resnet50-b1")
     for shape in (ODD[:2] if quick else ODD):
-        cases.append(dict(zip(FIELDS, shape), dtype="bfloat16", epilogue="none", suite="odd"))
-    if not quick:
-        for shape in (RESNET[2], RESNET[9], ODD[0]):
-            cases.append(dict(zip(FIELDS, shape), dtype="float16", epilogue="bias_relu", suite="epilogue"))
-        cases.append(dict(zip(FIELDS, RESNET[6]), dtype="float32", epilogue="none", suite="tf32"))
+        add(shape, "odd")
+    for shape in (_resnet(64, RESNET50[2]), _resnet(64, RESNET50[16]), ODD[0]):
+        add(shape, "epilogue", "float16", "bias_relu")
+    add(_resnet(64, RESNET50[10]), "tf32", "float32")
     return cases
 
 
@@ -86,6 +96,32 @@ def _reference(x, w, bias, case, torch):
     y = torch.nn.functional.conv2d(x.double(), w.double(), None if bias is None else bias.double(),
                                    case["stride"], case["padding"], case["dilation"])
     return torch.relu(y) if case["epilogue"].endswith("relu") else y
+
+
+FAMILIES = ("conv2d_wgmma", "conv2d")
+
+
+def _choice(case: dict) -> tuple[str, str, str, str]:
+    """(family, config, how, problem key) of the kernel ``kgen.conv2d`` runs for ``case`` on device 0."""
+    from kgen.kernels.conv.problem import conv2d_problem
+    from kgen.ops.conv import routed
+
+    problem = conv2d_problem(*(case[f] for f in FIELDS[:7]), stride=case["stride"], padding=case["padding"],
+                             dilation=case["dilation"], dtype=case["dtype"], epilogue=case["epilogue"])
+    spec, chosen, choice = routed(problem, 0)
+    return spec.family, choice.config.name if choice.config is not None else "", choice.how, chosen.key
+
+
+def _candidates(case: dict) -> list:
+    """The problems of every family that can run ``case`` here (each is tuned: dispatch then
+    compares measured times, not the cost model's guesses)."""
+    from kgen.kernels.conv.family import route
+    from kgen.kernels.conv.problem import conv2d_problem
+    from kgen.problem import Target
+
+    problem = conv2d_problem(*(case[f] for f in FIELDS[:7]), stride=case["stride"], padding=case["padding"],
+                             dilation=case["dilation"], dtype=case["dtype"], epilogue=case["epilogue"])
+    return [p for _, p in route(Target.detect(0), problem)]
 
 
 def bench_case(case: dict, args, torch, kgen, flush, log) -> dict:
@@ -119,7 +155,7 @@ def bench_case(case: dict, args, torch, kgen, flush, log) -> dict:
         tol = {"bfloat16": 1e-2, "float16": 2e-3, "float32": 1e-3}[case["dtype"]]
         row["error_vs_float64"], row["ok"] = err, bool(err <= tol and out.is_contiguous(
             memory_format=torch.channels_last))
-        row["config"], row["how"] = last_choice("conv2d")
+        row["family"], row["config"], row["how"], row["problem_key"] = _choice(case)
         row["kgen_ms"] = median_ms(lambda: kgen.conv2d(x, w, bias, activation=act, precision=precision, out=out, **kw),
                                    args.runs, flush)
         row["tflops"] = flops / row["kgen_ms"] / 1e9
@@ -136,12 +172,13 @@ def bench_case(case: dict, args, torch, kgen, flush, log) -> dict:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a few cases")
+    parser.add_argument("--quick", action="store_true", help="a few cases of each suite")
+    parser.add_argument("--suites", default=",".join(SUITES), help=f"comma-separated, of {', '.join(SUITES)}")
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--out", default="")
     parser.add_argument("--commit", default="", help="the commit measured (default: git rev-parse HEAD)")
-    parser.add_argument("--keys", default="", help="write the cases' problem keys to KEYS.conv2d.txt "
-                                                   "(for `kgen tune conv2d --from`)")
+    parser.add_argument("--keys", default="", help="write the cases' problem keys to KEYS.FAMILY.txt, one file per "
+                                                   "conv family (for `kgen tune FAMILY --from`)")
     args = parser.parse_args(argv)
 
     import cupy
@@ -160,18 +197,23 @@ def main(argv=None) -> int:
             "cudnn": torch.backends.cudnn.version(), "l2": "flushed", "baseline": "torch conv2d, channels_last, "
             "cudnn.benchmark=True"}
     rows = []
-    for case in _cases(args.quick):
+    suites = set(filter(None, args.suites.split(",")))
+    if suites - set(SUITES):
+        parser.error(f"unknown suites {sorted(suites - set(SUITES))}; choose from {', '.join(SUITES)}")
+    for case in _cases(args.quick, suites):
         start = time.perf_counter()
         row = bench_case(case, args, torch, kgen, flush, print)
         rows.append(row)
         shape = " ".join(f"{f}={row[f]}" for f in FIELDS)
         print(f"{case['dtype']:8s} {shape:72s} kgen {row.get('kgen_ms', float('nan')):.4f} ms "
-              f"({row.get('tflops', float('nan')):.0f} TF/s, {row['how']}) | cudnn {row['baselines']['cudnn']:.4f} ms "
+              f"({row.get('tflops', float('nan')):.0f} TF/s, {row.get('family', '')} {row['how']}) | cudnn {row['baselines']['cudnn']:.4f} ms "
               f"| x{row.get('speedup', float('nan')):.2f} ok={row['ok']} [{time.perf_counter() - start:.0f} s]",
               flush=True)
         out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")     # kept as it grows
         if args.keys:
-            write_keys(args.keys, "conv2d")
+            for problem in _candidates(case):
+                with Path(f"{args.keys}.{problem.family}.txt").open("a") as keys:
+                    keys.write(problem.key + "\n")
     speedups = [r["speedup"] for r in rows if "speedup" in r]
     if speedups:
         print(f"geomean speed-up over cuDNN {math.exp(statistics.fmean(map(math.log, speedups))):.2f} "

@@ -16,6 +16,7 @@ from kgen.kernels.conv.conv2d import Conv2d
 from kgen.kernels.conv.problem import conv2d_problem, gemm_view, geometry, output_size
 from kgen.problem import Problem, Target
 from kgen.registry import get_spec
+from kgen.compile import compile_source
 from kgen.render import render
 
 from compiling import compile_cases, compile_failures, sass_or_skip
@@ -113,9 +114,14 @@ def test_a_key_not_written_by_conv2d_problem_is_refused(target):
 def test_request_from_command_line_fields(target):
     argv = ["--n", "8", "--h", "28", "--w", "28", "--c", "128", "--k", "128", "--stride", "2", "--padding", "1"]
     values = parse_args(SPEC.fields(), argv, "conv2d")
-    spec, problem = SPEC.request(target, **values)
-    assert spec is SPEC
-    assert problem == conv2d_problem(8, 28, 28, 128, 128, 3, 3, stride=2, padding=1, dtype="bfloat16")
+    spec, problem = SPEC.request(target, **values)        # C = 128 on Hopper: TMA im2col loads
+    assert spec.family == "conv2d_wgmma"
+    assert problem == conv2d_problem(8, 28, 28, 128, 128, 3, 3, stride=2, padding=1, dtype="bfloat16",
+                                     family="conv2d_wgmma")
+    spec, problem = SPEC.request(target, **parse_args(SPEC.fields(), argv[:6] + ["--c", "36"] + argv[8:], "conv2d"))
+    assert spec.family == "conv2d" and problem["c"] == 36
+    ampere = Target("A100", (8, 0), 108, 48 * 1024, 163 * 1024, 164 * 1024, 65536)
+    assert SPEC.request(ampere, **values)[0].family == "conv2d"
     with pytest.raises(FieldError):
         parse_args(SPEC.fields(), ["--n", "8"], "conv2d")                       # h, w, c, k are required
     with pytest.raises(DtypeError) as info:                                     # float32 only as tf32
@@ -277,3 +283,137 @@ def test_float32_call_needs_tf32():
     with pytest.raises(DtypeError) as info:
         _call(x, w)
     assert "precision='tf32'" in info.value.remedy
+
+
+# ---------------------------------------------------------------- the wgmma family (TMA im2col)
+
+WGMMA_SHAPES = [
+    (32, 56, 56, 64, 64, 3, 3, 1, 1, 1),
+    (3, 17, 19, 64, 72, 3, 3, 1, 1, 1),
+    (2, 20, 23, 64, 64, 3, 5, (1, 2), (2, 1), (2, 1)),
+    (4, 14, 14, 256, 512, 1, 1, 2, 0, 1),
+]
+
+
+def wgmma_problem(shape, dtype="bfloat16", **kw):
+    return problem_of(shape, dtype, family="conv2d_wgmma", **kw)
+
+
+def test_wgmma_supports_what_an_im2col_map_expresses(target):
+    from kgen.kernels.conv.conv2d_wgmma import Conv2dWgmma
+
+    spec = Conv2dWgmma()
+    assert all(spec.supports(wgmma_problem(s), target) for s in WGMMA_SHAPES)
+    assert spec.supports(wgmma_problem(WGMMA_SHAPES[0], "float16"), target)
+    assert spec.supports(wgmma_problem((2, 8, 8, 96, 64, 3, 3, 1, 1, 1), "float32"), target)   # tf32: C % 32
+    assert not spec.supports(wgmma_problem((2, 8, 8, 96, 64, 3, 3, 1, 1, 1)), target)    # C not a multiple of 64
+    assert not spec.supports(wgmma_problem((2, 8, 8, 64, 64, 3, 3, 9, 1, 1)), target)    # a stride TMA cannot walk
+    assert not spec.supports(wgmma_problem((2, 300, 300, 64, 64, 3, 3, 1, 130, 1)), target)   # corner past 8 bits
+    ampere = Target("A100", (8, 0), 108, 48 * 1024, 163 * 1024, 164 * 1024, 65536)
+    assert not spec.supports(wgmma_problem(WGMMA_SHAPES[0]), ampere)
+
+
+def test_im2col_rules_name_what_is_wrong():
+    from kgen.tma import im2col_rejects
+
+    ok = dict(ptr=0, dtype="bfloat16", nhwc=(2, 8, 8, 64), window=(3, 3), stride=(1, 1), padding=(1, 1),
+              dilation=(1, 1), channels=64, pixels=128, swizzle_bytes=128)
+    assert im2col_rejects(**ok) == []
+    assert any("16-byte" in w for w in im2col_rejects(**(ok | dict(ptr=8))))
+    assert any("channels" in w for w in im2col_rejects(**(ok | dict(nhwc=(2, 8, 8, 12)))))
+    assert any("swizzle" in w for w in im2col_rejects(**(ok | dict(channels=128))))
+    assert any("pixels" in w for w in im2col_rejects(**(ok | dict(pixels=512))))
+    assert any("offset" in w for w in im2col_rejects(**(ok | dict(window=(3, 3), dilation=(200, 1)))))
+
+
+@pytest.mark.parametrize("shape", WGMMA_SHAPES)
+def test_wgmma_space_and_picks(target, shape):
+    from kgen.kernels.conv.conv2d_wgmma import Conv2dWgmma
+
+    spec, problem = Conv2dWgmma(), wgmma_problem(shape)
+    space = spec.space(problem, target)
+    gemm = get_spec("gemm_wgmma").space(gemm_view(problem, "gemm_wgmma"), target)
+    for config in space.sample(30, seed=2):
+        assert config.name.startswith("conv2d_wgmma_bf16_nt_") and gemm.is_valid(config.as_dict())
+    picks = spec.model_picks(problem, target, 3)
+    assert picks and all(space.is_valid(c.as_dict()) for c in picks) and len(set(picks)) == len(picks)
+    assert spec.default_config(problem, target) == picks[0]
+    v = picks[0].as_dict()
+    m, n, _ = geometry(problem).gemm
+    assert spec.launch(problem, picks[0]) == get_spec("gemm_wgmma").launch(gemm_view(problem, "gemm_wgmma"), picks[0])
+    assert spec.export_runtime == "" and v["BK"] == 64 and m > 0 and n > 0
+
+
+def test_wgmma_arguments_carry_the_im2col_map(target, monkeypatch):
+    from kgen import tma
+    from kgen.kernels.conv.conv2d_wgmma import Conv2dWgmma
+
+    spec, problem = Conv2dWgmma(), wgmma_problem(WGMMA_SHAPES[2], epilogue="bias")
+    config = spec.default_config(problem, target)
+    seen = {}
+    monkeypatch.setattr(tma, "encode_im2col", lambda *a: seen.setdefault("im2col", a) and "MAP_X")
+    monkeypatch.setattr(tma, "encode_tiled", lambda *a: seen.setdefault("tiled", a) and "MAP_W")
+    args = spec.args(problem, config, {"x": np.uint64(BASE), "w": np.uint64(BASE + 4096), "y": np.uint64(BASE + 8192),
+                                       "bias": np.uint64(BASE + 16384)})
+    m, n, k = geometry(problem).gemm
+    assert args[:2] == ["MAP_X", "MAP_W"]
+    assert [int(a) for a in args[3:13]] == [BASE, BASE + 4096, 64, k, BASE + 8192, BASE + 16384, m, n, k, n]
+    assert seen["im2col"] == (BASE, "bfloat16", (2, 20, 23, 64), (3, 5), (1, 2), (2, 1), (2, 1), 64,
+                              min(m, config["BM"]), 128)
+    assert seen["tiled"][2:4] == ((k, n), k * 2)
+
+
+@pytest.fixture(scope="module")
+def compiled_wgmma(tmp_path_factory):
+    from kgen.kernels.conv.conv2d_wgmma import Conv2dWgmma
+
+    target, spec = Target.h200(), Conv2dWgmma()
+
+    def jobs():
+        for dtype in ("bfloat16", "float16", "float32"):
+            for i, shape in enumerate(WGMMA_SHAPES[1:]):
+                problem = wgmma_problem(shape, dtype, epilogue=("none", "bias_gelu", "relu")[i])
+                space = spec.space(problem, target)
+                for config in space.sample(18, seed=3 + i):
+                    yield dtype, problem, config, render(spec, problem, config, target, space)
+
+    return compile_cases(tmp_path_factory, jobs(), "conv2d_wgmma")
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+def test_wgmma_sampled_configs_compile_with_hgmma_and_im2col_loads(compiled_wgmma, dtype):
+    rows = compiled_wgmma[dtype]
+    assert len(rows) >= 50
+    assert compile_failures(rows) == []
+    for problem, config, source, result in rows[:: max(1, len(rows) // 8)]:
+        assert source.arch == "sm_90a"
+        sass = sass_or_skip(result.binary.cubin)
+        assert re.search(r"\bHGMMA\.", sass), config.name
+        assert re.search(r"UTMALDG\.4D\.IM2COL", sass), config.name
+        if re.search(r"\b(LDL|STL)\b", sass):      # only where the GEMM kernel of the config spills too
+            gemm, view = get_spec("gemm_wgmma"), gemm_view(problem, "gemm_wgmma")
+            space = gemm.space(view, Target.h200())
+            twin = compile_source(render(gemm, view, space.make(config.as_dict()), Target.h200(), space),
+                                  use_cache=False)
+            assert re.search(r"\b(LDL|STL)\b", sass_or_skip(twin.binary.cubin)), f"{config.name} spills"
+
+
+def test_export_of_shipped_conv2d_records(tmp_path):
+    """``kgen export conv2d`` packages the shipped mma.sync records (their arguments are plain:
+    the generic runtime replays them); the TMA family says it cannot be exported yet."""
+    import json
+
+    from kgen.errors import KgenError
+    from kgen.export import export_package
+
+    records = [json.loads(line) for line in open("tuning_db/nvidia-h100-80gb-hbm3_conv2d.jsonl")]
+    keys = sorted({r["problem_key"] for r in records})[:2]
+    (tmp_path / "problems.txt").write_text("".join(k + "\n" for k in keys))
+    export_package("conv2d", tmp_path / "out", problems=tmp_path / "problems.txt")
+    table = json.loads((tmp_path / "out" / "kgen_kernels" / "table.json").read_text())
+    assert sorted(table["problems"]) == keys
+    for entry in table["problems"].values():
+        assert [a.get("array") for a in entry["args"][:3]] == ["x", "w", "y"]
+        assert (tmp_path / "out" / "kgen_kernels" / "kernels").is_dir()
+    with pytest.raises(KgenError):
+        export_package("conv2d_wgmma", tmp_path / "wgmma")

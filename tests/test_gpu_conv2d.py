@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from kgen.kernels.conv.conv2d import Conv2d
+from kgen.kernels.conv.conv2d_wgmma import Conv2dWgmma
 from kgen.kernels.conv.problem import conv2d_problem
 
 from memory_gpu import check_config, target
@@ -16,6 +17,7 @@ from memory_gpu import check_config, target
 pytestmark = pytest.mark.gpu
 
 SPEC = Conv2d()
+WGMMA = Conv2dWgmma()
 ODD = [
     (3, 17, 19, 20, 24, 3, 3, 1, 2, 2),          # dilation 2, C = 20
     (2, 45, 45, 3, 64, 7, 7, 2, 3, 1),           # the stem: C = 3, 7x7 stride 2
@@ -26,10 +28,20 @@ ODD = [
 EPILOGUES = ("none", "bias_relu", "bias_gelu", "relu", "bias")
 
 
-def _problem(shape, dtype, epilogue="none", out_dtype=None):
+# shapes the wgmma family runs (C a multiple of 64), as odd as its im2col loads allow
+TMA_SHAPES = [
+    (3, 17, 19, 64, 72, 3, 3, 1, 1, 1),                      # M = 969: the last tile runs past the batch
+    (2, 28, 28, 128, 128, 3, 3, 2, 1, 1),                    # stride 2
+    (2, 20, 23, 64, 64, 3, 5, (1, 2), (2, 1), (2, 1)),       # every pair asymmetric
+    (7, 1, 1, 128, 256, 1, 1, 1, 0, 1),                      # 1x1 image
+    (1, 14, 14, 256, 512, 1, 1, 2, 0, 1),                    # 1x1 stride 2
+]
+
+
+def _problem(shape, dtype, epilogue="none", out_dtype=None, family="conv2d"):
     n, h, w, c, k, r, s, stride, padding, dilation = shape
     return conv2d_problem(n, h, w, c, k, r, s, stride=stride, padding=padding, dilation=dilation, dtype=dtype,
-                          out_dtype=out_dtype, epilogue=epilogue)
+                          out_dtype=out_dtype, epilogue=epilogue, family=family)
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
@@ -40,6 +52,18 @@ def test_sampled_configs_are_correct(dtype, index):
     configs = [SPEC.default_config(problem, target())] + space.sample(3, seed=index)
     for seed, config in enumerate(configs):
         check, _ = check_config(SPEC, problem, config, seed=seed)
+        assert check.ok, f"{config.name} on {problem.key}: {check.detail}"
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+@pytest.mark.parametrize("index", range(len(TMA_SHAPES)))
+def test_wgmma_im2col_configs_are_correct(dtype, index):
+    problem = _problem(TMA_SHAPES[index], dtype, EPILOGUES[index], family="conv2d_wgmma")
+    assert WGMMA.supports(problem, target())
+    space = WGMMA.space(problem, target())
+    configs = [WGMMA.default_config(problem, target())] + space.sample(3, seed=index)
+    for seed, config in enumerate(configs):
+        check, _ = check_config(WGMMA, problem, config, seed=seed)
         assert check.ok, f"{config.name} on {problem.key}: {check.detail}"
 
 
@@ -77,6 +101,9 @@ def test_torch_channels_last_on_the_callers_stream():
     err = float((y.double() - want).abs().max() / want.abs().max())
     assert err < 1e-2, err
     assert torch.equal(y, again)
+    from kgen.dispatch import default_dispatcher
+
+    assert any(p["c"] == 256 for p, _ in default_dispatcher().loaded("conv2d_wgmma"))    # C = 256: TMA im2col
 
 
 def test_nchw_memory_is_refused():

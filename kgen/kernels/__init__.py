@@ -12,4 +12,5 @@ BUILTIN_FAMILIES = {
     "softmax": "kgen.kernels.memory.rownorm:Softmax",
     "rmsnorm": "kgen.kernels.memory.rownorm:RmsNorm",
     "conv2d": "kgen.kernels.conv.conv2d:Conv2d",
+    "conv2d_wgmma": "kgen.kernels.conv.conv2d_wgmma:Conv2dWgmma",
 }

@@ -38,6 +38,18 @@ def _channels_last(t, name: str):
     return view
 
 
+def routed(problem, device: int):
+    """(spec, problem, choice) of the family to run a conv2d problem on ``device``: of those that
+    can (``kgen.kernels.conv.family.route``), the one the dispatcher ranks first (measured
+    times, then the cost model's predictions), the preferred one of equals."""
+    from kgen.dispatch import default_dispatcher
+    from kgen.kernels.conv.family import route
+
+    dispatcher = default_dispatcher()
+    candidates = [(spec, p, dispatcher.decide(spec, p, device)) for spec, p in route(dispatcher.target(device), problem)]
+    return min(enumerate(candidates), key=lambda item: (item[1][2].rank, item[0]))[1]
+
+
 def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, activation: str | None = None, *, out=None,
            out_dtype: str | None = None, precision: str | None = None, dtype: str | None = None):
     """``act(conv2d(x, w) + bias)`` (groups = 1). ``activation``: None, "relu" or "gelu" (erf
@@ -82,7 +94,8 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, activation: str | N
     operands: dict[str, Any] = {"x": pointer(a), "w": pointer(b), "y": pointer(target)}
     if bias is not None:
         operands["bias"] = pointer(arrays[2])
-    launch_family("conv2d", problem, device, a.kind, operands)
+    spec, chosen, _ = routed(problem, device)
+    launch_family(spec.family, chosen, device, a.kind, operands)
     if torch_caller:
         return out if out is not None else target.obj.permute(*_FROM_CHANNELS_LAST)
     return returned(a.kind, target.obj, out_dtype)

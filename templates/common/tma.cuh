@@ -1,6 +1,7 @@
-// kgen: the Tensor Memory Accelerator (sm_90): 2-D tiled loads into shared memory, completing
-// on an mbarrier (common/mbarrier.cuh), multicast to a cluster, and 2-D stores from shared
-// memory in bulk async-groups.
+// kgen: the Tensor Memory Accelerator (sm_90): 2-D tiled loads and 4-D im2col loads (an NHWC
+// image's pixels under a filter tap) into shared memory, completing on an mbarrier
+// (common/mbarrier.cuh), multicast to a cluster, and 2-D stores from shared memory in bulk
+// async-groups.
 #ifndef KGEN_TMA_CUH
 #define KGEN_TMA_CUH
 {% include "common/smem.cuh" %}
@@ -19,6 +20,19 @@ __device__ __forceinline__ void tma_load_2d(unsigned dst, const TmaDesc* map, un
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
                  " [%0], [%1, {{ "{" }}%2, %3}], [%4];"
                  :: "r"(dst), "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(bar)
+                 : "memory");
+}
+
+// 4-D TMA load in im2col mode (an NHWC image; the map gives channels and pixels per load):
+// from channel c, the pixels the map's bounding box and traversal strides walk from the window
+// corner (w, h) of image n on, each shifted by (dw, dh), the filter tap. Pixels outside the
+// image become 0.
+__device__ __forceinline__ void tma_load_im2col_4d(unsigned dst, const TmaDesc* map, unsigned bar, int c, int w,
+                                                   int h, int n, unsigned short dw, unsigned short dh) {
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {{ "{" }}%2, %3, %4, %5}], [%6], {{ "{" }}%7, %8};"
+                 :: "r"(dst), "l"(reinterpret_cast<unsigned long long>(map)), "r"(c), "r"(w), "r"(h), "r"(n),
+                    "r"(bar), "h"(dw), "h"(dh)
                  : "memory");
 }
 

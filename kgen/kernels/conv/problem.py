@@ -94,9 +94,9 @@ def check_precision(dtype: str, precision: str | None) -> None:
 
 def conv2d_problem(n: int, h: int, w: int, c: int, k: int, r: int, s: int, *, stride=1, padding=0,
                    dilation=1, dtype: str = "bfloat16", out_dtype: str | None = None,
-                   epilogue: str = "none") -> Problem:
+                   epilogue: str = "none", family: str = FAMILY) -> Problem:
     """The conv2d problem of an NHWC image and a KRSC weight (checked: a typed error names what
-    is wrong)."""
+    is wrong), for ``family`` (``conv2d``, or a family that runs conv2d another way)."""
     sizes = dict(n=n, h=h, w=w, c=c, k=k, r=r, s=s)
     for name, v in sizes.items():
         if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
@@ -113,7 +113,7 @@ def conv2d_problem(n: int, h: int, w: int, c: int, k: int, r: int, s: int, *, st
         raise InputError(f"unknown epilogue {epilogue!r}", remedy=f"use one of {list(EPILOGUES)}")
     g = Geometry(**{k_: int(v) for k_, v in sizes.items()}, sh=sh, sw=sw, ph=ph, pw=pw, dh=dh, dw=dw)
     _check(g)
-    return Problem.of(FAMILY, **{f: getattr(g, f) for f in SIZES + PAIRS}, dtype=dtype, out_dtype=out_dtype,
+    return Problem.of(family, **{f: getattr(g, f) for f in SIZES + PAIRS}, dtype=dtype, out_dtype=out_dtype,
                       epilogue=epilogue)
 
 
@@ -135,7 +135,7 @@ def geometry(problem: Problem) -> Geometry:
         g = Geometry(**{f: problem[f] for f in SIZES + PAIRS})
         again = conv2d_problem(g.n, g.h, g.w, g.c, g.k, g.r, g.s, stride=(g.sh, g.sw), padding=(g.ph, g.pw),
                                dilation=(g.dh, g.dw), dtype=problem["dtype"], out_dtype=problem["out_dtype"],
-                               epilogue=problem["epilogue"])
+                               epilogue=problem["epilogue"], family=problem.family)
     except KeyError as exc:
         raise InputError(f"{problem.key} lacks {exc}", remedy="make conv2d problems with conv2d_problem") from None
     if again != problem:
@@ -152,12 +152,12 @@ def alignment(elements: int, itemsize: int) -> int:
     return v
 
 
-def gemm_view(problem: Problem) -> Problem:
-    """The implicit GEMM as a ``gemm_mma`` problem (layout NT: A's rows are output pixels, k
-    contiguous; B is the weight, k contiguous), aligned as far as C (for A's gathered rows)
-    and R*S*C (for the weight's rows) allow."""
+def gemm_view(problem: Problem, family: str = "gemm_mma") -> Problem:
+    """The implicit GEMM as a problem of the GEMM ``family`` (layout NT: A's rows are output
+    pixels, k contiguous; B is the weight, k contiguous), aligned as far as C (for A's
+    gathered rows) and R*S*C (for the weight's rows) allow."""
     g = geometry(problem)
     m, n, k = g.gemm
     size = ITEMSIZE[problem["dtype"]]
-    return tc_problem("gemm_mma", m, n, k, problem["dtype"], "NT", out_dtype=problem["out_dtype"],
+    return tc_problem(family, m, n, k, problem["dtype"], "NT", out_dtype=problem["out_dtype"],
                       epilogue=problem["epilogue"], align_a=alignment(g.c, size), align_b=alignment(k, size))
