@@ -127,3 +127,10 @@ def describe(obj: Any, name: str = "array") -> ArrayInfo:
                              remedy="pass x.copy()")
         strides = tuple(s // dtype.itemsize for s in byte_strides)
     return ArrayInfo(ptr, shape, strides, dtype.name, _device_of(obj, ptr), dtype.itemsize)
+
+
+def device_pointer(value: Any, name: str = "array") -> int:
+    """An operand's device address: a pointer as dispatch passes it (an integer), or an array's."""
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    return describe(value, name).ptr

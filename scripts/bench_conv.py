@@ -10,6 +10,8 @@ Before timing, kgen's result is compared with a float64 convolution of the same 
 
 Rows (one per case): op ("fprop"), n, h, w, c, k, r, s, stride, padding, dilation, dtype,
 epilogue, kgen_ms, baselines ({"cudnn": ms}), tflops (kgen's), speedup (cuDNN ms / kgen ms),
+or for batched GEMMs (suite "bmm": ``kgen.gemm`` on 3-D tensors against ``torch.matmul``) op
+("bmm"), batch, m, n, k, layout, dtype, kgen_ms, baselines ({"cublas": ms}), tflops, speedup;
 family, config and how dispatch chose it (tuned, model, default), ok (within tolerance of float64),
 error.
 """
@@ -53,7 +55,14 @@ ODD = [
     (64, 17, 17, 192, 224, 1, 7, 1, (0, 3), 1),
     (2, 128, 128, 64, 64, 3, 3, 1, 1, 1),
 ]
-SUITES = ("resnet50-b64", "resnet50-b1", "odd", "epilogue", "tf32")
+# batched GEMMs (batch, m, n, k, layout): attention's scores (Q K^T, K read transposed) and
+# values (P V) at several head counts and lengths, expert-sized GEMMs, and large batches of big ones
+BMM = [
+    (64, 512, 512, 64, "NT"), (64, 512, 64, 512, "NN"), (256, 128, 128, 128, "NT"), (128, 256, 256, 64, "NT"),
+    (32, 1024, 1024, 128, "NT"), (32, 1024, 128, 1024, "NN"), (8, 1024, 1024, 64, "NT"),
+    (8, 512, 1024, 1024, "NN"), (8, 2048, 2048, 2048, "NN"), (16, 1024, 4096, 1024, "NN"),
+]
+SUITES = ("resnet50-b64", "resnet50-b1", "odd", "epilogue", "tf32", "bmm")
 FIELDS = ("n", "h", "w", "c", "k", "r", "s", "stride", "padding", "dilation")
 
 
@@ -79,7 +88,50 @@ def _cases(quick: bool, suites: set[str]) -> list[dict]:
     for shape in (_resnet(64, RESNET50[2]), _resnet(64, RESNET50[16]), ODD[0]):
         add(shape, "epilogue", "float16", "bias_relu")
     add(_resnet(64, RESNET50[10]), "tf32", "float32")
+    if "bmm" in suites:
+        for batch, m, n, k, layout in (BMM[::3] if quick else BMM):
+            cases.append(dict(op="bmm", batch=batch, m=m, n=n, k=k, layout=layout, dtype="bfloat16", suite="bmm"))
     return cases
+
+
+def _bmm_problems(case: dict) -> list:
+    """The batched problem of a bmm case (its key, for ``kgen tune gemm_batched --from``)."""
+    from kgen.kernels.gemm.batched import batched_problem
+
+    return [batched_problem(case["batch"], case["m"], case["n"], case["k"], case["dtype"], "N" + case["layout"][1])]
+
+
+def bench_bmm(case: dict, args, torch, kgen, flush, log) -> dict:
+    """kgen.gemm on 3-D tensors against torch.matmul (cuBLAS's batched GEMM) on the same tensors."""
+    batch, m, n, k, layout = (case[f] for f in ("batch", "m", "n", "k", "layout"))
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    a = (torch.rand((batch, m, k), device="cuda", generator=gen) - 0.5).to(torch.bfloat16)
+    b = (torch.rand((batch, n, k) if layout[1] == "T" else (batch, k, n), device="cuda", generator=gen) - 0.5)
+    b = b.to(torch.bfloat16)
+    b = b.transpose(1, 2) if layout[1] == "T" else b
+    row = dict(case, baselines={}, ok=None, config="", how="")
+    flops = 2.0 * batch * m * n * k
+    try:
+        out = kgen.gemm(a, b)
+        want = a.double() @ b.double()
+        err = float((out.double() - want).abs().max() / want.abs().max())
+        row["error_vs_float64"], row["ok"] = err, err <= 1e-2
+        from kgen.dispatch import default_dispatcher
+        from kgen.registry import get_spec
+
+        choice = default_dispatcher().decide(get_spec("gemm_batched"), _bmm_problems(case)[0], 0)
+        row["family"], row["config"], row["how"] = "gemm_batched", choice.config.name, choice.how
+        row["kgen_ms"] = median_ms(lambda: kgen.gemm(a, b, out), args.runs, flush)
+        row["tflops"] = flops / row["kgen_ms"] / 1e9
+    except Exception as exc:
+        row["error"] = f"{type(exc).__name__}: {exc}"[:500]
+        log(f"  kgen failed: {row['error']}")
+    c = torch.empty((batch, m, n), device="cuda", dtype=torch.bfloat16)
+    row["baselines"]["cublas"] = median_ms(lambda: torch.matmul(a, b, out=c), args.runs, flush)
+    row["cublas_tflops"] = flops / row["baselines"]["cublas"] / 1e9
+    if "kgen_ms" in row:
+        row["speedup"] = row["baselines"]["cublas"] / row["kgen_ms"]
+    return row
 
 
 def _flops(case: dict) -> float:
@@ -202,16 +254,18 @@ def main(argv=None) -> int:
         parser.error(f"unknown suites {sorted(suites - set(SUITES))}; choose from {', '.join(SUITES)}")
     for case in _cases(args.quick, suites):
         start = time.perf_counter()
-        row = bench_case(case, args, torch, kgen, flush, print)
+        bmm = case.get("op") == "bmm"
+        row = (bench_bmm if bmm else bench_case)(case, args, torch, kgen, flush, print)
         rows.append(row)
-        shape = " ".join(f"{f}={row[f]}" for f in FIELDS)
+        shape = " ".join(f"{f}={row[f]}" for f in (("batch", "m", "n", "k", "layout") if bmm else FIELDS))
         print(f"{case['dtype']:8s} {shape:72s} kgen {row.get('kgen_ms', float('nan')):.4f} ms "
-              f"({row.get('tflops', float('nan')):.0f} TF/s, {row.get('family', '')} {row['how']}) | cudnn {row['baselines']['cudnn']:.4f} ms "
+              f"({row.get('tflops', float('nan')):.0f} TF/s, {row.get('family', '')} {row['how']}) | "
+              + " ".join(f"{name} {ms:.4f} ms" for name, ms in row["baselines"].items()) + " "
               f"| x{row.get('speedup', float('nan')):.2f} ok={row['ok']} [{time.perf_counter() - start:.0f} s]",
               flush=True)
         out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")     # kept as it grows
         if args.keys:
-            for problem in _candidates(case):
+            for problem in _bmm_problems(case) if bmm else _candidates(case):
                 with Path(f"{args.keys}.{problem.family}.txt").open("a") as keys:
                     keys.write(problem.key + "\n")
     speedups = [r["speedup"] for r in rows if "speedup" in r]

@@ -133,7 +133,7 @@ if [ "$what" = memory-bench ]; then
 fi
 if [ "$what" = conv-tune ]; then
   logged bench_conv_untuned.log python3 scripts/bench_conv.py --runs 15 --out "$OUT/bench_conv_untuned.json" \
-    --suites "${CONV_TUNE_SUITES:-resnet50-b64,resnet50-b1,odd,epilogue,tf32}" \
+    --suites "${CONV_TUNE_SUITES:-resnet50-b64,resnet50-b1,odd,epilogue,tf32,bmm}" \
     --keys "$OUT/convkeys"
   tune_keys "$OUT/convkeys" conv.db "${1:-24}" "${2:-20}"
 fi

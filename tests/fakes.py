@@ -21,6 +21,10 @@ class FakeArray:
         self.device = SimpleNamespace(id=device)
 
     @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
     def __cuda_array_interface__(self):
         strides = None if self.elem_strides is None else tuple(s * self.dtype.itemsize for s in self.elem_strides)
         return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, False),

@@ -71,3 +71,35 @@ def test_every_shipped_file_imports_into_a_fresh_database(tmp_path):
         report = import_file(path, MemoryStore())
         lines = sum(1 for line in path.read_text().splitlines() if line.strip())
         assert (report.imported, report.invalid, report.conflicts) == (lines, 0, 0), path.name
+
+
+def test_every_shipped_record_is_of_its_familys_current_template():
+    """A template change that alters a kernel must re-measure its records (or carry them by SASS
+    digest, scripts/sass_digests.py); a stale digest would silently leave them unused."""
+    import json
+
+    current = {}
+    for path in sorted((data_root() / "tuning_db").glob("*.jsonl")):
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            family = record["family"]
+            if family not in current:
+                current[family] = get_spec(family).template_digest()
+            assert record["provenance"]["template_digest"] in (current[family], "vendor"), \
+                f"{path.name}: {record['config_name']} was measured with another {family} template"
+
+
+def test_shipped_conv_and_batched_records_are_chosen_on_their_device(monkeypatch):
+    from kgen.kernels.conv.family import route
+    from kgen.kernels.conv.problem import conv2d_problem
+    from kgen.kernels.gemm.batched import batched_problem
+
+    h100 = Target("NVIDIA H100 80GB HBM3", (9, 0), 132, 48 * 1024, 227 * 1024, 228 * 1024)
+    dispatcher = Dispatcher(db=open_default(), targets={0: h100})
+    layer = conv2d_problem(64, 28, 28, 128, 128, 3, 3, padding=1, dtype="bfloat16")
+    choices = {spec.family: dispatcher.choose(spec, p, h100) for spec, p in route(h100, layer)}
+    assert set(choices) == {"conv2d_wgmma", "conv2d"} and all(c.how == "tuned" for c in choices.values())
+    assert choices["conv2d_wgmma"].time_ms < choices["conv2d"].time_ms
+    monkeypatch.setenv("KGEN_VENDOR", "1")                # (the tests' default is 0)
+    batched = dispatcher.choose(get_spec("gemm_batched"), batched_problem(64, 512, 512, 64, "bfloat16", "NT"), h100)
+    assert batched.vendor and batched.time_ms > 0        # cuBLAS measured faster than the generated kernels

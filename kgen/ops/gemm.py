@@ -8,7 +8,16 @@ from dataclasses import dataclass
 
 from kgen.dispatch import default_dispatcher
 from kgen.measure.arg_pack import cupy_ndarray
-from kgen.ops import gemm_simt, gemm_tc
+from kgen.ops import gemm_batched, gemm_simt, gemm_tc
+
+
+def _ndim(x) -> int:
+    """Dimensions of an operand (ndim where the library has it, else its array interface's)."""
+    ndim = getattr(x, "ndim", None)
+    if ndim is None:
+        cai = getattr(x, "__cuda_array_interface__", None)
+        ndim = len(cai["shape"]) if cai else 2
+    return ndim
 
 
 def gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, *, bias=None, activation=None,
@@ -23,12 +32,17 @@ def gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, *, bias=None, acti
     ``activation`` ("relu" or "gelu") are fused into the kernel; ``out_dtype`` may be
     float32 for half-precision inputs. Without ``c`` a new array of the caller's type is
     returned. Runs on the caller's current stream, without synchronising. The first call
-    of a signature chooses and loads the kernel; later calls reuse that plan.
+    of a signature chooses and loads the kernel; later calls reuse that plan. 3-D operands
+    are a batch of GEMMs (``kgen.ops.gemm_batched``: (batch, M, K) @ (batch, K, N), a 2-D
+    operand serving every batch).
 
     >>> # import cupy, kgen
     >>> # a = cupy.random.rand(512, 256, dtype=cupy.float32); b = cupy.random.rand(256, 128, dtype=cupy.float32)
     >>> # cupy.allclose(kgen.gemm(a, b), a @ b, rtol=1e-4)
     """
+    if _ndim(a) > 2 or _ndim(b) > 2:
+        return gemm_batched.call(gemm, a, b, c, alpha, beta, bias=bias, activation=activation, precision=precision,
+                                 dtype=dtype, out_dtype=out_dtype)
     dispatcher = default_dispatcher()
     ndarray = cupy_ndarray()
     cupy_arrays = type(a) is ndarray and type(b) is ndarray and (c is None or type(c) is ndarray)

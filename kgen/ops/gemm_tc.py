@@ -42,7 +42,7 @@ class TcPlan:
     spans: tuple = (0, 0, 0)   # bytes A, B and C reach from their first element (aliasing checks)
 
 
-def _input_dtype(info: ArrayInfo, dtype: str | None, name: str) -> str:
+def input_dtype(info: ArrayInfo, dtype: str | None, name: str) -> str:
     if info.dtype == "uint16" and dtype in (None, "bfloat16"):
         if dtype is None:
             raise DtypeError(f"{name} is uint16: kgen reads uint16 arrays only as bfloat16 bits, when told",
@@ -58,7 +58,7 @@ def make_plan(dispatcher, a, b, c, bias, activation, precision, dtype, out_dtype
     """Validate everything (typed errors), then choose and load the kernel."""
     ai, bi = describe(a, "a"), describe(b, "b")
     m, n, k = matmul_shape(ai, bi)
-    in_a, in_b = _input_dtype(ai, dtype, "a"), _input_dtype(bi, dtype, "b")
+    in_a, in_b = input_dtype(ai, dtype, "a"), input_dtype(bi, dtype, "b")
     if in_a != in_b:
         raise DtypeError(f"a is {in_a} and b is {in_b}", remedy="cast both to one dtype")
     if ai.device != bi.device:

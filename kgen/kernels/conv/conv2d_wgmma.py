@@ -24,7 +24,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from kgen import tma
-from kgen.arrays import describe
+from kgen.arrays import device_pointer
 from kgen.kernels.conv.family import ConvFamily
 from kgen.kernels.conv.problem import gemm_view, geometry
 from kgen.kernels.gemm import cost as gemm_cost
@@ -38,13 +38,6 @@ from kgen.spec import KernelSpec, Launch
 FAMILY = "conv2d_wgmma"
 GEMM = "gemm_wgmma"
 _GEMM = GemmWgmma()
-
-
-def _pointer(value: Any, name: str) -> int:
-    """An operand's device address: a pointer as dispatch passes it, or an array's."""
-    if isinstance(value, (int, np.integer)):
-        return int(value)
-    return describe(value, name).ptr
 
 
 class Conv2dWgmma(ConvFamily, KernelSpec):
@@ -124,9 +117,9 @@ class Conv2dWgmma(ConvFamily, KernelSpec):
         g, dtype = geometry(problem), problem["dtype"]
         m, n, k = g.gemm
         view = gemm_view(problem, GEMM)
-        x, w, y = (_pointer(ops[name], name) for name in ("x", "w", "y"))
+        x, w, y = (device_pointer(ops[name], name) for name in ("x", "w", "y"))
         has_bias, _ = epilogue_parts(problem)
-        bias = _pointer(ops["bias"], "bias") if has_bias else 0
+        bias = device_pointer(ops["bias"], "bias") if has_bias else 0
         bk = block_k(dtype)
         map_x = tma.encode_im2col(x, dtype, (g.n, g.h, g.w, g.c), (g.r, g.s), (g.sh, g.sw), (g.ph, g.pw),
                                   (g.dh, g.dw), bk, min(m, config["BM"]), SWIZZLE)

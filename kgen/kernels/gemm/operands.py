@@ -42,8 +42,8 @@ def matmul_shape(ai, bi) -> tuple[int, int, int]:
     from kgen.errors import ShapeError
 
     if len(ai.shape) != 2 or len(bi.shape) != 2:
-        raise ShapeError(f"gemm takes 2-D arrays; got a{list(ai.shape)} and b{list(bi.shape)}",
-                         remedy="reshape to 2-D (batched GEMM is not supported yet)")
+        raise ShapeError(f"gemm takes 2-D arrays (3-D: a batch); got a{list(ai.shape)} and b{list(bi.shape)}",
+                         remedy="reshape to 2-D, or pass 3-D arrays for a batch of GEMMs")
     (m, k), (k2, n) = ai.shape, bi.shape
     if k != k2:
         raise ShapeError(f"inner dimensions differ: a is {m}x{k}, b is {k2}x{n}",

@@ -2,7 +2,8 @@
 
 A tune times this very call on its operands (``KernelSpec.vendor_run``), so the stored
 ``cublas`` time is the time of what dispatch runs: ``torch.matmul`` (``torch.addmm`` with
-beta), then bias and activation as PyTorch operations, where PyTorch is installed; else ``cupy.matmul``, which
+beta; a batch of GEMMs, 3-D operands, as ``torch.matmul``'s batched call), then bias and
+activation as PyTorch operations, where PyTorch is installed; else ``cupy.matmul``, which
 covers float16, float32 and float64 without an epilogue. A problem whose output dtype is
 not its input dtype has no vendor candidate (the library would round the product to the
 input dtype first).
@@ -84,8 +85,10 @@ def _torch_call(problem: Problem):
         return t.view(torch.bfloat16) if dt == "bfloat16" and t.dtype == torch.uint16 else t
 
     def compute(ta, tb, tc, alpha, beta, bias):
-        if beta:
+        if beta and tc.dim() == 2:
             torch.addmm(tc, ta, tb, beta=beta, alpha=alpha, out=tc)
+        elif beta:                               # a batch (torch.baddbmm takes no broadcast operand)
+            tc.mul_(beta).add_(torch.matmul(ta, tb), alpha=alpha)
         else:
             torch.matmul(ta, tb, out=tc)
             if alpha != 1.0:

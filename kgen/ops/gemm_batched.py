@@ -1,0 +1,134 @@
+"""``kgen.gemm`` on 3-D operands: a batch of GEMMs in one launch (``gemm_batched``).
+
+``a`` is (batch, M, K) or (M, K), ``b`` (batch, K, N) or (K, N); a 2-D operand (or a batch of
+one) serves every batch. Each matrix may be a transposed view (``x.transpose(-1, -2)``) but the
+batch must be dense (matrices one after another). A row-major ``a`` whose ``b`` serves every
+batch is one GEMM of batch * M rows: it goes to the 2-D path (and its fastest family). The
+result is (batch, M, N), of the caller's library, on its current stream. Where cuBLAS's batched
+GEMM measured faster, or the problem is untuned, the call is cuBLAS's (the vendor candidate of
+``gemm_batched``; ``KGEN_VENDOR=0`` runs the generated kernel always).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kgen.arrays import array_kind, describe
+from kgen.errors import DeviceError, DtypeError, InputError, LayoutError, ShapeError
+from kgen.kernels.gemm import rules
+from kgen.kernels.gemm.dtypes import allowed_outputs, epilogue_name
+from kgen.ops.caller import CallerArray, new_array, on_caller_stream, to_jax
+from kgen.ops.launch import launch_family
+
+
+def _matrices(info, name: str) -> tuple[int, int, int, str]:
+    """(batch, rows, cols, layout letter) of a 2-D or 3-D operand whose batch is dense."""
+    if len(info.shape) not in (2, 3):
+        raise ShapeError(f"{name} has {len(info.shape)} dimensions; batched GEMM takes 2-D or 3-D arrays")
+    batch, rows, cols = info.shape if len(info.shape) == 3 else (1, *info.shape)
+    inner = info.strides[-2:]
+    found = rules.operand_layout((rows, cols), inner)
+    dense = found is not None and found[1] == (cols if found[0] == "N" else rows)
+    if dense and len(info.shape) == 3 and batch > 1:
+        dense = info.strides[0] == rows * cols
+    if not dense:
+        raise LayoutError(f"{name} (shape {info.shape}, strides {info.strides} in elements) is not a dense batch of "
+                          "row-major or transposed matrices", remedy=f"pass a contiguous copy of {name}")
+    return batch, rows, cols, found[0]
+
+
+def _flattened(gemm, a, b, c, alpha, beta, kw):
+    """a (batch, M, K) row-major, b one matrix: one ``gemm`` (the 2-D call) of batch * M rows,
+    its result reshaped."""
+    batch, m, k = a.shape
+    if c is not None and (len(c.shape) != 3 or _matrices(describe(c, "c"), "c")[3] != "N"):
+        raise LayoutError(f"c (shape {tuple(c.shape)}) must be a dense batch of row-major matrices",
+                          remedy="pass a contiguous c, or leave it unset")
+    flat_c = c.reshape(batch * m, c.shape[-1]) if c is not None else None
+    out = gemm(a.reshape(batch * m, k), b, flat_c, alpha, beta, **kw)
+    return c if c is not None else out.reshape(batch, m, out.shape[-1])
+
+
+def call(gemm, a, b, c=None, alpha: float = 1.0, beta: float = 0.0, *, bias=None, activation=None, precision=None,
+         dtype=None, out_dtype=None):
+    """``kgen.gemm`` on 3-D operands; ``gemm`` is the 2-D call (for a broadcast ``b``)."""
+    from kgen.kernels.gemm.batched import batched_problem
+    from kgen.ops.gemm_tc import input_dtype
+
+    ai, bi = describe(a, "a"), describe(b, "b")
+    (ba, m, k, la), (bb, k2, n, lb) = _matrices(ai, "a"), _matrices(bi, "b")
+    if k != k2:
+        raise ShapeError(f"inner dimensions differ: a's matrices are {m}x{k}, b's {k2}x{n}")
+    if ba != bb and 1 not in (ba, bb):
+        raise ShapeError(f"a holds {ba} matrices and b {bb}", remedy="pass batches of one size (or one matrix)")
+    kind = array_kind(a)
+    if array_kind(b) != kind:
+        raise InputError(f"a is a {kind} array and b a {array_kind(b)} one", remedy="pass arrays of one library")
+    if ai.device != bi.device:
+        raise DeviceError(f"a is on device {ai.device} and b on device {bi.device}")
+    batch = max(ba, bb)
+    in_a, in_b = input_dtype(ai, dtype, "a"), input_dtype(bi, dtype, "b")
+    if in_a != in_b:
+        raise DtypeError(f"a is {in_a} and b is {in_b}", remedy="cast both to one dtype")
+    kw = dict(bias=bias, activation=activation, precision=precision, dtype=dtype, out_dtype=out_dtype)
+    if bb == 1 and la == "N" and len(ai.shape) == 3 and kind != "jax":
+        return _flattened(gemm, a, b if len(bi.shape) == 2 else b[0], c, alpha, beta, kw)
+    if in_a == "float32" and precision != "tf32":
+        raise DtypeError("batched GEMM runs on the tensor cores: float32 only as tf32",
+                         remedy="pass precision='tf32', or cast to bfloat16")
+    out = out_dtype or in_a
+    if out not in allowed_outputs(in_a):
+        raise DtypeError(f"{in_a} inputs can write {list(allowed_outputs(in_a))}, not {out}")
+    broadcast = "a" if ba == 1 < batch else "b" if bb == 1 < batch else "none"
+    problem = batched_problem(batch, m, n, k, in_a, la + lb, broadcast, out_dtype=out,
+                              epilogue=epilogue_name(bias is not None, activation))
+    stored = ("uint16", "bfloat16") if out == "bfloat16" else (out,)
+    if c is not None:
+        if kind == "jax":
+            raise InputError("c is a JAX array, and JAX arrays are immutable", remedy="leave c unset")
+        ci = describe(c, "c")
+        if ci.shape != (batch, m, n) or ci.dtype not in stored or ci.device != ai.device \
+                or _matrices(ci, "c")[3] != "N":
+            raise ShapeError(f"c must be a dense ({batch}, {m}, {n}) {out} array on device {ai.device}; got "
+                             f"shape {ci.shape}, {ci.dtype}, device {ci.device}")
+        target = c
+    else:
+        target = new_array(CallerArray(a, kind, ai, in_a), (batch, m, n), out)
+    operands: dict[str, Any] = {"a": ai.ptr, "b": bi.ptr, "c": describe(target, "c").ptr, "alpha": float(alpha),
+                                "beta": float(beta)}
+    if bias is not None:
+        info = describe(bias, "bias")
+        if info.shape != (n,) or info.dtype not in stored:
+            raise ShapeError(f"bias must hold {n} values of {out}; got shape {info.shape}, {info.dtype}")
+        operands["bias"] = info.ptr
+    if batch and m and n:
+        _run(problem, ai.device, kind, operands, (a, b, target, bias))
+    return to_jax(target, out) if kind == "jax" else target
+
+
+def _run(problem, device: int, kind: str, operands: dict[str, Any], arrays: tuple) -> None:
+    """The dispatcher's choice for ``problem``: the generated kernel, or cuBLAS (the vendor
+    candidate) on the arrays themselves, on the caller's stream either way."""
+    from kgen.dispatch import default_dispatcher
+    from kgen.registry import get_spec
+
+    spec = get_spec("gemm_batched")
+    choice = default_dispatcher().decide(spec, problem, device)
+    if not choice.vendor:
+        launch_family("gemm_batched", problem, device, kind, operands)
+        return
+    a, b, c, bias = arrays
+    with on_caller_stream(kind, device):
+        _vendor_call(problem)(a, b, c, operands["alpha"], operands["beta"], bias)
+
+
+_VENDOR_CALLS: dict[str, Any] = {}
+
+
+def _vendor_call(problem):
+    call = _VENDOR_CALLS.get(problem.key)
+    if call is None:
+        from kgen.registry import get_spec
+
+        call = _VENDOR_CALLS[problem.key] = get_spec("gemm_batched").vendor_call(problem)
+    return call

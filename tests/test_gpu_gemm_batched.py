@@ -1,0 +1,72 @@
+"""Batched GEMM on the GPU: sampled configs of every layout, broadcast and odd size against the
+float64 product (NaN-poisoned outputs); ``kgen.gemm`` on 3-D PyTorch tensors against
+``torch.matmul`` in float64, on the caller's stream; a broadcast weight going to the 2-D path."""
+
+from __future__ import annotations
+
+import pytest
+
+from kgen.kernels.gemm.batched import GemmBatched, batched_problem
+
+from memory_gpu import check_config, target
+
+pytestmark = pytest.mark.gpu
+
+SPEC = GemmBatched()
+CASES = [
+    (8, 128, 128, 64, "bfloat16", "NN", "none", "none"),
+    (5, 33, 70, 17, "float16", "TT", "none", "bias_relu"),
+    (16, 100, 64, 40, "bfloat16", "NT", "a", "bias"),
+    (3, 64, 200, 96, "float16", "TN", "b", "gelu"),
+    (64, 1, 8, 8, "bfloat16", "NN", "none", "none"),
+    (4, 96, 96, 128, "float32", "NN", "none", "none"),
+]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_sampled_configs_are_correct(case):
+    batch, m, n, k, dtype, layout, broadcast, epilogue = case
+    problem = batched_problem(batch, m, n, k, dtype, layout, broadcast, epilogue=epilogue)
+    space = SPEC.space(problem, target())
+    for seed, config in enumerate([SPEC.default_config(problem, target())] + space.sample(3, seed=batch)):
+        check, _ = check_config(SPEC, problem, config, seed=seed)
+        assert check.ok, f"{config.name} on {problem.key}: {check.detail}"
+
+
+def test_kgen_gemm_on_3d_torch_tensors():
+    torch = pytest.importorskip("torch")
+    import kgen
+    from kgen.dispatch import default_dispatcher
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    a = torch.rand((32, 256, 64), device="cuda", generator=gen).to(torch.bfloat16) - 0.5
+    b = torch.rand((32, 256, 64), device="cuda", generator=gen).to(torch.bfloat16).transpose(1, 2) - 0.5
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        c = kgen.gemm(a, b)                      # (32, 256, 256): attention scores, K^T as a view
+        again = kgen.gemm(a, b, torch.empty_like(c))
+    side.synchronize()
+    want = a.double() @ b.double()
+    assert c.shape == (32, 256, 256) and c.dtype == torch.bfloat16
+    assert float((c.double() - want).abs().max() / want.abs().max()) < 1e-2
+    assert torch.equal(c, again)
+    assert any(p["batch"] == 32 for p, _ in default_dispatcher().loaded("gemm_batched"))
+    w = torch.rand((64, 48), device="cuda", generator=gen).to(torch.bfloat16)
+    h = kgen.gemm(a, w)                            # one weight for every batch: one GEMM of 32 * 256 rows
+    assert h.shape == (32, 256, 48)
+    assert float((h.double() - a.double() @ w.double()).abs().max()) < 0.05
+
+
+def test_cupy_broadcast_a():
+    import cupy
+
+    import kgen
+
+    rng = cupy.random.default_rng(1)
+    a = (rng.random((40, 24), dtype=cupy.float32) - 0.5).astype(cupy.float16)
+    b = (rng.random((6, 24, 56), dtype=cupy.float32) - 0.5).astype(cupy.float16)
+    c = kgen.gemm(a, b)
+    want = a.astype(cupy.float64) @ b.astype(cupy.float64)
+    assert c.shape == (6, 40, 56)
+    assert float(cupy.abs(c.astype(cupy.float64) - want).max() / cupy.abs(want).max()) < 2e-3
