@@ -100,6 +100,9 @@ def test_shipped_conv_and_batched_records_are_chosen_on_their_device(monkeypatch
     choices = {spec.family: dispatcher.choose(spec, p, h100) for spec, p in route(h100, layer)}
     assert set(choices) == {"conv2d_wgmma", "conv2d"} and all(c.how == "tuned" for c in choices.values())
     assert choices["conv2d_wgmma"].time_ms < choices["conv2d"].time_ms
+    from kgen.kernels.gemm import vendor
+
     monkeypatch.setenv("KGEN_VENDOR", "1")                # (the tests' default is 0)
+    monkeypatch.setattr(vendor, "_torch_installed", lambda: True)     # (the vendor call is PyTorch's)
     batched = dispatcher.choose(get_spec("gemm_batched"), batched_problem(64, 512, 512, 64, "bfloat16", "NT"), h100)
     assert batched.vendor and batched.time_ms > 0        # cuBLAS measured faster than the generated kernels
