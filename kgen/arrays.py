@@ -33,6 +33,11 @@ class ArrayInfo:
             n *= s
         return n
 
+    @property
+    def nbytes(self) -> int:
+        """The bytes of the elements (a dense array's extent in memory)."""
+        return self.size * self.itemsize
+
 
 def _device_of(obj: Any, ptr: int) -> int:
     dev = getattr(obj, "device", None)

@@ -235,6 +235,17 @@ class Space:
         values = self._valid_or_none(values)
         return None if values is None else self._make(values)
 
+    def renamed(self, prefix: str, new_prefix: str) -> "Space":
+        """This space with its configs named ``new_prefix`` + what follows ``prefix`` in their
+        names here (a family that runs another's kernel, changed, on a problem of its own)."""
+        namer = self.namer
+
+        def renamed_namer(values: Values) -> str:
+            name = namer(values)
+            return new_prefix + (name[len(prefix):] if name.startswith(prefix) else name)
+
+        return Space(self.params, self.constraints, self.derived, renamed_namer)
+
     def config(self, **values) -> Config:
         """A valid Config; raises SpaceError naming the broken constraints otherwise."""
         broken = self.violations(values)

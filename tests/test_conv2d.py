@@ -278,6 +278,13 @@ def test_call_checks_before_any_launch(kw, error):
         _call(**kw)
 
 
+def test_an_out_overlapping_an_input_is_refused():
+    x = FakeArray((2, 8, 8, 16), "float16")
+    with pytest.raises(InputError) as info:
+        _call(x, out=FakeArray((2, 6, 6, 32), "float16", ptr=BASE + 64))          # inside x's memory
+    assert "overlaps" in str(info.value)
+
+
 def test_float32_call_needs_tf32():
     x, w = FakeArray((1, 4, 4, 8), "float32"), FakeArray((8, 1, 1, 8), "float32", ptr=BASE + 4096)
     with pytest.raises(DtypeError) as info:

@@ -157,3 +157,10 @@ def test_cublas_is_the_candidate_of_untuned_batches_unless_turned_off(target, mo
     assert Dispatcher().choose(SPEC, problem, target).vendor
     monkeypatch.setenv("KGEN_VENDOR", "0")
     assert not Dispatcher().choose(SPEC, problem, target).vendor
+
+
+def test_a_c_overlapping_an_input_is_refused():
+    a = FakeArray((4, 8, 16), "float16")
+    b = FakeArray((4, 16, 8), "float16", ptr=BASE + 4096)
+    with pytest.raises(InputError):
+        _gemm(a, b, c=FakeArray((4, 8, 8), "float16", ptr=BASE + 4096 + 128))

@@ -73,6 +73,17 @@ def caller_array(x: Any, name: str, dtypes: tuple[str, ...], dtype: str | None =
     return CallerArray(x, kind, info, found)
 
 
+def check_no_overlap(out: CallerArray | None, inputs: list[CallerArray], op: str) -> None:
+    """An InputError where ``out``'s memory overlaps an input's (dense arrays: the kernel would
+    read what it has already overwritten)."""
+    if out is None:
+        return
+    start, end = out.ptr, out.ptr + out.info.nbytes
+    for x in inputs:
+        if x.ptr < end and start < x.ptr + x.info.nbytes and x.info.nbytes and out.info.nbytes:
+            raise InputError(f"{op}: out overlaps an input's memory", remedy="pass an out of its own, or leave it out")
+
+
 def same_device(arrays: list[CallerArray]) -> int:
     """The one device all ``arrays`` are on (an InputError otherwise)."""
     devices = {a.info.device for a in arrays}

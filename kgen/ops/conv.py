@@ -18,7 +18,7 @@ from typing import Any
 from kgen.errors import DtypeError, InputError, LayoutError, ShapeError
 from kgen.kernels.conv.problem import DTYPES, check_precision, conv2d_problem, geometry
 from kgen.kernels.gemm.dtypes import allowed_outputs, epilogue_name
-from kgen.ops.caller import caller_array, output_array, result_array, returned, same_device
+from kgen.ops.caller import caller_array, check_no_overlap, output_array, result_array, returned, same_device
 from kgen.ops.launch import launch_family, pointer
 
 _TO_CHANNELS_LAST = (0, 2, 3, 1)      # a PyTorch NCHW-shaped tensor's dims in NHWC order
@@ -89,6 +89,7 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, activation: str | N
     result_shape = (n, p, q, k)
     out_view = _channels_last(out, "out") if torch_caller and out is not None else out
     given = output_array(out_view, a, result_shape, out_dtype)
+    check_no_overlap(given, arrays, "conv2d")
     device = same_device(arrays + ([given] if given else []))
     target = result_array(given, a, result_shape, out_dtype)
     operands: dict[str, Any] = {"x": pointer(a), "w": pointer(b), "y": pointer(target)}

@@ -17,7 +17,7 @@ from kgen.arrays import array_kind, describe
 from kgen.errors import DeviceError, DtypeError, InputError, LayoutError, ShapeError
 from kgen.kernels.gemm import rules
 from kgen.kernels.gemm.dtypes import allowed_outputs, epilogue_name
-from kgen.ops.caller import CallerArray, new_array, on_caller_stream, to_jax
+from kgen.ops.caller import CallerArray, check_no_overlap, new_array, on_caller_stream, to_jax
 from kgen.ops.launch import launch_family
 
 
@@ -91,6 +91,8 @@ def call(gemm, a, b, c=None, alpha: float = 1.0, beta: float = 0.0, *, bias=None
                 or _matrices(ci, "c")[3] != "N":
             raise ShapeError(f"c must be a dense ({batch}, {m}, {n}) {out} array on device {ai.device}; got "
                              f"shape {ci.shape}, {ci.dtype}, device {ci.device}")
+        check_no_overlap(CallerArray(c, kind, ci, out), [CallerArray(a, kind, ai, in_a), CallerArray(b, kind, bi, in_a)],
+                         "gemm")
         target = c
     else:
         target = new_array(CallerArray(a, kind, ai, in_a), (batch, m, n), out)

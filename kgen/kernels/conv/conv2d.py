@@ -21,7 +21,6 @@ import numpy as np
 
 from kgen.kernels.conv.family import ConvFamily
 from kgen.kernels.conv.problem import FAMILY, gemm_view, geometry
-from kgen.kernels.gemm import cost as gemm_cost
 from kgen.kernels.gemm.dtypes import epilogue_parts
 from kgen.kernels.gemm.mma import GemmMma
 from kgen.kernels.gemm.tc import type_context
@@ -38,6 +37,8 @@ class Conv2d(ConvFamily, KernelSpec):
     template = "conv/conv2d_mma.cu.j2"
     options = ("--std=c++17",)
     tf32_rounding = "nearest"        # as the GEMM's tf32 operands (cvt.rna.tf32.f32)
+    gemm_family = "gemm_mma"
+    fixed = {"LP": _PLANNED}
 
     def supports(self, problem: Problem, target: Target) -> bool:
         return target.cc >= (8, 0)
@@ -56,44 +57,7 @@ class Conv2d(ConvFamily, KernelSpec):
         constraints = [*gemm.constraints,
                        Constraint("a thread's A chunks in one k column", one_column, ("BM", "BN", "BK", "WM", "WN",
                                                                                       "WK", "VA"))]
-        prefix = len("gemm_mma_")
-
-        def namer(v) -> str:
-            return "conv2d_" + gemm.namer(v)[prefix:]
-
-        return Space(params, constraints, gemm.derived, namer)
-
-    def _as_conv(self, space: Space, config: Config | None) -> Config | None:
-        """A gemm_mma config of the implicit GEMM as this space's (copies planned), if valid."""
-        if config is None:
-            return None
-        values = dict(config.as_dict(), LP=_PLANNED)
-        return space.make(values) if space.is_valid(values) else None
-
-    def default_config(self, problem: Problem, target: Target) -> Config:
-        space = self.space(problem, target)
-        return self._as_conv(space, _MMA.default_config(gemm_view(problem), target)) \
-            or self.first_valid(space, (), problem)
-
-    def model_picks(self, problem: Problem, target: Target, count: int) -> list[Config]:
-        space, picks = self.space(problem, target), []
-        chosen = self.model_choice(problem, target)
-        for config in ([chosen[0]] if chosen else []) + _MMA.model_picks(gemm_view(problem), target, count):
-            conv = self._as_conv(space, config)
-            if conv is not None and conv not in picks:
-                picks.append(conv)
-        return (picks or [self.first_valid(space, (), problem)])[:count]
-
-    def model_choice(self, problem: Problem, target: Target) -> tuple[Config, float] | None:
-        """The GEMM cost model's pick for the implicit GEMM (its prediction ignores the gather)."""
-        picked = gemm_cost.pick(_MMA, gemm_view(problem), target)
-        if picked is None:
-            return None
-        conv = self._as_conv(self.space(problem, target), picked[0])
-        return (conv, picked[1]) if conv is not None else None
-
-    def model_version(self) -> str | None:
-        return gemm_cost.model_version() if gemm_cost.has_model(_MMA.family) else None
+        return Space(params, constraints, gemm.derived, gemm.namer).renamed("gemm_mma_", "conv2d_")
 
     # ---- render and launch ---------------------------------------------------------------------
     def context(self, problem: Problem, config: Config, space: Space) -> dict[str, Any]:

@@ -27,7 +27,6 @@ from kgen import tma
 from kgen.arrays import device_pointer
 from kgen.kernels.conv.family import ConvFamily
 from kgen.kernels.conv.problem import gemm_view, geometry
-from kgen.kernels.gemm import cost as gemm_cost
 from kgen.kernels.gemm.dtypes import ITEMSIZE, epilogue_parts
 from kgen.kernels.gemm.wgmma import GemmWgmma, workspace_args
 from kgen.kernels.gemm.wgmma_geometry import SWIZZLE, block_k
@@ -45,6 +44,7 @@ class Conv2dWgmma(ConvFamily, KernelSpec):
     template = "conv/conv2d_wgmma.cu.j2"
     options = GemmWgmma.options
     tf32_rounding = GemmWgmma.tf32_rounding    # wgmma reads float32 tiles as they lie (truncated to tf32)
+    gemm_family = GEMM
     export_runtime = ""       # the tensor maps are encoded per call: no exported runtime builds them yet
 
     def compile_arch(self, target: Target) -> str:
@@ -65,40 +65,7 @@ class Conv2dWgmma(ConvFamily, KernelSpec):
 
     # ---- what the tuner searches -------------------------------------------------------------
     def space(self, problem: Problem, target: Target) -> Space:
-        gemm = _GEMM.space(gemm_view(problem, GEMM), target)
-        prefix = len("gemm_wgmma_")
-        return Space(gemm.params, gemm.constraints, gemm.derived,
-                     lambda v: "conv2d_wgmma_" + gemm.namer(v)[prefix:])
-
-    def _as_conv(self, space: Space, config: Config | None) -> Config | None:
-        if config is None or not space.is_valid(config.as_dict()):
-            return None
-        return space.make(config.as_dict())
-
-    def model_picks(self, problem: Problem, target: Target, count: int) -> list[Config]:
-        space, picks = self.space(problem, target), []
-        chosen = self.model_choice(problem, target)
-        for config in ([chosen[0]] if chosen else []) + _GEMM.model_picks(gemm_view(problem, GEMM), target, count):
-            conv = self._as_conv(space, config)
-            if conv is not None and conv not in picks:
-                picks.append(conv)
-        return (picks or [self.first_valid(space, (), problem)])[:count]
-
-    def default_config(self, problem: Problem, target: Target) -> Config:
-        return self.model_picks(problem, target, 1)[0]
-
-    def model_choice(self, problem: Problem, target: Target) -> tuple[Config, float] | None:
-        """The GEMM cost model's pick for the implicit GEMM (the gather is TMA's, as GEMM's A)."""
-        from kgen.registry import get_spec
-
-        picked = gemm_cost.pick(get_spec(GEMM), gemm_view(problem, GEMM), target)
-        if picked is None:
-            return None
-        conv = self._as_conv(self.space(problem, target), picked[0])
-        return (conv, picked[1]) if conv is not None else None
-
-    def model_version(self) -> str | None:
-        return gemm_cost.model_version() if gemm_cost.has_model(GEMM) else None
+        return _GEMM.space(gemm_view(problem, GEMM), target).renamed("gemm_wgmma_", "conv2d_wgmma_")
 
     # ---- render and launch ---------------------------------------------------------------------
     def context(self, problem: Problem, config: Config, space: Space) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 from kgen.errors import InputError
 from kgen.fields import Field
-from kgen.kernels.conv.problem import DTYPES, SIZES, check_precision, conv2d_problem, geometry
+from kgen.kernels.conv.problem import DTYPES, SIZES, check_precision, conv2d_problem, gemm_view, geometry
 from kgen.kernels.gemm.dtypes import EPILOGUES, ITEMSIZE, TC_OUTPUTS, epilogue_parts
 from kgen.kernels.gemm.tc import (as_float64, compare_output, cupy_stream_ptr, to_bf16, to_tf32, tolerance,
                                   torch_view)
@@ -53,10 +53,9 @@ def route(target: Target, problem: Problem) -> list[tuple[Any, Problem]]:
     of the k-block), mma.sync everywhere."""
     from kgen.registry import get_spec
 
-    found = []
+    found, g = [], geometry(problem)
     for family in ROUTES:
         spec = get_spec(family)
-        g = geometry(problem)
         candidate = conv2d_problem(g.n, g.h, g.w, g.c, g.k, g.r, g.s, stride=(g.sh, g.sw), padding=(g.ph, g.pw),
                                    dilation=(g.dh, g.dw), dtype=problem["dtype"], out_dtype=problem["out_dtype"],
                                    epilogue=problem["epilogue"], family=family)
@@ -66,12 +65,56 @@ def route(target: Target, problem: Problem) -> list[tuple[Any, Problem]]:
 
 
 class ConvFamily:
-    """A mixin of the conv2d specs (listed before their kernel base)."""
+    """A mixin of the conv2d specs (listed before their kernel base). A spec names the GEMM family
+    whose kernel it extends (``gemm_family``) and the values its configs fix (``fixed``); the
+    untuned picks are that GEMM family's on the implicit GEMM (``problem.gemm_view``)."""
 
     shape_params = SIZES          # sizes (>= 1); stride, padding and dilation are the problem's other fields
     outputs = ("y",)
     problem_fields = FIELDS
     baseline_name = "cuDNN"
+    gemm_family = ""
+    fixed: dict[str, Any] = {}
+
+    # ---- untuned picks: the GEMM's on the implicit GEMM -----------------------------------------
+    def gemm_spec(self):
+        from kgen.registry import get_spec
+
+        return get_spec(self.gemm_family)
+
+    def _as_conv(self, space, config):
+        """A config of the implicit GEMM's family as this space's (``fixed`` values set), if valid."""
+        if config is None:
+            return None
+        values = dict(config.as_dict(), **self.fixed)
+        return space.make(values) if space.is_valid(values) else None
+
+    def model_choice(self, problem: Problem, target: Target):
+        """The GEMM cost model's pick for the implicit GEMM (its prediction knows no gather)."""
+        from kgen.kernels.gemm import cost as gemm_cost
+
+        picked = gemm_cost.pick(self.gemm_spec(), gemm_view(problem, self.gemm_family), target)
+        conv = self._as_conv(self.space(problem, target), picked[0]) if picked is not None else None
+        return (conv, picked[1]) if conv is not None else None
+
+    def model_version(self) -> str | None:
+        from kgen.kernels.gemm import cost as gemm_cost
+
+        return gemm_cost.model_version() if gemm_cost.has_model(self.gemm_family) else None
+
+    def model_picks(self, problem: Problem, target: Target, count: int) -> list:
+        """The cost model's pick, then the GEMM family's own picks, as this family's configs."""
+        space, picks = self.space(problem, target), []
+        chosen = self.model_choice(problem, target)
+        gemm = self.gemm_spec().model_picks(gemm_view(problem, self.gemm_family), target, count)
+        for config in ([chosen[0]] if chosen else []) + gemm:
+            conv = self._as_conv(space, config)
+            if conv is not None and conv not in picks:
+                picks.append(conv)
+        return (picks or [self.first_valid(space, (), problem)])[:count]
+
+    def default_config(self, problem: Problem, target: Target):
+        return self.model_picks(problem, target, 1)[0]
 
     # ---- the front door ----------------------------------------------------------------------
     def request(self, target: Target, **values) -> tuple[Any, Problem]:
@@ -163,7 +206,8 @@ class ConvFamily:
         _, act = epilogue_parts(problem)
         torch.backends.cudnn.benchmark = True
         torch.backends.cudnn.allow_tf32 = dtype == "float32"
-        stream = torch.cuda.ExternalStream(cupy_stream_ptr())
+        ptr = cupy_stream_ptr()
+        stream = torch.cuda.ExternalStream(ptr) if ptr else torch.cuda.default_stream()
         conv = torch.nn.functional.conv2d
 
         def run():

@@ -90,9 +90,7 @@ class GemmBatched(GemmMma):
 
     # ---- space and picks -----------------------------------------------------------------------
     def space(self, problem: Problem, target: Target) -> Space:
-        gemm = super().space(problem, target)
-        prefix = len("gemm_mma_")
-        return Space(gemm.params, gemm.constraints, gemm.derived, lambda v: "gemm_batched_" + gemm.namer(v)[prefix:])
+        return super().space(problem, target).renamed("gemm_mma_", "gemm_batched_")
 
     @staticmethod
     def _tile_rank(problem: Problem, target: Target, tile: tuple) -> tuple:
