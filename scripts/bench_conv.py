@@ -134,12 +134,18 @@ def bench_bmm(case: dict, args, torch, kgen, flush, log) -> dict:
     return row
 
 
-def _flops(case: dict) -> float:
-    from kgen.kernels.conv.problem import conv2d_problem, geometry
+def _problem(case: dict):
+    """The conv2d problem of a case."""
+    from kgen.kernels.conv.problem import conv2d_problem
 
-    p = conv2d_problem(*(case[f] for f in FIELDS[:7]), stride=case["stride"], padding=case["padding"],
-                       dilation=case["dilation"], dtype=case["dtype"])
-    m, n, k = geometry(p).gemm
+    return conv2d_problem(*(case[f] for f in FIELDS[:7]), stride=case["stride"], padding=case["padding"],
+                          dilation=case["dilation"], dtype=case["dtype"], epilogue=case["epilogue"])
+
+
+def _flops(case: dict) -> float:
+    from kgen.kernels.conv.problem import geometry
+
+    m, n, k = geometry(_problem(case)).gemm
     return 2.0 * m * n * k
 
 
@@ -150,17 +156,12 @@ def _reference(x, w, bias, case, torch):
     return torch.relu(y) if case["epilogue"].endswith("relu") else y
 
 
-FAMILIES = ("conv2d_wgmma", "conv2d")
-
 
 def _choice(case: dict) -> tuple[str, str, str, str]:
     """(family, config, how, problem key) of the kernel ``kgen.conv2d`` runs for ``case`` on device 0."""
-    from kgen.kernels.conv.problem import conv2d_problem
     from kgen.ops.conv import routed
 
-    problem = conv2d_problem(*(case[f] for f in FIELDS[:7]), stride=case["stride"], padding=case["padding"],
-                             dilation=case["dilation"], dtype=case["dtype"], epilogue=case["epilogue"])
-    spec, chosen, choice = routed(problem, 0)
+    spec, chosen, choice = routed(_problem(case), 0)
     return spec.family, choice.config.name if choice.config is not None else "", choice.how, chosen.key
 
 
@@ -168,12 +169,9 @@ def _candidates(case: dict) -> list:
     """The problems of every family that can run ``case`` here (each is tuned: dispatch then
     compares measured times, not the cost model's guesses)."""
     from kgen.kernels.conv.family import route
-    from kgen.kernels.conv.problem import conv2d_problem
     from kgen.problem import Target
 
-    problem = conv2d_problem(*(case[f] for f in FIELDS[:7]), stride=case["stride"], padding=case["padding"],
-                             dilation=case["dilation"], dtype=case["dtype"], epilogue=case["epilogue"])
-    return [p for _, p in route(Target.detect(0), problem)]
+    return [p for _, p in route(Target.detect(0), _problem(case))]
 
 
 def bench_case(case: dict, args, torch, kgen, flush, log) -> dict:

@@ -1,0 +1,26 @@
+"""scripts/bench_conv.py's cases: every suite's shapes make valid problems, ResNet-50's layers are
+distinct and each appears at both batch sizes, and the batched cases give the keys a tune reads."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+import bench_conv  # noqa: E402
+
+
+def test_cases_make_valid_problems():
+    cases = bench_conv._cases(False, set(bench_conv.SUITES))
+    suites = {s: [c for c in cases if c["suite"] == s] for s in bench_conv.SUITES}
+    assert len(suites["resnet50-b64"]) == len(suites["resnet50-b1"]) == len(bench_conv.RESNET50) == 23
+    assert len(set(bench_conv.RESNET50)) == 23
+    for case in cases:
+        if case.get("op") == "bmm":
+            problem, = bench_conv._bmm_problems(case)
+            assert problem.family == "gemm_batched" and problem["batch"] == case["batch"]
+        else:
+            assert bench_conv._flops(case) > 0 and bench_conv._problem(case).family == "conv2d"
+    quick = bench_conv._cases(True, {"resnet50-b64", "bmm"})
+    assert 0 < len(quick) < len(cases) and {c["suite"] for c in quick} == {"resnet50-b64", "bmm"}
