@@ -22,7 +22,6 @@ import argparse
 import datetime
 import json
 import math
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -30,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchlib import commit, median_ms  # noqa: E402
+from benchlib import add_run_args, commit, geomean, gpu_session, median_ms  # noqa: E402
 
 # ResNet-50's distinct convolutions (torchvision's, the stride on the 3x3): (h, w, c, k, r, s, stride,
 # padding), each at batch 64 and at batch 1
@@ -224,22 +223,11 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a few cases of each suite")
     parser.add_argument("--suites", default=",".join(SUITES), help=f"comma-separated, of {', '.join(SUITES)}")
-    parser.add_argument("--runs", type=int, default=30)
-    parser.add_argument("--out", default="")
-    parser.add_argument("--commit", default="", help="the commit measured (default: git rev-parse HEAD)")
-    parser.add_argument("--keys", default="", help="write the cases' problem keys to KEYS.FAMILY.txt, one file per "
-                                                   "conv family (for `kgen tune FAMILY --from`)")
+    add_run_args(parser, "write the cases' problem keys to KEYS.FAMILY.txt, one file per family "
+                         "(for `kgen tune FAMILY --from`)")
     args = parser.parse_args(argv)
 
-    import cupy
-    import torch
-
-    import kgen
-    from kgen.measure.bench import l2_flusher
-    from kgen.problem import Target
-
-    target = Target.detect(0)
-    flush = l2_flusher(int(cupy.cuda.runtime.getDeviceProperties(0)["l2CacheSize"]))
+    cupy, torch, kgen, target, flush = gpu_session()
     out = Path(args.out) if args.out else ROOT / "scripts" / "results" / target.slug / "bench_conv.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"device": target.name, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -268,7 +256,7 @@ def main(argv=None) -> int:
                     keys.write(problem.key + "\n")
     speedups = [r["speedup"] for r in rows if "speedup" in r]
     if speedups:
-        print(f"geomean speed-up over cuDNN {math.exp(statistics.fmean(map(math.log, speedups))):.2f} "
+        print(f"geomean speed-up over the baselines (cuDNN, cuBLAS) {geomean(speedups):.2f} "
               f"(worst {min(speedups):.2f}) over {len(speedups)} cases")
     print(f"wrote {out}")
     return 0 if all(r.get("ok") for r in rows) else 1

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import math
 import statistics
 import sys
 import time
@@ -30,7 +29,7 @@ from typing import Callable
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchlib import commit, last_choice, median_ms, write_keys  # noqa: E402
+from benchlib import add_run_args, commit, geomean, gpu_session, last_choice, median_ms, write_keys  # noqa: E402
 
 MB = 1 << 20
 
@@ -177,22 +176,11 @@ def main(argv=None) -> int:
     parser.add_argument("--ops", default="", help="families to run, comma-separated (default: all)")
     parser.add_argument("--quick", action="store_true", help="one or two sizes per family")
     parser.add_argument("--no-compile", dest="compile", action="store_false", help="leave torch.compile out")
-    parser.add_argument("--runs", type=int, default=30)
-    parser.add_argument("--out", default="")
-    parser.add_argument("--commit", default="", help="the commit measured (default: git rev-parse HEAD)")
-    parser.add_argument("--keys", default="", help="write the problem keys of the cases here, one file per family "
-                                                   "(KEYS.FAMILY.txt), for `kgen tune FAMILY --from`")
+    add_run_args(parser, "write the problem keys of the cases here, one file per family (KEYS.FAMILY.txt), "
+                         "for `kgen tune FAMILY --from`")
     args = parser.parse_args(argv)
 
-    import cupy
-    import torch
-
-    import kgen
-    from kgen.measure.bench import l2_flusher
-    from kgen.problem import Target
-
-    target = Target.detect(0)
-    flush = l2_flusher(int(cupy.cuda.runtime.getDeviceProperties(0)["l2CacheSize"]))
+    cupy, torch, kgen, target, flush = gpu_session()
     rate = copy_rate(torch, flush, args.runs)
     print(f"{target.name}: copy {rate * 1e3 / 1e12:.2f} TB/s", flush=True)
     wanted = set(filter(None, args.ops.split(",")))
@@ -220,7 +208,7 @@ def main(argv=None) -> int:
     fractions = [r["fraction_of_copy"] for r in rows if "fraction_of_copy" in r]
     speedups = [r["speedup"] for r in rows if "speedup" in r]
     if speedups:
-        print(f"geomean speed-up over the fastest baseline {math.exp(statistics.fmean(map(math.log, speedups))):.2f}; "
+        print(f"geomean speed-up over the fastest baseline {geomean(speedups):.2f}; "
               f"fraction of copy median {statistics.median(fractions):.2f}")
     print(f"wrote {out}")
     return 0 if all(r.get("ok") for r in rows) else 1

@@ -47,3 +47,32 @@ def commit() -> str:
                               check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return ""
+
+
+def add_run_args(parser, keys_help: str) -> None:
+    """The options every side-by-side benchmark takes: runs, output file, commit, keys file."""
+    parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--out", default="")
+    parser.add_argument("--commit", default="", help="the commit measured (default: git rev-parse HEAD)")
+    parser.add_argument("--keys", default="", help=keys_help)
+
+
+def gpu_session():
+    """(cupy, torch, kgen, target, flush) on device 0: the libraries, the device and an L2 flusher."""
+    import cupy
+    import torch
+
+    import kgen
+    from kgen.measure.bench import l2_flusher
+    from kgen.problem import Target
+
+    target = Target.detect(0)
+    return cupy, torch, kgen, target, l2_flusher(int(cupy.cuda.runtime.getDeviceProperties(0)["l2CacheSize"]))
+
+
+def geomean(values) -> float:
+    """The geometric mean of positive numbers."""
+    import math
+
+    values = list(values)
+    return math.exp(statistics.fmean(map(math.log, values)))

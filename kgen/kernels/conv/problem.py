@@ -18,7 +18,7 @@ import numbers
 from dataclasses import dataclass
 
 from kgen.errors import DtypeError, InputError, ShapeError
-from kgen.kernels.gemm.dtypes import EPILOGUES, ITEMSIZE, allowed_outputs
+from kgen.kernels.gemm.dtypes import ITEMSIZE, checked_output
 from kgen.kernels.gemm.problem import tc_problem
 from kgen.problem import Problem
 
@@ -105,12 +105,7 @@ def conv2d_problem(n: int, h: int, w: int, c: int, k: int, r: int, s: int, *, st
     (sh, sw), (ph, pw), (dh, dw) = pair(stride, "stride", 1), pair(padding, "padding", 0), pair(dilation, "dilation", 1)
     if dtype not in DTYPES:
         raise DtypeError(f"conv2d takes {', '.join(DTYPES)}; got {dtype}", remedy="cast the operands first")
-    out_dtype = out_dtype or dtype
-    if out_dtype not in allowed_outputs(dtype):
-        raise DtypeError(f"{dtype} inputs can write {list(allowed_outputs(dtype))}, not {out_dtype}",
-                         remedy="choose another out_dtype, or leave it out")
-    if epilogue not in EPILOGUES:
-        raise InputError(f"unknown epilogue {epilogue!r}", remedy=f"use one of {list(EPILOGUES)}")
+    out_dtype = checked_output(dtype, out_dtype, epilogue)
     g = Geometry(**{k_: int(v) for k_, v in sizes.items()}, sh=sh, sw=sw, ph=ph, pw=pw, dh=dh, dw=dw)
     _check(g)
     return Problem.of(family, **{f: getattr(g, f) for f in SIZES + PAIRS}, dtype=dtype, out_dtype=out_dtype,

@@ -45,6 +45,20 @@ def allowed_outputs(dtype: str) -> tuple[str, ...]:
     return (dtype,)
 
 
+def checked_output(dtype: str, out_dtype: str | None, epilogue: str) -> str:
+    """The output dtype of a tensor-core problem of ``dtype`` inputs (``dtype`` where None),
+    checked with its epilogue: a typed error names what is wrong."""
+    from kgen.errors import DtypeError, InputError
+
+    out_dtype = out_dtype or dtype
+    if out_dtype not in allowed_outputs(dtype):
+        raise DtypeError(f"{dtype} inputs can write {list(allowed_outputs(dtype))}, not {out_dtype}",
+                         remedy="choose another out_dtype, or leave it out")
+    if epilogue not in EPILOGUES:
+        raise InputError(f"unknown epilogue {epilogue!r}", remedy=f"use one of {list(EPILOGUES)}")
+    return out_dtype
+
+
 def epilogue_name(bias: bool, activation: str | None) -> str:
     act = activation or "none"
     if act not in ACTIVATIONS:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from kgen.errors import DtypeError, KgenError
 from kgen.kernels.gemm import rules
-from kgen.kernels.gemm.dtypes import DTYPES, EPILOGUES, ITEMSIZE, TC_INPUTS, allowed_outputs
+from kgen.kernels.gemm.dtypes import DTYPES, ITEMSIZE, TC_INPUTS, checked_output
 from kgen.problem import Problem
 
 LAYOUTS = ("NN", "NT", "TN", "TT")
@@ -36,12 +36,7 @@ def tc_problem(family: str, m: int, n: int, k: int, dtype: str = "bfloat16", lay
     """A tensor-core GEMM problem; alignment defaults to what fresh arrays of the shape allow."""
     if dtype not in TC_INPUTS:
         raise DtypeError(f"tensor-core GEMM takes {sorted(TC_INPUTS)}; got {dtype}")
-    out_dtype = out_dtype or dtype
-    if out_dtype not in allowed_outputs(dtype):
-        raise DtypeError(f"{dtype} inputs can write {list(allowed_outputs(dtype))}, not {out_dtype}",
-                         remedy="choose another out_dtype")
-    if epilogue not in EPILOGUES:
-        raise KgenError(f"unknown epilogue {epilogue!r}", remedy=f"use one of {list(EPILOGUES)}")
+    out_dtype = checked_output(dtype, out_dtype, epilogue)
     if layout not in LAYOUTS:
         raise KgenError(f"unknown layout {layout!r}", remedy="use NN, NT, TN or TT")
     size = ITEMSIZE[dtype]
