@@ -424,3 +424,14 @@ def test_export_of_shipped_conv2d_records(tmp_path):
         assert (tmp_path / "out" / "kgen_kernels" / "kernels").is_dir()
     with pytest.raises(KgenError):
         export_package("conv2d_wgmma", tmp_path / "wgmma")
+
+
+def test_a_gpu_no_family_runs_on_is_a_typed_error(monkeypatch):
+    import kgen.dispatch
+    from kgen.ops.conv import routed
+
+    volta = Target("V100", (7, 0), 80, 48 * 1024, 96 * 1024, 96 * 1024, 65536)
+    monkeypatch.setattr(kgen.dispatch, "default_dispatcher", lambda: kgen.dispatch.Dispatcher(targets={0: volta}))
+    with pytest.raises(DeviceError) as info:
+        routed(problem_of(SHAPES[0]), 0)
+    assert "8.0" in info.value.remedy

@@ -164,3 +164,12 @@ def test_a_c_overlapping_an_input_is_refused():
     b = FakeArray((4, 16, 8), "float16", ptr=BASE + 4096)
     with pytest.raises(InputError):
         _gemm(a, b, c=FakeArray((4, 8, 8), "float16", ptr=BASE + 4096 + 128))
+
+
+def test_an_empty_batch_launches_nothing(monkeypatch):
+    import kgen.ops.gemm_batched as batched
+
+    monkeypatch.setattr(batched, "_run", lambda *args: pytest.fail("launched"))
+    monkeypatch.setattr(batched, "new_array", lambda like, shape, dtype: FakeArray(shape, "float16", ptr=BASE + 4096))
+    out = _gemm(FakeArray((0, 8, 16), "float16"), FakeArray((0, 16, 8), "float16", ptr=BASE + 1024))
+    assert out.shape == (0, 8, 8)

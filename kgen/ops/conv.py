@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from kgen.errors import DtypeError, InputError, LayoutError, ShapeError
+from kgen.errors import DeviceError, DtypeError, InputError, LayoutError, ShapeError
 from kgen.kernels.conv.problem import DTYPES, check_precision, conv2d_problem, geometry
-from kgen.kernels.gemm.dtypes import allowed_outputs, epilogue_name
+from kgen.kernels.gemm.dtypes import checked_output, epilogue_name
 from kgen.ops.caller import caller_array, check_no_overlap, output_array, result_array, returned, same_device
 from kgen.ops.launch import launch_family, pointer
 
@@ -46,7 +46,11 @@ def routed(problem, device: int):
     from kgen.kernels.conv.family import route
 
     dispatcher = default_dispatcher()
-    candidates = [(spec, p, dispatcher.decide(spec, p, device)) for spec, p in route(dispatcher.target(device), problem)]
+    target = dispatcher.target(device)
+    candidates = [(spec, p, dispatcher.decide(spec, p, device)) for spec, p in route(target, problem)]
+    if not candidates:
+        raise DeviceError(f"no conv2d family runs on {target.name} (compute capability {target.cc})",
+                          remedy="use a GPU of compute capability 8.0 or later")
     return min(enumerate(candidates), key=lambda item: (item[1][2].rank, item[0]))[1]
 
 
@@ -73,16 +77,14 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, activation: str | N
     if wc != c:
         raise ShapeError(f"conv2d: x has {c} channels and w {wc} (groups=1)",
                          remedy="pass a weight of shape (K, R, S, C) (PyTorch: (K, C, R, S))")
-    out_dtype = out_dtype or a.dtype
-    if out_dtype not in allowed_outputs(a.dtype):
-        raise DtypeError(f"conv2d: {a.dtype} inputs write {list(allowed_outputs(a.dtype))}, not {out_dtype}")
+    epilogue = epilogue_name(bias is not None, activation)
+    out_dtype = checked_output(a.dtype, out_dtype, epilogue)
     arrays = [a, b]
     if bias is not None:
         bb = caller_array(bias, "bias", (out_dtype,), "bfloat16" if out_dtype == "bfloat16" else None)
         if bb.shape != (k,):
             raise ShapeError(f"conv2d: bias has shape {bb.shape}; it holds one value per output channel, ({k},)")
         arrays.append(bb)
-    epilogue = epilogue_name(bias is not None, activation)
     problem = conv2d_problem(n, h, wd, c, k, r, s, stride=stride, padding=padding, dilation=dilation,
                              dtype=a.dtype, out_dtype=out_dtype, epilogue=epilogue)
     p, q = geometry(problem).output

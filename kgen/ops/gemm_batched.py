@@ -16,7 +16,7 @@ from typing import Any
 from kgen.arrays import array_kind, describe
 from kgen.errors import DeviceError, DtypeError, InputError, LayoutError, ShapeError
 from kgen.kernels.gemm import rules
-from kgen.kernels.gemm.dtypes import allowed_outputs, epilogue_name
+from kgen.kernels.gemm.dtypes import checked_output, epilogue_name
 from kgen.ops.caller import CallerArray, check_no_overlap, new_array, on_caller_stream, to_jax
 from kgen.ops.launch import launch_family
 
@@ -76,12 +76,13 @@ def call(gemm, a, b, c=None, alpha: float = 1.0, beta: float = 0.0, *, bias=None
     if in_a == "float32" and precision != "tf32":
         raise DtypeError("batched GEMM runs on the tensor cores: float32 only as tf32",
                          remedy="pass precision='tf32', or cast to bfloat16")
-    out = out_dtype or in_a
-    if out not in allowed_outputs(in_a):
-        raise DtypeError(f"{in_a} inputs can write {list(allowed_outputs(in_a))}, not {out}")
+    epilogue = epilogue_name(bias is not None, activation)
+    out = checked_output(in_a, out_dtype, epilogue)
     broadcast = "a" if ba == 1 < batch else "b" if bb == 1 < batch else "none"
-    problem = batched_problem(batch, m, n, k, in_a, la + lb, broadcast, out_dtype=out,
-                              epilogue=epilogue_name(bias is not None, activation))
+    if min(batch, m, n) == 0:                      # nothing to compute: an empty result
+        empty = c if c is not None else new_array(CallerArray(a, kind, ai, in_a), (batch, m, n), out)
+        return to_jax(empty, out) if kind == "jax" else empty
+    problem = batched_problem(batch, m, n, k, in_a, la + lb, broadcast, out_dtype=out, epilogue=epilogue)
     stored = ("uint16", "bfloat16") if out == "bfloat16" else (out,)
     if c is not None:
         if kind == "jax":
@@ -103,8 +104,7 @@ def call(gemm, a, b, c=None, alpha: float = 1.0, beta: float = 0.0, *, bias=None
         if info.shape != (n,) or info.dtype not in stored:
             raise ShapeError(f"bias must hold {n} values of {out}; got shape {info.shape}, {info.dtype}")
         operands["bias"] = info.ptr
-    if batch and m and n:
-        _run(problem, ai.device, kind, operands, (a, b, target, bias))
+    _run(problem, ai.device, kind, operands, (a, b, target, bias))
     return to_jax(target, out) if kind == "jax" else target
 
 
