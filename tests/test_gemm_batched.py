@@ -173,3 +173,13 @@ def test_an_empty_batch_launches_nothing(monkeypatch):
     monkeypatch.setattr(batched, "new_array", lambda like, shape, dtype: FakeArray(shape, "float16", ptr=BASE + 4096))
     out = _gemm(FakeArray((0, 8, 16), "float16"), FakeArray((0, 16, 8), "float16", ptr=BASE + 1024))
     assert out.shape == (0, 8, 8)
+
+
+def test_the_alignment_is_the_pointers(monkeypatch):
+    import kgen.ops.gemm_batched as batched
+
+    launched = []
+    monkeypatch.setattr(batched, "_run", lambda problem, *args: launched.append(problem))
+    monkeypatch.setattr(batched, "new_array", lambda like, shape, dtype: FakeArray(shape, "float16", ptr=BASE + (1 << 24)))
+    _gemm(FakeArray((4, 8, 16), "float16", ptr=BASE + 2), FakeArray((4, 16, 8), "float16", ptr=BASE + 4096))
+    assert (launched[0]["align_a"], launched[0]["align_b"]) == (1, 8)

@@ -82,7 +82,10 @@ def call(gemm, a, b, c=None, alpha: float = 1.0, beta: float = 0.0, *, bias=None
     if min(batch, m, n) == 0:                      # nothing to compute: an empty result
         empty = c if c is not None else new_array(CallerArray(a, kind, ai, in_a), (batch, m, n), out)
         return to_jax(empty, out) if kind == "jax" else empty
-    problem = batched_problem(batch, m, n, k, in_a, la + lb, broadcast, out_dtype=out, epilogue=epilogue)
+    lda, ldb = (k if la == "N" else m), (n if lb == "N" else k)
+    problem = batched_problem(batch, m, n, k, in_a, la + lb, broadcast, out_dtype=out, epilogue=epilogue,
+                              align_a=rules.alignment(ai.ptr, lda, ai.itemsize),     # (a view may start anywhere)
+                              align_b=rules.alignment(bi.ptr, ldb, bi.itemsize))
     stored = ("uint16", "bfloat16") if out == "bfloat16" else (out,)
     if c is not None:
         if kind == "jax":
