@@ -100,8 +100,8 @@ def test_mismatched_inner_dimensions_are_a_shape_error():
     assert "8x4" in err.message and "5x6" in err.message
 
 
-def test_three_d_input_is_a_shape_error():
-    raises(ShapeError, FakeArray((2, 8, 4)), B)
+def test_inputs_of_other_than_two_or_three_dimensions_are_a_shape_error():
+    raises(ShapeError, FakeArray((2, 2, 8, 4)), B)     # (3-D operands are a batch of GEMMs)
     raises(ShapeError, A, FakeArray((4,)))
 
 

@@ -183,3 +183,24 @@ def test_the_alignment_is_the_pointers(monkeypatch):
     monkeypatch.setattr(batched, "new_array", lambda like, shape, dtype: FakeArray(shape, "float16", ptr=BASE + (1 << 24)))
     _gemm(FakeArray((4, 8, 16), "float16", ptr=BASE + 2), FakeArray((4, 16, 8), "float16", ptr=BASE + 4096))
     assert (launched[0]["align_a"], launched[0]["align_b"]) == (1, 8)
+
+
+def test_one_weight_for_every_batch(monkeypatch):
+    """A row-major batch times one matrix is one 2-D GEMM where the array can be reshaped; an
+    array that cannot (a bare __cuda_array_interface__ object) runs as a batch with B broadcast."""
+    import kgen.ops.gemm_batched as batched
+
+    launched, flattened = [], []
+    monkeypatch.setattr(batched, "_run", lambda problem, *args: launched.append(problem))
+    monkeypatch.setattr(batched, "new_array", lambda like, shape, dtype: FakeArray(shape, "float16", ptr=BASE + (1 << 24)))
+    _gemm(FakeArray((4, 8, 16), "float16"), FakeArray((16, 8), "float16", ptr=BASE + 4096))
+    assert launched[0]["broadcast"] == "b" and launched[0]["batch"] == 4
+
+    class Reshapable(FakeArray):
+        def reshape(self, *shape):
+            flattened.append(shape)
+            return FakeArray(shape, self.dtype, self.ptr)
+
+    monkeypatch.setattr(batched, "_flattened", lambda gemm, a, b, c, alpha, beta, kw: flattened.append(a.shape))
+    _gemm(Reshapable((4, 8, 16), "float16"), FakeArray((16, 8), "float16", ptr=BASE + 4096))
+    assert flattened == [(4, 8, 16)] and len(launched) == 1

@@ -71,7 +71,7 @@ def call(gemm, a, b, c=None, alpha: float = 1.0, beta: float = 0.0, *, bias=None
     if in_a != in_b:
         raise DtypeError(f"a is {in_a} and b is {in_b}", remedy="cast both to one dtype")
     kw = dict(bias=bias, activation=activation, precision=precision, dtype=dtype, out_dtype=out_dtype)
-    if bb == 1 and la == "N" and len(ai.shape) == 3 and kind != "jax":
+    if bb == 1 and la == "N" and len(ai.shape) == 3 and kind != "jax" and hasattr(a, "reshape"):
         return _flattened(gemm, a, b if len(bi.shape) == 2 else b[0], c, alpha, beta, kw)
     if in_a == "float32" and precision != "tf32":
         raise DtypeError("batched GEMM runs on the tensor cores: float32 only as tf32",
