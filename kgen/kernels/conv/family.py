@@ -20,8 +20,8 @@ from kgen.errors import InputError
 from kgen.fields import Field
 from kgen.kernels.conv.problem import DTYPES, SIZES, check_precision, conv2d_problem, gemm_view, geometry
 from kgen.kernels.gemm.dtypes import EPILOGUES, ITEMSIZE, TC_OUTPUTS, epilogue_parts
-from kgen.kernels.gemm.tc import (as_float64, compare_output, cupy_stream_ptr, to_bf16, to_tf32, tolerance,
-                                  torch_view)
+from kgen.kernels.gemm.tc import (as_float64, compare_output, epilogue_reference, to_bf16, to_tf32, tolerance,
+                                  torch_stream_of_cupy, torch_view)
 from kgen.problem import Problem, Target
 from kgen.spec import Check
 
@@ -173,16 +173,7 @@ class ConvFamily:
                 window = padded[:, r * g.dh: r * g.dh + (p - 1) * g.sh + 1: g.sh,
                                 s * g.dw: s * g.dw + (q - 1) * g.sw + 1: g.sw, :]
                 y += window @ w[:, r, s, :].T
-        has_bias, act = epilogue_parts(problem)
-        if has_bias:
-            y += as_float64(operands["bias"], problem["out_dtype"])
-        if act == "relu":
-            y = y.clip(0.0, None)
-        elif act == "gelu":
-            from cupyx.scipy.special import erf
-
-            y = 0.5 * y * (1.0 + erf(y / math.sqrt(2.0)))
-        return {"y": y}
+        return {"y": epilogue_reference(problem, y, operands.get("bias"))}
 
     def tolerance(self, problem: Problem) -> float:
         return tolerance(problem)
@@ -206,8 +197,7 @@ class ConvFamily:
         _, act = epilogue_parts(problem)
         torch.backends.cudnn.benchmark = True
         torch.backends.cudnn.allow_tf32 = dtype == "float32"
-        ptr = cupy_stream_ptr()
-        stream = torch.cuda.ExternalStream(ptr) if ptr else torch.cuda.default_stream()
+        stream = torch_stream_of_cupy()
         conv = torch.nn.functional.conv2d
 
         def run():

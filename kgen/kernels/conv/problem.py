@@ -14,6 +14,7 @@ kernel's copies and never written out.
 
 from __future__ import annotations
 
+import functools
 import numbers
 from dataclasses import dataclass
 
@@ -123,9 +124,10 @@ def _check(g: Geometry) -> None:
                              f"{MAX_ELEMENTS}", remedy="split the batch into calls")
 
 
+@functools.lru_cache(maxsize=1024)
 def geometry(problem: Problem) -> Geometry:
     """The sizes of a conv2d problem, checked to be what ``conv2d_problem`` writes (a key read
-    from a file is used only if it is)."""
+    from a file is used only if it is); remembered, as a launch's arguments read them each call."""
     try:
         g = Geometry(**{f: problem[f] for f in SIZES + PAIRS})
         again = conv2d_problem(g.n, g.h, g.w, g.c, g.k, g.r, g.s, stride=(g.sh, g.sw), padding=(g.ph, g.pw),
@@ -147,6 +149,7 @@ def alignment(elements: int, itemsize: int) -> int:
     return v
 
 
+@functools.lru_cache(maxsize=1024)
 def gemm_view(problem: Problem, family: str = "gemm_mma") -> Problem:
     """The implicit GEMM as a problem of the GEMM ``family`` (layout NT: A's rows are output
     pixels, k contiguous; B is the weight, k contiguous), aligned as far as C (for A's

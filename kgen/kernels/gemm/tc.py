@@ -77,10 +77,19 @@ def as_float64(arr, dtype: str):
     return arr.astype(cupy.float64)
 
 
-def _gelu(x):
-    from cupyx.scipy.special import erf
+def epilogue_reference(problem: Problem, ref, bias):
+    """``ref`` (float64, the output's last axis its columns) with the problem's epilogue applied:
+    ``bias`` (one value per column, in ``out_dtype``) added, then relu or gelu (erf form)."""
+    has_bias, act = epilogue_parts(problem)
+    if has_bias:
+        ref = ref + as_float64(bias, problem["out_dtype"])
+    if act == "relu":
+        ref = ref.clip(0.0, None)
+    elif act == "gelu":
+        from cupyx.scipy.special import erf
 
-    return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
+        ref = 0.5 * ref * (1.0 + erf(ref / math.sqrt(2.0)))
+    return ref
 
 
 # tolerance on max |error| / max |reference|, by output dtype (float32 out of half inputs is tighter)
@@ -201,14 +210,7 @@ class TensorCoreGemm(GemmFamily, KernelSpec):
         beta = operands.get("beta", 0.0)
         if beta:
             ref += beta * as_float64(operands["c"], out)
-        has_bias, act = epilogue_parts(problem)
-        if has_bias:
-            ref += as_float64(operands["bias"], out)[None, :]
-        if act == "relu":
-            ref = ref.clip(0.0, None)
-        elif act == "gelu":
-            ref = _gelu(ref)
-        return {"c": ref}
+        return {"c": epilogue_reference(problem, ref, operands.get("bias"))}
 
     def tolerance(self, problem: Problem) -> float:
         return tolerance(problem)
@@ -259,8 +261,7 @@ def torch_baseline(problem: Problem, operands: Mapping[str, Any]):
     bias = torch_view(operands["bias"], out) if operands.get("bias") is not None else None
     _, act = epilogue_parts(problem)
     torch.backends.cuda.matmul.allow_tf32 = dtype == "float32"
-    ptr = cupy_stream_ptr()
-    stream = torch.cuda.ExternalStream(ptr) if ptr else torch.cuda.default_stream()
+    stream = torch_stream_of_cupy()
 
     def run():
         with torch.cuda.stream(stream):
@@ -282,6 +283,15 @@ def cupy_stream_ptr() -> int:
     import cupy
 
     return cupy.cuda.get_current_stream().ptr
+
+
+def torch_stream_of_cupy():
+    """A PyTorch stream for CuPy's current one (PyTorch's default stream for the legacy one), so a
+    PyTorch baseline runs where the measured kernels run."""
+    import torch
+
+    ptr = cupy_stream_ptr()
+    return torch.cuda.ExternalStream(ptr) if ptr else torch.cuda.default_stream()
 
 
 def modelled_time(m: int, n: int, bm: int, bn: int, sms: int) -> float:
