@@ -13,6 +13,7 @@ from kgen.kernels.gemm.problem import gemm_problem
 from kgen.ops.conv import conv2d
 from kgen.ops.elementwise import cast, elementwise
 from kgen.ops.reduce import reduce
+from kgen.ops.caller import set_custom_ops as _set_custom_ops
 from kgen.ops.gemm import GemmChoice, gemm, gemm_choice
 from kgen.ops.permute import permute, transpose
 from kgen.ops.rownorm import rmsnorm, softmax
@@ -26,6 +27,16 @@ from kgen.tune_on_miss import miss_tuner as _miss_tuner
 __version__ = "0.1.0"
 
 _set_miss_tuner(_miss_tuner())     # dispatch tunes a missed problem (KGEN_TUNE_ON_MISS) with kgen's search
+
+
+def _custom_ops():
+    """kgen's PyTorch custom operators, registered on first use (under torch.compile)."""
+    import kgen.torch
+
+    return kgen.torch
+
+
+_set_custom_ops(_custom_ops)
 
 __all__ = [
     "softmax", "rmsnorm", "conv2d",

@@ -637,7 +637,8 @@ def export_cmd(family: Optional[str] = typer.Argument(None, help="kernel family 
                problems: Optional[str] = typer.Option(None, help="file of problems to export: a key or a JSON "
                                                                "object of the family's problem fields per line"),
                db: str = typer.Option("", help="database URL (default: the layered default)")) -> None:
-    """Write the tuned kernels as a package whose only runtime dependency is CuPy."""
+    """Write the tuned kernels as a Python package: CuPy its runtime dependency (and cuda-bindings
+    for kernels that read through TMA maps); no kgen."""
     from kgen.export import export_package
     from kgen.knobs import knobs
 

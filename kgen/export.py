@@ -28,11 +28,15 @@ from kgen.problem import Problem, Target
 from kgen.provenance import kgen_version
 from kgen.registry import get_spec
 from kgen.render import render
-from kgen.spec import GENERIC_RUNTIME, KernelSpec
+from kgen.spec import KernelSpec
+from kgen import tma_encode
 
 log = logging.getLogger(__name__)
 
 RUNTIME_DIR = Path(__file__).parent / "export_runtime"
+# what a runtime that replays recorded launches imports, by its name in the package
+REPLAY_FILES = {"_replay.py": RUNTIME_DIR / "replay.py", "_tma.py": Path(tma_encode.__file__),
+                "_launch.py": Path(__file__).parent / "measure" / "arg_pack.py"}
 _PYPROJECT = """[build-system]
 requires = ["setuptools>=61"]
 build-backend = "setuptools.build_meta"
@@ -42,7 +46,7 @@ name = "{name}"
 version = "{version}"
 description = "{family} kernels tuned by kgen for {device}"
 requires-python = ">=3.9"
-dependencies = ["cupy-cuda13x"]
+dependencies = {dependencies}
 
 [tool.setuptools.package-data]
 {name} = ["table.json", "kernels/*"]
@@ -82,7 +86,7 @@ def _write_kernel(spec, problem, config, target, kernels: Path, written: set, cc
     if result.failure is not None:
         raise CompileError(f"{config.name} did not compile: {result.failure.detail[:500]}")
     (kernels / f"{config.name}.cubin").write_bytes(result.binary.cubin)
-    (kernels / f"{config.name}.ptx").write_text(compile_ptx(source, f"compute_{cc[0]}{cc[1]}"))
+    (kernels / f"{config.name}.ptx").write_text(compile_ptx(source, source.arch.replace("sm_", "compute_")))
     (kernels / f"{config.name}.cu").write_text(source.code)
     written.add(config.name)
 
@@ -109,10 +113,16 @@ class _Operands(dict):
 
 
 def launch_recipe(spec, problem: Problem, config) -> dict:
-    """The launch of ``config`` on ``problem`` as the generic runtime replays it: geometry, and
-    each argument as an operand's name (an array, or a scalar given at the call) or a scalar's type
-    and value. KgenError where the
-    family's arguments are computed from the arrays (the family needs its own runtime)."""
+    """The launch of ``config`` on ``problem`` as an exported runtime replays it: geometry, and
+    the arguments as ``kgen.export_runtime.replay`` items: the family's ``arg_recipe``, else
+    its ``args`` recorded with stand-ins (each argument an operand's pointer, a scalar given at
+    the call, or a fixed value). KgenError where the family's arguments are computed from the
+    arrays and it says no recipe (the family needs its own runtime)."""
+    geo = spec.launch(problem, config)
+    launch = {"grid": list(geo.grid), "block": list(geo.block), "shared_mem": geo.shared_mem}
+    recipe = spec.arg_recipe(problem, config)
+    if recipe is not None:
+        return {**launch, "args": recipe}
     if type(spec).run is not KernelSpec.run:
         raise KgenError(f"the {spec.family} family launches in steps of its own (KernelSpec.run), which the "
                         "generic exported runtime cannot replay",
@@ -127,7 +137,7 @@ def launch_recipe(spec, problem: Problem, config) -> dict:
     recipe = []
     for arg in args:
         if isinstance(arg, _Operand):
-            recipe.append({"array": arg.name})
+            recipe.append({"pointer": arg.name})
         elif isinstance(arg, _ScalarOperand):
             recipe.append({"scalar": arg.name, "type": arg.dtype})
         elif isinstance(arg, np.generic) and arg.dtype.kind in "iuf":
@@ -135,8 +145,7 @@ def launch_recipe(spec, problem: Problem, config) -> dict:
         else:
             raise KgenError(f"the {spec.family} family passes a {type(arg).__name__} argument, which the generic "
                             "exported runtime cannot replay", remedy=remedy)
-    geo = spec.launch(problem, config)
-    return {"grid": list(geo.grid), "block": list(geo.block), "shared_mem": geo.shared_mem, "args": recipe}
+    return {**launch, "args": recipe}
 
 
 def export_package(family: str, out_dir: str | Path, name: str = "kgen_kernels", device: str | None = None,
@@ -189,22 +198,21 @@ def export_package(family: str, out_dir: str | Path, name: str = "kgen_kernels",
                         m.problem_key, m.config_name, family)
             skipped.append(m.problem_key)
             continue
-        generic = spec.export_runtime == GENERIC_RUNTIME
-        recipe = launch_recipe(spec, problem, config) if generic else {}
+        recipe = launch_recipe(spec, problem, config) if spec.export_replays else {}
         _write_kernel(spec, problem, config, target, kernels, written, cc)
         table["problems"][m.problem_key] = {"config": config.name, "values": config.as_dict(),
                                             "problem": problem.as_dict(), "time_ms": m.time_ms,
                                             **({"launch": {k: v for k, v in recipe.items() if k != "args"},
-                                                "args": recipe["args"]} if generic else {})}
+                                                "args": recipe["args"]} if recipe else {})}
     exported = [Problem.from_key(b.measurement.problem_key) for b in bests if b.measurement.problem_key not in skipped]
     table.update(spec.export_extras(
         target, exported, lambda problem, config: _write_kernel(spec, problem, config, target, kernels, written, cc)))
     (package / "table.json").write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
     module = (RUNTIME_DIR / spec.export_runtime).read_text()
     (package / "__init__.py").write_text(module.replace("__PACKAGE__", name).replace("__FAMILY__", family))
-    for target_name, source in {"_launch.py": Path(__file__).parent / "measure" / "arg_pack.py",
-                                **spec.export_files()}.items():
+    for target_name, source in {**REPLAY_FILES, **spec.export_files()}.items():
         shutil.copyfile(source, package / target_name)
     (Path(out_dir) / "pyproject.toml").write_text(
-        _PYPROJECT.format(name=name, version=kgen_version().replace("+", ".post0+"), device=device, family=family))
+        _PYPROJECT.format(name=name, version=kgen_version().replace("+", ".post0+"), device=device, family=family,
+                          dependencies=json.dumps(list(spec.export_dependencies))))
     return ExportSummary(package, device, arch, len(table["problems"]), len(written), tuple(skipped))

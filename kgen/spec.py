@@ -68,6 +68,8 @@ class KernelSpec:
     options: tuple[str, ...] = ("--std=c++17",)
     problem_fields: tuple[Field, ...] = ()
     export_runtime: str = GENERIC_RUNTIME    # the exported package's module (kgen/export_runtime/)
+    export_replays: bool = True              # the runtime rebuilds each launch from its recorded recipe
+    export_dependencies: tuple[str, ...] = ("cupy-cuda13x",)   # what the exported package installs
 
     # --- the front door: problems from what a user gives ----------------------------------
     def fields(self) -> tuple[Field, ...]:
@@ -227,6 +229,13 @@ class KernelSpec:
     def export_files(self) -> dict[str, Path]:
         """Files copied into the exported package, by their name there."""
         return {}
+
+    def arg_recipe(self, problem: Problem, config: Config) -> list[dict] | None:
+        """The kernel's arguments as data, which an exported runtime rebuilds at call time
+        (``kgen.export_runtime.replay`` says the items); None: ``kgen export`` records them by
+        calling ``args`` with stand-ins for the operands. Families whose arguments are
+        computed from the operands (leading dimensions, tensor maps, workspaces) say them here."""
+        return None
 
     def bytes(self, problem: Problem) -> float:
         return 0.0

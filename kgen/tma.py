@@ -28,14 +28,12 @@ from typing import Sequence
 
 import numpy as np
 
+from kgen import tma_encode
 from kgen.errors import KgenError
+from kgen.tma_encode import ELEMENT_BYTES, TMA_DESC_DTYPE, EncodeError, words_to_desc
 
-#: the record a kernel receives: 16 little-endian 64-bit words, 64-byte aligned
-TMA_DESC_DTYPE = np.dtype([("words", "<u8", (16,))], align=True)
-
-#: element size of the dtypes a tensor map can describe here
-ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "uint16": 2,
-                 "uint8": 1, "int8": 1, "int32": 4, "uint32": 4}
+__all__ = ["TMA_DESC_DTYPE", "ELEMENT_BYTES", "TmaError", "tma_rejects", "box_matches_swizzle", "stride_ok",
+           "words_to_desc", "clear_cache", "encode_tiled", "im2col_rejects", "encode_im2col"]
 
 SWIZZLE_SPANS = (0, 32, 64, 128)   # bytes; 0 = no swizzle
 MAX_BOX = 256
@@ -93,13 +91,6 @@ def box_matches_swizzle(box_inner: int, dtype: str, swizzle_bytes: int) -> bool:
 def stride_ok(ld_elements: int, dtype: str) -> bool:
     """Whether a leading dimension gives a 16-byte-multiple row stride."""
     return (ld_elements * ELEMENT_BYTES[dtype]) % 16 == 0
-
-
-def words_to_desc(words: Sequence[int]) -> np.void:
-    """A ``numpy.void`` TmaDesc record from 16 64-bit words."""
-    rec = np.zeros((), dtype=TMA_DESC_DTYPE)
-    rec["words"] = np.asarray(list(words), dtype=np.uint64)
-    return rec[()]
 
 
 _CACHE: "OrderedDict[tuple, np.void]" = OrderedDict()
@@ -195,90 +186,25 @@ def encode_im2col(ptr: int, dtype: str, nhwc: Sequence[int], window: Sequence[in
     if why:
         raise TmaError(f"TMA cannot describe the im2col map of a {dtype} NHWC image {tuple(nhwc)} at {ptr:#x}: "
                        + "; ".join(why), ptr=ptr, dims=tuple(nhwc))
-    drv = _driver()
-    n, h, w, c = key[3]
-    (r, s), (sh, sw), (ph, pw), (dh, dw) = key[4:8]
-    size = ELEMENT_BYTES[dtype]
-    u64, u32 = drv.cuuint64_t, drv.cuuint32_t
-    try:       # every array innermost first: (C, W, H, N)
-        err, tmap = drv.cuTensorMapEncodeIm2col(
-            _data_type(drv, dtype), 4, ptr, [u64(c), u64(w), u64(h), u64(n)],
-            [u64(c * size), u64(w * c * size), u64(h * w * c * size)],
-            [-pw, -ph], [pw - dw * (s - 1), ph - dh * (r - 1)], u32(channels), u32(pixels),
-            [u32(1), u32(sw), u32(sh), u32(1)], drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-            _swizzle(drv, swizzle_bytes), drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-            drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
-    except Exception as exc:   # no libcuda, or a binding error
-        raise TmaError(f"cannot call cuTensorMapEncodeIm2col: {type(exc).__name__}: {exc}",
-                       remedy="encode tensor maps on a machine with the NVIDIA driver") from None
-    if err != drv.CUresult.CUDA_SUCCESS:
-        raise TmaError(f"cuTensorMapEncodeIm2col refused a {dtype} NHWC {tuple(nhwc)} map at {ptr:#x} (window "
-                       f"{(r, s)}, stride {(sh, sw)}, padding {(ph, pw)}, dilation {(dh, dw)}, {channels} channels x "
-                       f"{pixels} pixels): {err}", remedy="check the driver supports TMA (CUDA 12+, compute "
-                       "capability 9.0+) and the image's alignment", ptr=ptr, dims=tuple(nhwc))
-    desc = words_to_desc(int(x) for x in tmap.opaque)
+    try:
+        desc = tma_encode.encode_im2col(int(ptr), dtype, *key[3:8], channels, pixels, swizzle_bytes)
+    except EncodeError as exc:
+        raise TmaError(str(exc), remedy="encode tensor maps on a machine with the NVIDIA driver (CUDA 12+, compute "
+                       "capability 9.0+), and check the image's alignment", ptr=ptr, dims=tuple(nhwc)) from None
     _CACHE[key] = desc
     if len(_CACHE) > CACHE_SIZE:
         _CACHE.popitem(last=False)
     return desc
 
 
-def _driver():
-    try:
-        from cuda.bindings import driver as drv
-    except ImportError as exc:
-        raise TmaError("cuda-bindings is not installed: tensor maps need the driver's encoders",
-                       remedy="pip install cuda-bindings") from exc
-    return drv
-
-
-def _data_type(drv, dtype: str):
-    return {
-        "float16": drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-        "bfloat16": drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-        "uint16": drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT16,
-        "float32": drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
-        "float64": drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT64,
-        "uint8": drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT8,
-        "int8": drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT8,
-        "int32": drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_INT32,
-        "uint32": drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT32,
-    }[dtype]
-
-
-def _swizzle(drv, swizzle_bytes: int):
-    return {
-        0: drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE,
-        32: drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_32B,
-        64: drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_64B,
-        128: drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
-    }[swizzle_bytes]
-
-
 def _driver_encode(ptr, dtype, dims, row_stride_bytes, box, swizzle_bytes) -> np.void:
-    drv = _driver()
-    data_type, swizzle = _data_type(drv, dtype), _swizzle(drv, swizzle_bytes)
     try:
-        err, tmap = _encode_call(drv, data_type, ptr, dims, row_stride_bytes, box, swizzle)
-    except Exception as exc:   # no libcuda (no driver on this machine), or a binding error
-        raise TmaError(f"cannot call cuTensorMapEncodeTiled: {type(exc).__name__}: {exc}",
-                       remedy="encode tensor maps on a machine with the NVIDIA driver") from None
-    if err != drv.CUresult.CUDA_SUCCESS:
-        raise TmaError(f"cuTensorMapEncodeTiled refused a {dtype} {tuple(dims)} map at {ptr:#x} "
-                       f"(row stride {row_stride_bytes} B, box {tuple(box)}, swizzle {swizzle_bytes}): {err}",
-                       remedy="check the driver supports TMA (CUDA 12+, compute capability 9.0+) and "
-                              "the operand's alignment", ptr=ptr, dims=tuple(dims), box=tuple(box))
-    return words_to_desc(int(w) for w in tmap.opaque)
+        return tma_encode.encode_tiled(ptr, dtype, dims, row_stride_bytes, box, swizzle_bytes, call=_encode_call)
+    except EncodeError as exc:
+        raise TmaError(str(exc), remedy="encode tensor maps on a machine with the NVIDIA driver (CUDA 12+, compute "
+                       "capability 9.0+), and check the operand's alignment", ptr=ptr, dims=tuple(dims),
+                       box=tuple(box)) from None
 
 
-def _encode_call(drv, data_type, ptr, dims, row_stride_bytes, box, swizzle):
-    return drv.cuTensorMapEncodeTiled(
-        data_type, 2, ptr,
-        [drv.cuuint64_t(dims[0]), drv.cuuint64_t(dims[1])],
-        [drv.cuuint64_t(row_stride_bytes)],                       # rank - 1 strides, bytes
-        [drv.cuuint32_t(box[0]), drv.cuuint32_t(box[1])],
-        [drv.cuuint32_t(1), drv.cuuint32_t(1)],
-        drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-        swizzle,
-        drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-        drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)   # NONE = zeros
+def _encode_call(*args):
+    return tma_encode.encode_call(*args)

@@ -8,6 +8,8 @@
 #                                        #   the commit: the GPU machine's copy of .git may be stale)
 #   scripts/gpu_check.sh dispatch [ARGS] # call overhead and cold start (ARGS go to bench_dispatch.py)
 #   scripts/gpu_check.sh launch          # host cost of each piece of a kernel call (launch_costs.py)
+#   scripts/gpu_check.sh export [ARGS]   # host cost of an exported tensor-core GEMM call against its raw launch
+#                                        #   and kgen.gemm (bench_export.py) -> $OUT/bench_export.json
 #   scripts/gpu_check.sh db [ARGS]       # the CPU database benchmark on this host's CPUs (bench_db.py)
 #   scripts/gpu_check.sh search ARGS     # the search benchmark on this host's CPUs (bench_search.py; gp
 #                                        #   needs the PyTorch this machine has) -> $OUT/bench_search.json
@@ -75,6 +77,9 @@ if [ "$what" = all ] || [ "$what" = dispatch ]; then
 fi
 if [ "$what" = launch ]; then
   logged launch_costs.log python3 scripts/launch_costs.py --out "$OUT/launch_costs.json"
+fi
+if [ "$what" = export ]; then
+  logged bench_export.log python3 scripts/bench_export.py --out "$OUT/bench_export.json" "$@"
 fi
 if [ "$what" = db ]; then
   logged bench_db.log python3 scripts/bench_db.py --out "$OUT/bench_db.json" "$@"

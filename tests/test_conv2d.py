@@ -212,7 +212,7 @@ def test_export_recipe_names_the_operands(target):
 
     problem = problem_of(SHAPES[0], epilogue="bias_gelu")
     recipe = launch_recipe(SPEC, problem, SPEC.default_config(problem, target))
-    assert [a.get("array") for a in recipe["args"][:4]] == ["x", "w", "y", "bias"]
+    assert [a.get("pointer") for a in recipe["args"][:4]] == ["x", "w", "y", "bias"]
     assert recipe["args"][4] == {"type": "int32", "value": 2 * 56 * 56}
 
 
@@ -420,7 +420,7 @@ def test_export_of_shipped_conv2d_records(tmp_path):
     table = json.loads((tmp_path / "out" / "kgen_kernels" / "table.json").read_text())
     assert sorted(table["problems"]) == keys
     for entry in table["problems"].values():
-        assert [a.get("array") for a in entry["args"][:3]] == ["x", "w", "y"]
+        assert [a.get("pointer") for a in entry["args"][:3]] == ["x", "w", "y"]
         assert (tmp_path / "out" / "kgen_kernels" / "kernels").is_dir()
     with pytest.raises(KgenError):
         export_package("conv2d_wgmma", tmp_path / "wgmma")

@@ -131,8 +131,8 @@ def test_bytes_count_each_operand_once():
 def test_export_replays_scalars_given_at_the_call():
     p = elementwise_problem("a * x + y", {"a": "scalar", "x": "full", "y": "full"}, 1, 4096, "float32")
     recipe = launch_recipe(SPEC, p, SPEC.default_config(p, Target.h200()))
-    assert recipe["args"][:3] == [{"array": "x"}, {"array": "y"}, {"scalar": "a", "type": "float32"}]
-    assert recipe["args"][3] == {"array": "out"}
+    assert recipe["args"][:3] == [{"pointer": "x"}, {"pointer": "y"}, {"scalar": "a", "type": "float32"}]
+    assert recipe["args"][3] == {"pointer": "out"}
     assert recipe["args"][4] == {"type": "int64", "value": 4096}
     json.dumps(recipe)
 

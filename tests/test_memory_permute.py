@@ -234,7 +234,7 @@ def test_export_replays_one_launch_on_the_arrays_by_name():
     p = permute_problem((64, 256, 56, 56), (0, 2, 3, 1), "bfloat16")
     recipe = launch_recipe(SPEC, p, SPEC.default_config(p, T))
     assert recipe == {"grid": [49 * 2 * 64, 1, 1], "block": [256, 1, 1], "shared_mem": 0,
-                      "args": [{"array": "x"}, {"array": "out"}]}
+                      "args": [{"pointer": "x"}, {"pointer": "out"}]}
     json.dumps(recipe)
 
 

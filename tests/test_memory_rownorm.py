@@ -233,12 +233,12 @@ def test_arguments_and_the_exported_launch(target):
     assert isinstance(args[3], np.int64) and args[3] == 3 and isinstance(args[4], np.int32) and args[4] == 4097
     assert isinstance(args[5], np.float32) and args[5] == np.float32(1e-5)
     recipe = launch_recipe(SPECS["rmsnorm"], problem, config)
-    assert recipe["args"] == [{"array": "x"}, {"array": "weight"}, {"array": "out"},
+    assert recipe["args"] == [{"pointer": "x"}, {"pointer": "weight"}, {"pointer": "out"},
                               {"type": "int64", "value": 3}, {"type": "int32", "value": 4097},
                               {"scalar": "eps", "type": "float32"}]
     soft = rownorm_problem("softmax", 3, 4097, "bfloat16")
     recipe = launch_recipe(SPECS["softmax"], soft, SPECS["softmax"].default_config(soft, target))
-    assert [a.get("array") for a in recipe["args"][:2]] == ["x", "out"] and len(recipe["args"]) == 4
+    assert [a.get("pointer") for a in recipe["args"][:2]] == ["x", "out"] and len(recipe["args"]) == 4
 
 
 # ---------------------------------------------------------------- compiling for sm_90

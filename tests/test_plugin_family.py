@@ -137,7 +137,7 @@ def test_a_family_installed_by_entry_point_goes_through_every_front_door(install
     table = json.loads((tmp_path / "pkg" / "toykernels" / "table.json").read_text())
     entry = table["problems"][KEY]
     assert entry["config"] == "toydouble_b128"
-    assert entry["args"] == [{"array": "x"}, {"array": "out"}, {"type": "int64", "value": 1000000}]
+    assert entry["args"] == [{"pointer": "x"}, {"pointer": "out"}, {"type": "int64", "value": 1000000}]
     assert entry["launch"] == {"grid": [7813, 1, 1], "block": [128, 1, 1], "shared_mem": 0}
     assert (tmp_path / "pkg" / "toykernels" / "kernels" / "toydouble_b128.cubin").stat().st_size > 0
     probe = (f"import sys\nsys.path.insert(0, {str(tmp_path / 'pkg')!r})\nimport toykernels as t\n"
@@ -163,8 +163,8 @@ def test_a_broken_or_unknown_family_is_a_typed_error(installed):
     assert out.exit_code == 2 and "not a KernelSpec" in out.output and "remedy" in out.output
 
 
-def test_a_tensor_core_family_says_it_cannot_be_exported_yet(tmp_path):
-    out = CliRunner().invoke(app, ["export", "gemm_wgmma", "-o", str(tmp_path)])
+def test_a_family_without_an_export_runtime_says_it_cannot_be_exported_yet(tmp_path):
+    out = CliRunner().invoke(app, ["export", "conv2d_wgmma", "-o", str(tmp_path)])
     assert out.exit_code == 2 and "cannot be exported yet" in out.output
 
 

@@ -15,6 +15,8 @@ by the names the family gives its operands; the kernel runs on CuPy's current st
 import json
 import os
 
+from . import _replay
+
 _HERE = os.path.dirname(os.path.abspath(__file__))
 with open(os.path.join(_HERE, "table.json")) as _f:
     TABLE = json.load(_f)
@@ -55,32 +57,21 @@ def _kernel(name, shared_mem):
     return fn
 
 
-def _argument(item, arrays):
-    import cupy
-    import numpy
-
-    if "array" in item:
-        name = item["array"]
-        if name not in arrays:
-            raise ExportedError(f"missing array {name!r}; this family takes {sorted(_array_names())}")
-        x = arrays[name]
-        return x if isinstance(x, cupy.ndarray) else cupy.asarray(x)
-    if "scalar" in item:
-        name = item["scalar"]
-        if name not in arrays:
-            raise ExportedError(f"missing scalar {name!r}; this family takes {sorted(_operand_names())}")
-        return getattr(numpy, item["type"])(arrays[name])
-    return getattr(numpy, item["type"])(item["value"])
-
-
 def _array_names():
-    return {item["array"] for e in TABLE["problems"].values() for item in e["args"] if "array" in item}
+    return {item["pointer"] for e in TABLE["problems"].values() for item in e["args"] if "pointer" in item}
 
 
 def _operand_names():
     """The names a call passes: arrays, and scalars read at the call."""
     return _array_names() | {item["scalar"] for e in TABLE["problems"].values() for item in e["args"]
                              if "scalar" in item}
+
+
+def _pointer(x, name):
+    try:
+        return x.__cuda_array_interface__["data"][0]
+    except AttributeError:
+        raise ExportedError(f"{name} is a {type(x).__name__}, not a CuPy or __cuda_array_interface__ array") from None
 
 
 def run(problem, stream=None, **arrays):
@@ -95,7 +86,12 @@ def run(problem, stream=None, **arrays):
         raise ExportedError(f"unknown operand {unknown[0]!r}; this family takes {sorted(_operand_names())}")
     launch = entry["launch"]
     fn = _kernel(entry["config"], launch["shared_mem"])
-    args = tuple(_argument(item, arrays) for item in entry["args"])
+    operands = {name: (_pointer(x, name), 0) for name, x in arrays.items() if name in _array_names()}
+    scalars = {name: x for name, x in arrays.items() if name not in operands}
+    try:
+        args = _replay.arguments(entry["args"], operands, scalars)
+    except _replay.RecipeError as exc:
+        raise ExportedError(f"{exc}; this family takes {sorted(_operand_names())}") from None
     if stream is None:
         fn(tuple(launch["grid"]), tuple(launch["block"]), args, shared_mem=launch["shared_mem"])
     else:

@@ -184,3 +184,28 @@ def on_caller_stream(kind: str, device: int) -> Iterator[None]:
                 stream = _EXTERNAL[(device, ptr)] = cupy.cuda.ExternalStream(ptr, device)
         with stream:
             yield
+
+
+# ---- torch.compile -------------------------------------------------------------------------
+_custom_ops_provider: Any = None     # () -> the module of kgen's PyTorch custom operators (set by kgen/__init__)
+
+
+def set_custom_ops(provider) -> None:
+    """Say where the PyTorch custom operators come from (``kgen.torch``, injected by the
+    package so that this layer does not import the one above it)."""
+    global _custom_ops_provider
+    _custom_ops_provider = provider
+
+
+def torch_compiling() -> bool:
+    """Whether ``torch.compile`` is tracing this call: the operation then hands it to its
+    custom operator (``custom_op``), which the compiled graph calls."""
+    torch = sys.modules.get("torch")
+    return torch is not None and torch.compiler.is_compiling()
+
+
+def custom_op(name: str):
+    """The traceable form of kgen's operation ``name`` (``kgen.torch``)."""
+    if _custom_ops_provider is None:
+        raise InputError("kgen's PyTorch operators are not registered", remedy="import kgen.torch")
+    return getattr(_custom_ops_provider(), name)

@@ -18,7 +18,8 @@ from typing import Any
 from kgen.errors import DeviceError, DtypeError, InputError, LayoutError, ShapeError
 from kgen.kernels.conv.problem import DTYPES, check_precision, conv2d_problem, geometry
 from kgen.kernels.gemm.dtypes import checked_output, epilogue_name
-from kgen.ops.caller import caller_array, check_no_overlap, output_array, result_array, returned, same_device
+from kgen.ops.caller import (caller_array, check_no_overlap, custom_op, output_array, result_array, returned,
+                             same_device, torch_compiling)
 from kgen.ops.launch import launch_family, pointer
 
 _TO_CHANNELS_LAST = (0, 2, 3, 1)      # a PyTorch NCHW-shaped tensor's dims in NHWC order
@@ -59,7 +60,11 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, activation: str | N
     """``act(conv2d(x, w) + bias)`` (groups = 1). ``activation``: None, "relu" or "gelu" (erf
     form); ``bias``: one value per output channel, in the output's dtype; ``out_dtype``:
     float32 output of half inputs; ``precision="tf32"`` lets float32 inputs run on the tensor
-    cores as tf32; ``dtype="bfloat16"`` says CuPy uint16 arrays hold bfloat16."""
+    cores as tf32; ``dtype="bfloat16"`` says CuPy uint16 arrays hold bfloat16. Inside
+    ``torch.compile`` the call is the custom operator ``torch.ops.kgen.conv2d`` (``kgen.torch``)."""
+    if torch_compiling():
+        return custom_op("conv2d")(x, w, bias, stride, padding, dilation, activation, out=out, out_dtype=out_dtype,
+                                   precision=precision, dtype=dtype)
     torch_caller = type(x).__module__.startswith("torch")
     xs = _channels_last(x, "x") if torch_caller else x
     ws = _channels_last(w, "w") if torch_caller and type(w).__module__.startswith("torch") else w

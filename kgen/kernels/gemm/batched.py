@@ -117,6 +117,12 @@ class GemmBatched(GemmMma):
         return Launch((tiles, problem["batch"], 1), (32 * warps, 1, 1),
                       tile_shape(problem["dtype"], problem["layout"], v)["SMEM"])
 
+    def arg_recipe(self, problem: Problem, config) -> list[dict]:
+        """GEMM's arguments, with the leading dimensions the problem fixes (a dense batch)."""
+        lds = dict(zip("abc", leading_dims(problem)))
+        return [{"value": max(lds[item["ld"]], 1), "type": "int64"} if "ld" in item else item
+                for item in super().arg_recipe(problem, config)]
+
     def args(self, problem: Problem, config, operands: Mapping[str, Any]) -> list:
         build = self.arg_builder(problem, config, leading_dims(problem))
         bias = operands.get("bias")

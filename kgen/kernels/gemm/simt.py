@@ -59,6 +59,7 @@ class GemmSimt(GemmFamily, KernelSpec):
     outputs = ("c",)
     options = ("--std=c++17",)
     export_runtime = "gemm_module.py"
+    export_replays = False        # its runtime chooses and lays out each launch itself (kgen/kernels/gemm/rules.py)
 
     def problem_from_operands(self, operands: Mapping[str, Any]) -> tuple[Problem, int]:
         from kgen.kernels.gemm.operands import problem_from_operands

@@ -18,10 +18,12 @@ bit patterns (``to_bf16`` / ``from_bf16`` convert).
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 
+from kgen.kernels.gemm import rules
 from kgen.kernels.gemm.dtypes import ITEMSIZE, STORAGE, TC_INPUTS, TC_OUTPUTS, epilogue_parts
 from kgen.kernels.gemm.problem import tc_problem
 from kgen.kernels.gemm.family import GemmFamily
@@ -128,7 +130,8 @@ class TensorCoreGemm(GemmFamily, KernelSpec):
     outputs = ("c",)
     options = ("--std=c++17",)
     tf32_rounding = "nearest"     # how the kernels turn float32 operands into tf32 (see to_tf32)
-    export_runtime = ""           # no exported runtime builds the TMA descriptors and workspaces yet
+    export_runtime = "tc_gemm_module.py"     # exact problems, arguments replayed from ``arg_recipe``
+    export_dependencies = ("cupy-cuda13x", "cuda-bindings")
 
     def problem(self, m: int, n: int, k: int, dtype: str = "bfloat16", layout: str = "NN",
                 **kw) -> Problem:
@@ -160,6 +163,21 @@ class TensorCoreGemm(GemmFamily, KernelSpec):
             return (u64(pa), u64(pb), u64(pc), u64(pbias), *dims, scalar(alpha), scalar(beta))
 
         return build
+
+    def export_files(self) -> dict[str, Path]:
+        return {"_rules.py": Path(rules.__file__)}
+
+    def export_extras(self, target, bests, write_kernel) -> dict[str, Any]:
+        return {"itemsize": {dtype: ITEMSIZE[dtype] for dtype in TC_INPUTS}}
+
+    def arg_recipe(self, problem: Problem, config) -> list[dict]:
+        """The kernel's arguments as data (``kgen.export_runtime.replay``), which an exported
+        package rebuilds at call time: the arguments ``arg_builder`` makes."""
+        scalar = "float64" if problem["dtype"] == "float64" else "float32"
+        return [{"pointer": "a"}, {"pointer": "b"}, {"pointer": "c"}, {"pointer": "bias", "optional": True},
+                *({"value": problem[x], "type": "int32"} for x in ("m", "n", "k")),
+                *({"ld": x, "type": "int64"} for x in "abc"),
+                {"scalar": "alpha", "type": scalar}, {"scalar": "beta", "type": scalar}]
 
     def args(self, problem: Problem, config, operands: Mapping[str, Any]) -> list:
         from kgen.arrays import describe

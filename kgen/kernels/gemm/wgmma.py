@@ -273,58 +273,99 @@ class GemmWgmma(TensorCoreGemm):
                       smem_bytes(bm, bn, config["STAGES"], config["CONSUMERS"], config.get("TMA_STORE", 0),
                                  config.get("XS", 0)))
 
-    def tensor_maps(self, problem: Problem, config: Config, a, b) -> tuple:
-        """The two TmaDesc records for A and B (``a`` / ``b``: kgen.arrays.ArrayInfo); an
-        operand the kernel copies with cp.async gets an empty record."""
+    def map_plans(self, problem: Problem, config: Config) -> tuple:
+        """The TMA map each of the kernel's two operand arguments needs: None where the kernel
+        copies that operand with cp.async, else (operand "a" or "b", dims (inner, outer), box,
+        swizzle); the map's row stride is the operand's leading dimension (``row_stride``)."""
         dtype, layout = problem["dtype"], problem["layout"]
         m, n, k = problem["m"], problem["n"], max(1, problem["k"])
-        bk, size = block_k(dtype), ITEMSIZE[dtype]
+        bk = block_k(dtype)
         if swapped(problem, config):
-            # (``a`` and ``b`` are still the problem's A and B): the kernel's first operand is B
-            # as it lies (row-major K x N: boxes of 32 n x BK k), its second A (row-major M x K:
-            # one box of BK k x BN rows, the kernel's columns)
-            first = tma.encode_tiled(b.ptr, dtype, (n, k), _ld(b.strides[0], k, n) * size, (32, bk), SWIZZLE)
-            second = tma.encode_tiled(a.ptr, dtype, (k, m), _ld(a.strides[0], m, k) * size, (bk, config["BN"]),
-                                      SWIZZLE)
-            return first, second
-        # (inner, outer) dims, leading dimension, and box of each operand's storage
+            # the kernel's first operand is B as it lies (row-major K x N: boxes of 32 n x BK k),
+            # its second A (row-major M x K: one box of BK k x BN rows, the kernel's columns)
+            return ("b", (n, k), (32, bk), SWIZZLE), ("a", (k, m), (bk, config["BN"]), SWIZZLE)
         registers = config.get("RS", 0)
         if layout[0] == "N":      # row-major M x K: K contiguous, one box of BK k x BM rows (M rows
             # where M is fewer, as the kernel expects: rows past M would be zero-filled for nothing)
-            a_map = ((k, m), _ld(a.strides[0], m, k), (bk, min(m, config["BM"])))
+            a_map = ((k, m), (bk, min(m, config["BM"])))
         else:                     # stored K x M: M contiguous, boxes of 64 m x 64 k (RS: 32 m x 32 k)
-            a_map = ((m, k), _ld(a.strides[1], k, m), (32 if registers else 64, bk))
+            a_map = ((m, k), (32 if registers else 64, bk))
         staged = config.get("XS", 0) > 0
         if layout[1] == "N":      # row-major K x N: N contiguous, boxes of 64 n x 64 k (staged: one
             # box of BN n x BK k rows, unswizzled, which the producers transpose)
-            b_map = ((n, k), _ld(b.strides[0], k, n), (config["BN"], bk) if staged else (64, bk))
+            b_map = ((n, k), (config["BN"], bk) if staged else (64, bk))
         else:                     # stored N x K: K contiguous, one box of BK k x BN rows (each block
             # of a cluster loads BN / CLUSTER of them and multicasts them)
-            b_map = ((k, n), _ld(b.strides[1], n, k), (bk, config["BN"] // config.get("CLUSTER", 1)))
+            b_map = ((k, n), (bk, config["BN"] // config.get("CLUSTER", 1)))
         copied = copied_transposed(dtype, layout)
         copied = (copied[0] and not registers, copied[1] and not staged)
         swizzle = (SWIZZLE, 0 if staged else SWIZZLE)
-        return tuple(_EMPTY_MAP if cp else tma.encode_tiled(x.ptr, dtype, dims, ld * size, box, sw)
-                     for cp, x, (dims, ld, box), sw in zip(copied, (a, b), (a_map, b_map), swizzle))
+        return tuple(None if cp else (name, dims, box, sw)
+                     for cp, name, (dims, box), sw in zip(copied, "ab", (a_map, b_map), swizzle))
+
+    def tensor_maps(self, problem: Problem, config: Config, a, b) -> tuple:
+        """The two TmaDesc records for the kernel's operand arguments (``a`` / ``b``: the problem's
+        A and B as kgen.arrays.ArrayInfo, with ``ld`` their leading dimensions); an operand the
+        kernel copies with cp.async gets an empty record."""
+        size = ITEMSIZE[problem["dtype"]]
+        arrays = {"a": a, "b": b}
+        return tuple(_EMPTY_MAP if plan is None else
+                     tma.encode_tiled(arrays[plan[0]].ptr, problem["dtype"], plan[1],
+                                      row_stride(plan[1], arrays[plan[0]].ld) * size, plan[2], plan[3])
+                     for plan in self.map_plans(problem, config))
+
+    def output_plan(self, problem: Problem, config: Config):
+        """(dims, box, swizzle) of C's map where the config stores by TMA, else None."""
+        if not config.get("TMA_STORE", 0):
+            return None
+        return (problem["n"], problem["m"]), (SWIZZLE // ITEMSIZE[problem["out_dtype"]], STORE_ROWS), SWIZZLE
 
     def output_map(self, problem: Problem, config: Config, c_ptr: int, ldc: int) -> tuple:
         """(TmaDesc, c_by_tma) for C: a map of 16-row boxes of 128 bytes of columns when the
         config stores by TMA and C allows it (16-byte aligned pointer and row stride), else an
         empty record and 0, and the kernel writes C from registers."""
-        if not config.get("TMA_STORE", 0):
+        plan = self.output_plan(problem, config)
+        if plan is None:
             return _EMPTY_MAP, np.int32(0)
-        out, m, n = problem["out_dtype"], problem["m"], problem["n"]
-        size = ITEMSIZE[out]
+        out = problem["out_dtype"]
+        dims, box, swizzle = plan
         try:      # encode_tiled looks in its cache first, and checks TMA's rules on a miss
-            return tma.encode_tiled(c_ptr, out, (n, m), _ld(ldc, m, n) * size, (SWIZZLE // size, STORE_ROWS),
-                                    SWIZZLE), np.int32(1)
+            return tma.encode_tiled(c_ptr, out, dims, row_stride(dims, ldc) * ITEMSIZE[out], box, swizzle), np.int32(1)
         except tma.TmaError:
             return _EMPTY_MAP, np.int32(0)
+
+    def arg_recipe(self, problem: Problem, config: Config) -> list[dict]:
+        """The kernel's arguments as data (``kgen.export_runtime.replay``), which an exported
+        package rebuilds at call time: the arguments ``arg_builder`` makes."""
+        dtype, out = problem["dtype"], problem["out_dtype"]
+
+        def tensor_map(plan, array, element):
+            if plan is None:
+                return {"empty_map": True}
+            dims, box, swizzle = plan[-3:]
+            return {"map": {"array": array, "dtype": element, "dims": list(dims), "box": list(box), "swizzle": swizzle,
+                            "row_stride": "ld" if dims[1] > 1 else row_stride(dims, 0)}}
+
+        output = self.output_plan(problem, config)
+        first, second = ("b", "a") if swapped(problem, config) else ("a", "b")
+        rows, cols = kernel_dims(problem, config)
+        partial_bytes, counter_bytes = workspace_bytes(problem, config)
+        workspace = ([{"workspace": "partials", "bytes": partial_bytes, "fill": EMPTY_BITS},
+                      {"workspace": "counters", "bytes": counter_bytes, "fill": 0}] if partial_bytes else
+                     [{"value": 0, "type": "uint64"}, {"value": 0, "type": "uint64"}])
+        return [*(tensor_map(plan, plan[0] if plan else None, dtype) for plan in self.map_plans(problem, config)),
+                {**tensor_map(output, "c", out), "optional": True} if output else {"empty_map": True},
+                {"pointer": first}, {"pointer": second}, {"ld": first, "type": "int64"},
+                {"ld": second, "type": "int64"}, {"pointer": "c"}, {"pointer": "bias", "optional": True},
+                {"value": rows, "type": "int32"}, {"value": cols, "type": "int32"},
+                {"value": problem["k"], "type": "int32"},
+                {"ld": "c", "type": "int64"} if problem["m"] > 1 else {"value": max(problem["n"], 1), "type": "int64"},
+                {"scalar": "alpha", "type": "float32"}, {"scalar": "beta", "type": "float32"},
+                {"map_flag": 2, "type": "int32"} if output else {"value": 0, "type": "int32"}, *workspace]
 
     def arg_builder(self, problem: Problem, config: Config, lds: tuple):
         """(a, b, c, bias pointers, alpha, beta) -> arguments; tensor maps come from kgen.tma's
         cache. ``TensorCoreGemm.args`` builds through it too."""
-        layout = problem["layout"]
         lda, ldb = (np.int64(max(ld, 1)) for ld in lds[:2])
         transposed = swapped(problem, config)     # the kernel computes C^T = B^T A^T
         rows, cols = kernel_dims(problem, config)
@@ -338,8 +379,8 @@ class GemmWgmma(TensorCoreGemm):
         def build(pa, pb, pc, pbias, alpha, beta, stream=None, device=None):
             inputs, output = last
             if inputs[0] != (pa, pb):      # new operands: encode (or look up) their maps
-                inputs = last[0] = ((pa, pb), self.tensor_maps(problem, config, _pointer_view(pa, lds[0], layout[0]),
-                                                               _pointer_view(pb, lds[1], layout[1])))
+                inputs = last[0] = ((pa, pb), self.tensor_maps(problem, config, _pointer_view(pa, lds[0]),
+                                                               _pointer_view(pb, lds[1])))
             if output[0] != pc:
                 output = last[1] = (pc, self.output_map(problem, config, pc, lds[2]))
             (map_a, map_b), (map_c, c_by_tma) = inputs[1], output[1]
@@ -457,15 +498,17 @@ _NO_WORKSPACE = (np.uint64(0), np.uint64(0))
 _EMPTY_MAP = np.zeros((), tma.TMA_DESC_DTYPE)[()]   # the map argument (numpy.void) of an operand cp.async copies
 
 
-def _pointer_view(ptr: int, ld: int, layout_letter: str):
-    """What ``tensor_maps`` reads of an operand (pointer, element strides), from a pointer and ld."""
+def _pointer_view(ptr: int, ld: int):
+    """What ``tensor_maps`` reads of an operand: its pointer and leading dimension."""
     from types import SimpleNamespace
 
-    return SimpleNamespace(ptr=ptr, strides=(ld, 1) if layout_letter == "N" else (1, ld))
+    return SimpleNamespace(ptr=ptr, ld=ld)
 
 
-def _ld(stride: int, outer: int, inner: int) -> int:
-    """Row stride (elements) of an operand's storage; a single row has no stride of its own."""
+def row_stride(dims: tuple[int, int], ld: int) -> int:
+    """Row stride (elements) of a map over (inner, outer) ``dims`` of an operand whose leading
+    dimension is ``ld``: a single row has no stride of its own (TMA still wants one)."""
+    inner, outer = dims
     if outer <= 1:
         return 8 * _ceil_div(max(inner, 1), 8)
-    return stride
+    return ld

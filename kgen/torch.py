@@ -1,0 +1,274 @@
+"""kgen's operations as PyTorch custom operators: ``torch.ops.kgen.gemm``, ``conv2d``,
+``softmax`` and ``rmsnorm``, each with a fake (meta) implementation giving its output's
+shape, dtype and strides, and a backward.
+
+Importing this module registers them (``kgen.gemm`` and the others import it themselves
+when ``torch.compile`` traces them). Inside ``torch.compile(fullgraph=True)`` a call of
+``kgen.gemm`` (``kgen.conv2d``, ``kgen.softmax``, ``kgen.rmsnorm``) on tensors becomes one
+node of the graph, with no break; the compiled graph calls kgen's kernel on PyTorch's current
+stream, so it can be captured into a CUDA graph (``torch.cuda.graph``, or
+``mode="reduce-overhead"``) once a call outside the capture has chosen and loaded the kernel.
+
+Backward: ``gemm`` by two GEMMs through kgen (dA = dC Bᵀ, dB = Aᵀ dC, each scaled by alpha,
+through the activation's derivative; dbias = the column sums); ``softmax`` and ``rmsnorm`` by
+their closed forms in PyTorch ops; ``conv2d``'s data and weight gradients by PyTorch's own
+(cuDNN) ``torch.nn.grad`` functions.
+
+>>> # import torch, kgen, kgen.torch
+>>> # f = torch.compile(lambda a, b: kgen.gemm(a, b, activation="relu"), fullgraph=True)
+>>> # f(a, b).sum().backward()
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence
+
+import torch
+
+from kgen.errors import InputError
+
+Tensor = torch.Tensor
+_LIB = "kgen"
+
+
+def _dtype_name(dtype: Optional[torch.dtype]) -> Optional[str]:
+    return None if dtype is None else str(dtype).removeprefix("torch.")
+
+
+def _as_dtype(name: Optional[str], default: torch.dtype) -> torch.dtype:
+    return default if name is None else getattr(torch, name)
+
+
+# ---- GEMM ----------------------------------------------------------------------------------
+
+@torch.library.custom_op(f"{_LIB}::gemm", mutates_args=())
+def _gemm(a: Tensor, b: Tensor, bias: Optional[Tensor] = None, activation: Optional[str] = None,
+          precision: Optional[str] = None, out_dtype: Optional[torch.dtype] = None, alpha: float = 1.0) -> Tensor:
+    from kgen.ops.gemm import gemm as eager
+
+    return eager(a, b, alpha=alpha, bias=bias, activation=activation, precision=precision,
+                 out_dtype=_dtype_name(out_dtype))
+
+
+def _batched_shape(a: Tensor, b: Tensor) -> tuple:
+    """(leading batch dims of the result, m, n) as ``kgen.gemm`` makes them."""
+    m, n = a.shape[-2], b.shape[-1]
+    if a.dim() == 2 and b.dim() == 2:
+        return (), m, n
+    batch_a = a.shape[0] if a.dim() == 3 else 1
+    batch_b = b.shape[0] if b.dim() == 3 else 1
+    return (max(batch_a, batch_b),), m, n
+
+
+@_gemm.register_fake
+def _gemm_fake(a, b, bias=None, activation=None, precision=None, out_dtype=None, alpha=1.0):
+    torch._check(a.shape[-1] == b.shape[-2], lambda: f"kgen.gemm: inner dimensions differ: {a.shape} @ {b.shape}")
+    batch, m, n = _batched_shape(a, b)
+    return a.new_empty((*batch, m, n), dtype=out_dtype or a.dtype)
+
+
+def _gemm_setup(ctx, inputs, output):
+    a, b, bias, activation, precision, out_dtype, alpha = inputs
+    ctx.options = (activation, precision, alpha, bias is not None)
+    ctx.save_for_backward(a, b, bias, output if activation == "relu" else None)
+
+
+def _gelu_derivative(z: Tensor) -> Tensor:
+    """d/dz of z * Phi(z) (gelu, erf form), in float32."""
+    z = z.float()
+    return 0.5 * (1 + torch.erf(z / math.sqrt(2))) + z * torch.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
+
+
+def _summed_to(grad: Tensor, like: Tensor) -> Tensor:
+    """A batched gradient summed over the batch that ``like`` was broadcast across."""
+    if grad.dim() > like.dim():
+        grad = grad.sum(0)
+    elif like.dim() == 3 and like.shape[0] == 1 and grad.shape[0] != 1:
+        grad = grad.sum(0, keepdim=True)
+    return grad
+
+
+def _gemm_backward(ctx, grad):
+    a, b, bias, output = ctx.saved_tensors
+    activation, precision, alpha, has_bias = ctx.options
+    g = grad
+    if activation == "relu":
+        g = g * (output > 0)
+    elif activation == "gelu":
+        z = _gemm(a, b, bias, None, precision, grad.dtype, alpha)      # the pre-activation, again
+        g = (g.float() * _gelu_derivative(z)).to(grad.dtype)
+    grad_bias = g.sum(dim=tuple(range(g.dim() - 1))).to(bias.dtype) if has_bias else None
+    g = g.to(a.dtype)
+    if g.stride(-1) != 1 and g.stride(-2) != 1:
+        g = g.contiguous()
+    grad_a = grad_b = None
+    if ctx.needs_input_grad[0]:
+        grad_a = _summed_to(_gemm(g, b.transpose(-1, -2), None, None, precision, None, alpha), a)
+    if ctx.needs_input_grad[1]:
+        if a.dim() == 3 and b.dim() == 2:       # every batch read b: one GEMM over all rows
+            grad_b = _gemm(a.reshape(-1, a.shape[-1]).t(), g.reshape(-1, g.shape[-1]), None, None, precision, None,
+                           alpha)
+        else:
+            grad_b = _summed_to(_gemm(a.transpose(-1, -2), g, None, None, precision, None, alpha), b)
+    return grad_a, grad_b, grad_bias, None, None, None, None
+
+
+_gemm.register_autograd(_gemm_backward, setup_context=_gemm_setup)
+
+
+def gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, *, bias=None, activation=None, precision=None,
+         dtype=None, out_dtype=None):
+    """``kgen.gemm`` as the custom operator (what a ``torch.compile`` trace of it records):
+    the functional form only, a new result."""
+    if c is not None or beta != 0.0:
+        raise InputError("inside torch.compile, kgen.gemm returns a new tensor: c and beta are not taken",
+                         remedy="add beta * c to the result yourself, or call kgen.gemm outside the compiled function")
+    if dtype is not None:
+        raise InputError("dtype= names what CuPy uint16 arrays hold; PyTorch tensors carry their dtype",
+                         remedy="leave dtype unset")
+    return _gemm(a, b, bias, activation, precision, _as_dtype(out_dtype, None) if out_dtype else None, float(alpha))
+
+
+# ---- conv2d --------------------------------------------------------------------------------
+
+def _pair(v) -> list[int]:
+    return [int(v), int(v)] if isinstance(v, int) else [int(x) for x in v]
+
+
+def _conv_output(x: Tensor, w: Tensor, stride, padding, dilation) -> tuple[int, int]:
+    h, wd = x.shape[2], x.shape[3]
+    r, s = w.shape[2], w.shape[3]
+    p = (h + 2 * padding[0] - dilation[0] * (r - 1) - 1) // stride[0] + 1
+    q = (wd + 2 * padding[1] - dilation[1] * (s - 1) - 1) // stride[1] + 1
+    return p, q
+
+
+@torch.library.custom_op(f"{_LIB}::conv2d", mutates_args=())
+def _conv2d(x: Tensor, w: Tensor, bias: Optional[Tensor], stride: Sequence[int], padding: Sequence[int],
+            dilation: Sequence[int], activation: Optional[str] = None, precision: Optional[str] = None,
+            out_dtype: Optional[torch.dtype] = None) -> Tensor:
+    from kgen.ops.conv import conv2d as eager
+
+    return eager(x, w, bias, tuple(stride), tuple(padding), tuple(dilation), activation,
+                 out_dtype=_dtype_name(out_dtype), precision=precision)
+
+
+@_conv2d.register_fake
+def _conv2d_fake(x, w, bias, stride, padding, dilation, activation=None, precision=None, out_dtype=None):
+    torch._check(x.dim() == 4 and w.dim() == 4, lambda: "kgen.conv2d: x and w are 4-D")
+    torch._check(x.shape[1] == w.shape[1], lambda: f"kgen.conv2d: x has {x.shape[1]} channels, w {w.shape[1]}")
+    p, q = _conv_output(x, w, stride, padding, dilation)
+    n, k = x.shape[0], w.shape[0]
+    return x.new_empty_strided((n, k, p, q), (p * q * k, 1, q * k, k), dtype=out_dtype or x.dtype)
+
+
+def _conv2d_setup(ctx, inputs, output):
+    x, w, bias, stride, padding, dilation, activation, precision, out_dtype = inputs
+    ctx.options = (list(stride), list(padding), list(dilation), activation, precision, bias is not None)
+    ctx.save_for_backward(x, w, bias, output if activation == "relu" else None)
+
+
+def _conv2d_backward(ctx, grad):
+    x, w, bias, output = ctx.saved_tensors
+    stride, padding, dilation, activation, precision, has_bias = ctx.options
+    g = grad
+    if activation == "relu":
+        g = g * (output > 0)
+    elif activation == "gelu":
+        z = _conv2d(x, w, bias, stride, padding, dilation, None, precision, grad.dtype)
+        g = (g.float() * _gelu_derivative(z)).to(grad.dtype)
+    grad_bias = g.sum(dim=(0, 2, 3)).to(bias.dtype) if has_bias else None
+    g = g.to(x.dtype)
+    grad_x = grad_w = None
+    if ctx.needs_input_grad[0]:
+        grad_x = torch.nn.grad.conv2d_input(x.shape, w, g, stride, padding, dilation)
+    if ctx.needs_input_grad[1]:
+        grad_w = torch.nn.grad.conv2d_weight(x, w.shape, g, stride, padding, dilation)
+    return grad_x, grad_w, grad_bias, None, None, None, None, None, None
+
+
+_conv2d.register_autograd(_conv2d_backward, setup_context=_conv2d_setup)
+
+
+def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, activation=None, *, out=None, out_dtype=None,
+           precision=None, dtype=None):
+    """``kgen.conv2d`` as the custom operator (functional form only)."""
+    if out is not None or dtype is not None:
+        raise InputError("inside torch.compile, kgen.conv2d returns a new tensor and reads the tensors' dtype: "
+                         "out and dtype are not taken", remedy="leave out and dtype unset")
+    return _conv2d(x, w, bias, _pair(stride), _pair(padding), _pair(dilation), activation, precision,
+                   _as_dtype(out_dtype, None) if out_dtype else None)
+
+
+# ---- softmax and RMSNorm -------------------------------------------------------------------
+
+@torch.library.custom_op(f"{_LIB}::softmax", mutates_args=())
+def _softmax(x: Tensor) -> Tensor:
+    from kgen.ops.rownorm import softmax as eager
+
+    return eager(x)
+
+
+@_softmax.register_fake
+def _softmax_fake(x):
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+def _softmax_setup(ctx, inputs, output):
+    ctx.save_for_backward(output)
+
+
+def _softmax_backward(ctx, grad):
+    (y,) = ctx.saved_tensors
+    y32, g32 = y.float(), grad.float()
+    return (y32 * (g32 - (g32 * y32).sum(-1, keepdim=True))).to(y.dtype)
+
+
+_softmax.register_autograd(_softmax_backward, setup_context=_softmax_setup)
+
+
+@torch.library.custom_op(f"{_LIB}::rmsnorm", mutates_args=())
+def _rmsnorm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+    from kgen.ops.rownorm import rmsnorm as eager
+
+    return eager(x, weight, eps)
+
+
+@_rmsnorm.register_fake
+def _rmsnorm_fake(x, weight, eps):
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+def _rmsnorm_setup(ctx, inputs, output):
+    x, weight, eps = inputs
+    ctx.eps = eps
+    ctx.save_for_backward(x, weight)
+
+
+def _rmsnorm_backward(ctx, grad):
+    x, weight = ctx.saved_tensors
+    x32, w32, g32 = x.float(), weight.float(), grad.float()
+    inv = torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + ctx.eps)
+    gw = g32 * w32
+    grad_x = inv * gw - x32 * inv.pow(3) * (gw * x32).mean(-1, keepdim=True)
+    grad_w = (g32 * x32 * inv).reshape(-1, x.shape[-1]).sum(0).reshape(weight.shape)
+    return grad_x.to(x.dtype), grad_w.to(weight.dtype), None
+
+
+_rmsnorm.register_autograd(_rmsnorm_backward, setup_context=_rmsnorm_setup)
+
+
+def softmax(x, axis=-1, *, out=None, dtype=None):
+    """``kgen.softmax`` as the custom operator (over the last axis, a new tensor)."""
+    if out is not None or dtype is not None or axis not in (-1, x.dim() - 1):
+        raise InputError("inside torch.compile, kgen.softmax runs over the last axis into a new tensor",
+                         remedy="pass axis=-1 and no out or dtype")
+    return _softmax(x)
+
+
+def rmsnorm(x, weight, eps: float = 1e-6, *, out=None, dtype=None):
+    """``kgen.rmsnorm`` as the custom operator (a new tensor)."""
+    if out is not None or dtype is not None:
+        raise InputError("inside torch.compile, kgen.rmsnorm returns a new tensor", remedy="pass no out or dtype")
+    return _rmsnorm(x, weight, float(eps))

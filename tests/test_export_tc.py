@@ -1,0 +1,241 @@
+"""``kgen export`` of the tensor-core GEMM families (gemm_mma, gemm_wgmma): the recipe an
+exported package replays gives exactly the arguments kgen's own launch builds (every layout,
+swapped, split-K, TMA store, staged and register-fed configs; checked with no GPU, the driver's
+encoder replaced by a recorder), the package holds cubin and PTX and imports with nothing
+installed, its problem keys are kgen's, and on the GPU its results are kgen's."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import venv
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from kgen import tma, tma_encode
+from typer.testing import CliRunner
+
+from kgen.cli import app
+from kgen.export_runtime import replay
+from kgen.kernels.gemm import wgmma as wgmma_module
+from kgen.problem import Target
+from kgen.registry import get_spec
+
+TARGET = Target.h200()
+PA, PB, PC, PBIAS, STREAM, DEVICE = 0x10000, 0x200000, 0x3000000, 0x40000000, 7, 0
+WORKSPACE = (np.uint64(0x5000), np.uint64(0x6000))
+
+
+def _fake_encode(ptr, dtype, dims, row_stride_bytes, box, swizzle_bytes, call=None):
+    return tma_encode.words_to_desc([ptr, *dims, row_stride_bytes, *box, swizzle_bytes, len(dtype)] + [0] * 8)
+
+
+@pytest.fixture
+def fake_driver(monkeypatch):
+    """Both encoders (kgen.tma's and the exported runtime's) record instead of calling the driver;
+    split-K workspaces exist already for (DEVICE, STREAM)."""
+    tma.clear_cache()
+    replay._MAPS.clear()
+    monkeypatch.setattr(tma, "_driver_encode", lambda *a: _fake_encode(*a))
+    monkeypatch.setattr(tma_encode, "encode_tiled", _fake_encode)
+    monkeypatch.setattr(wgmma_module, "_WORKSPACES", _FilledWorkspaces())
+    monkeypatch.setattr(replay, "_WORKSPACES", _FilledWorkspaces(replay=True))
+    yield
+    tma.clear_cache()
+    replay._MAPS.clear()
+
+
+class _FilledWorkspaces(dict):
+    def __init__(self, replay=False):
+        super().__init__()
+        self.replay = replay
+
+    def __missing__(self, key):
+        return None
+
+    def get(self, key, default=None):
+        if self.replay:
+            return (None, WORKSPACE[0] if key[2] == "partials" else WORKSPACE[1])
+        return (None, None, *WORKSPACE)
+
+
+def _cases():
+    """(family, problem, config, lds) over the configs' kinds and the layouts."""
+    out = []
+    for family in ("gemm_mma", "gemm_wgmma"):
+        spec = get_spec(family)
+        for dtype in ("bfloat16", "float16", "float32"):
+            for layout in ("NN", "NT", "TN", "TT"):
+                for m, n, k, epilogue in ((1000, 520, 776, "bias"), (1, 4096, 4096, "none"), (64, 8192, 8192, "relu"),
+                                          (4096, 4096, 4096, "bias_gelu")):
+                    problem = spec.problem(m, n, k, dtype, layout, epilogue=epilogue)
+                    if not spec.supports(problem, TARGET):
+                        continue
+                    space = spec.space(problem, TARGET)
+                    configs = [spec.default_config(problem, TARGET), *space.sample(6, seed=m + n + len(layout))]
+                    lda = k if layout[0] == "N" else m
+                    ldb = n if layout[1] == "N" else k
+                    for config in configs:
+                        for ldc in (n, n + 3):        # + 3: C's rows not 16-byte aligned, no TMA store
+                            out.append((family, problem, config, (lda, ldb, ldc)))
+    return out
+
+
+CASES = _cases()
+
+
+def _same(got, want) -> bool:
+    if isinstance(want, np.void):
+        return isinstance(got, np.void) and got.tobytes() == want.tobytes()
+    return type(got) is type(want) and got == want
+
+
+def test_the_cases_cover_every_kind_of_config():
+    wgmma = [config for family, _, config, _ in CASES if family == "gemm_wgmma"]
+    for flag in ("TMA_STORE", "RS", "XS", "CLUSTER", "PINGPONG"):
+        assert any(config.get(flag, 0) > (1 if flag == "CLUSTER" else 0) for config in wgmma), flag
+    assert any(config.get("SPLITK", 1) > 1 for config in wgmma)
+    assert any(wgmma_module.swapped(problem, config) for family, problem, config, _ in CASES if family == "gemm_wgmma")
+
+
+@pytest.mark.parametrize("index", range(0, len(CASES), max(1, len(CASES) // 120)))
+def test_recipe_replays_kgens_own_arguments(fake_driver, index):
+    family, problem, config, lds = CASES[index]
+    spec = get_spec(family)
+    want = spec.arg_builder(problem, config, lds)(PA, PB, PC, PBIAS, 1.5, 0.25, STREAM, DEVICE)
+    recipe = json.loads(json.dumps(spec.arg_recipe(problem, config)))        # as table.json holds it
+    operands = {"a": (PA, lds[0]), "b": (PB, lds[1]), "c": (PC, lds[2]), "bias": (PBIAS, 1)}
+    got = replay.arguments(recipe, operands, {"alpha": 1.5, "beta": 0.25}, DEVICE, STREAM)
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert _same(g, w), f"{config.name} on {problem.key}: argument {i}: {g!r} != {w!r}"
+    assert all(_same(t, type(w)(0) if not isinstance(w, np.void) else tma_encode.EMPTY_DESC)
+               for t, w in zip(replay.template(recipe), want))
+
+
+def test_recipe_errors_name_what_is_missing():
+    with pytest.raises(replay.RecipeError, match="'a'"):
+        replay.arguments([{"pointer": "a"}], {}, {})
+    with pytest.raises(replay.RecipeError, match="unknown"):
+        replay.arguments([{"what": 1}], {}, {})
+    assert replay.arguments([{"pointer": "bias", "optional": True}], {}, {}) == (np.uint64(0),)
+
+
+# ---- the package -----------------------------------------------------------------------------
+
+EXPORTED = {
+    "gemm_mma": "gemm_mma|align_a=4|align_b=8|dtype=bfloat16|epilogue=none|k=700|layout=NN|m=3000|n=5000|"
+                "out_dtype=bfloat16|precision=native",
+    "gemm_wgmma": "gemm_wgmma|align_a=8|align_b=8|dtype=bfloat16|epilogue=none|k=4096|layout=NN|m=1|n=4096|"
+                  "out_dtype=bfloat16|precision=native",
+}
+
+
+@pytest.fixture(scope="module", params=sorted(EXPORTED))
+def exported(request, tmp_path_factory):
+    family = request.param
+    out = tmp_path_factory.mktemp(f"export-{family}")
+    listing = out / "problems.txt"
+    listing.write_text(EXPORTED[family] + "\n")
+    done = CliRunner().invoke(app, ["export", family, "-o", str(out), "--name", f"tc_{family}", "--problems",
+                                    str(listing), "--device", "NVIDIA H200"])
+    assert done.exit_code == 0, done.output
+    summary = SimpleNamespace(path=out / f"tc_{family}", problems=int(done.output.split(": ")[1].split()[0]))
+    return family, out, summary
+
+
+def test_package_holds_kernels_and_recipes(exported):
+    family, out, summary = exported
+    table = json.loads((summary.path / "table.json").read_text())
+    assert summary.problems == 1 and table["family"] == family
+    entry = table["problems"][EXPORTED[family]]
+    name = entry["config"]
+    assert (summary.path / "kernels" / f"{name}.cubin").stat().st_size > 1000
+    assert f".entry {name}" in (summary.path / "kernels" / f"{name}.ptx").read_text()
+    assert entry["args"] == json.loads(json.dumps(get_spec(family).arg_recipe(
+        get_spec(family).problem(**{k: v for k, v in entry["problem"].items() if k != "precision"}),
+        get_spec(family).space(get_spec(family).problem(**{k: v for k, v in entry["problem"].items()
+                                                           if k != "precision"}), TARGET).trusted(entry["values"]))))
+    for helper in ("_replay.py", "_tma.py", "_launch.py", "_rules.py"):
+        assert (summary.path / helper).is_file()
+    assert "cuda-bindings" in (out / "pyproject.toml").read_text()
+
+
+def test_package_imports_in_a_bare_environment(exported, tmp_path):
+    family, out, _ = exported
+    folder = tmp_path / "bare"
+    venv.create(folder, with_pip=False, system_site_packages=False)
+    code = (f"import sys, tc_{family} as m\n"
+            "for mod in ('kgen', 'numpy', 'cupy', 'cuda'):\n"
+            "    assert mod not in sys.modules, mod\n"
+            "print(m.problems())")
+    done = subprocess.run([str(folder / "bin" / "python"), "-c", code], cwd=out, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert EXPORTED[family] in done.stdout
+
+
+def _fake(ptr, shape, strides, typestr="<u2"):
+    size = np.dtype(typestr).itemsize
+    return SimpleNamespace(device=SimpleNamespace(id=0), __cuda_array_interface__={
+        "data": (ptr, False), "shape": shape, "typestr": typestr, "version": 3,
+        "strides": tuple(s * size for s in strides)})
+
+
+def _module(out, name):
+    sys.path.insert(0, str(out))
+    try:
+        return __import__(name)
+    finally:
+        sys.path.remove(str(out))
+
+
+def test_exported_keys_are_kgens(exported):
+    from kgen.kernels.gemm.problem import tc_problem
+
+    family, out, _ = exported
+    module = _module(out, f"tc_{family}")
+    cases = [((3000, 700), (700, 1), (700, 5000), (5000, 1), {}),
+             ((1, 4096), (4096, 1), (4096, 4096), (4096, 1), {}),
+             ((64, 48), (1, 64), (48, 40), (1, 48), {"activation": "relu"}),     # both transposed views
+             ((33, 17), (17, 1), (17, 9), (9, 1), {"out_dtype": "float32"})]
+    for shape_a, strides_a, shape_b, strides_b, options in cases:
+        a, b = _fake(0x1000, shape_a, strides_a), _fake(0x2000, shape_b, strides_b)
+        layout = ("N" if strides_a[1] == 1 else "T") + ("N" if strides_b[1] == 1 else "T")
+        want = tc_problem(family, shape_a[0], shape_b[1], shape_a[1], "bfloat16", layout,
+                          out_dtype=options.get("out_dtype"), epilogue=options.get("activation") or "none")
+        got = module.problem_key(a, b, dtype="bfloat16", **options)
+        assert got == want.key
+    with pytest.raises(module.ExportedError, match="tf32"):
+        module.problem_key(_fake(0x1000, (8, 8), (8, 1), "<f4"), _fake(0x2000, (8, 8), (8, 1), "<f4"))
+    with pytest.raises(module.ExportedError, match="inner"):
+        module.problem_key(_fake(0x1000, (8, 8), (8, 1)), _fake(0x2000, (9, 8), (8, 1)), dtype="bfloat16")
+
+
+@pytest.mark.gpu
+def test_exported_module_gives_kgens_result(exported):
+    import cupy
+
+    import kgen
+    from kgen.kernels.gemm.tc import from_bf16, to_bf16
+
+    family, out, _ = exported
+    module = _module(out, f"tc_{family}")
+    entry = json.loads((out / f"tc_{family}" / "table.json").read_text())["problems"][EXPORTED[family]]
+    m, n, k = (entry["problem"][x] for x in ("m", "n", "k"))
+    rng = cupy.random.default_rng(1)
+    a = to_bf16(rng.random((m, k), dtype=cupy.float32) - 0.5)     # fresh rows: the records' alignment
+    b = to_bf16(rng.random((k, n), dtype=cupy.float32) - 0.5)
+    assert module.problem_key(a, b, dtype="bfloat16") == EXPORTED[family]
+    got = module.gemm(a, b, dtype="bfloat16")
+    again = module.gemm(a, b, cupy.full((m, n), 0xFFFF, dtype=cupy.uint16), dtype="bfloat16")
+    want = kgen.gemm(a, b, dtype="bfloat16")
+    cupy.cuda.runtime.deviceSynchronize()
+    exact = from_bf16(a).astype(cupy.float64) @ from_bf16(b).astype(cupy.float64)
+    for result in (got, again, want):
+        err = float(cupy.abs(from_bf16(result) - exact).max() / cupy.abs(exact).max())
+        assert err < 1e-2
+    assert bool((got == again).all())

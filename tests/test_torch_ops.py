@@ -1,0 +1,173 @@
+"""kgen.torch with no GPU: the custom operators' fake implementations (shapes, strides, dtypes),
+a torch.compile(fullgraph=True) trace of kgen's functions on meta tensors (no graph break),
+and each backward checked by torch.autograd.gradcheck in float64 on the CPU, the kernels
+replaced by PyTorch's own ops (the GPU tests compare the kernels themselves)."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import kgen  # noqa: E402
+import kgen.torch as kt  # noqa: E402
+from kgen.errors import InputError  # noqa: E402
+from kgen.ops import caller  # noqa: E402
+
+META = dict(device="meta", dtype=torch.bfloat16)
+
+
+def _channels_last(*shape, **kw):
+    return torch.randn(*shape, **kw).to(memory_format=torch.channels_last)
+
+
+def _act(z, activation):
+    if activation == "relu":
+        return torch.relu(z)
+    if activation == "gelu":
+        return torch.nn.functional.gelu(z)
+    return z
+
+
+@pytest.fixture
+def cpu_kernels(monkeypatch):
+    """The eager functions the operators call, replaced by PyTorch on the CPU."""
+    import kgen.ops.conv
+    import kgen.ops.gemm
+    import kgen.ops.rownorm
+
+    def gemm(a, b, c=None, alpha=1.0, beta=0.0, *, bias=None, activation=None, precision=None, dtype=None,
+             out_dtype=None):
+        z = alpha * torch.matmul(a, b)
+        if bias is not None:
+            z = z + bias
+        return _act(z, activation).to(getattr(torch, out_dtype) if out_dtype else a.dtype)
+
+    def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, activation=None, *, out=None, out_dtype=None,
+               precision=None, dtype=None):
+        z = torch.nn.functional.conv2d(x, w, bias, stride, padding, dilation)
+        return _act(z, activation).contiguous(memory_format=torch.channels_last)
+
+    def rmsnorm(x, weight, eps=1e-6, *, out=None, dtype=None):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+    monkeypatch.setattr(kgen.ops.gemm, "gemm", gemm)
+    monkeypatch.setattr(kgen.ops.conv, "conv2d", conv2d)
+    monkeypatch.setattr(kgen.ops.rownorm, "softmax", lambda x, axis=-1, *, out=None, dtype=None: torch.softmax(x, -1))
+    monkeypatch.setattr(kgen.ops.rownorm, "rmsnorm", rmsnorm)
+
+
+def test_operators_are_registered():
+    for name in ("gemm", "conv2d", "softmax", "rmsnorm"):
+        assert hasattr(torch.ops.kgen, name)
+
+
+@pytest.mark.parametrize("shapes, expected", [
+    (((64, 32), (32, 48)), (64, 48)),
+    (((4, 64, 32), (32, 48)), (4, 64, 48)),
+    (((64, 32), (4, 32, 48)), (4, 64, 48)),
+    (((1, 64, 32), (4, 32, 48)), (4, 64, 48)),
+    (((4, 64, 32), (4, 32, 48)), (4, 64, 48)),
+])
+def test_gemm_fake_shape(shapes, expected):
+    a, b = (torch.empty(s, **META) for s in shapes)
+    out = torch.ops.kgen.gemm(a, b)
+    assert tuple(out.shape) == expected and out.dtype == torch.bfloat16 and out.is_contiguous()
+    assert torch.ops.kgen.gemm(a, b, out_dtype=torch.float32).dtype == torch.float32
+
+
+def test_gemm_fake_refuses_mismatched_inner_dimensions():
+    with pytest.raises(RuntimeError, match="inner dimensions"):
+        torch.ops.kgen.gemm(torch.empty(8, 4, **META), torch.empty(5, 8, **META))
+
+
+@pytest.mark.parametrize("stride, padding, dilation", [(1, 0, 1), (2, 1, 1), ((1, 2), (3, 0), (2, 1))])
+def test_conv2d_fake_matches_pytorch_geometry(stride, padding, dilation):
+    x, w = _channels_last(2, 16, 13, 11, **META), _channels_last(8, 16, 3, 3, **META)
+    out = kt.conv2d(x, w, stride=stride, padding=padding, dilation=dilation)
+    want = torch.nn.functional.conv2d(x, w, None, stride, padding, dilation)
+    assert out.shape == want.shape
+    assert out.is_contiguous(memory_format=torch.channels_last)     # NHWC memory, as kgen.conv2d returns
+
+
+def test_compiled_function_has_no_graph_break():
+    """kgen's functions traced by torch.compile(fullgraph=True): each is one custom operator."""
+    def step(a, b, bias, x, w, h, g):
+        return (kgen.gemm(a, b, bias=bias, activation="gelu"), kgen.conv2d(x, w, stride=2, padding=1, activation="relu"),
+                kgen.softmax(h), kgen.rmsnorm(h, g, 1e-5))
+
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    args = (torch.randn(64, 32, **META), torch.randn(32, 48, **META), torch.randn(48, **META),
+            _channels_last(2, 16, 9, 9, **META), _channels_last(8, 16, 3, 3, **META),
+            torch.randn(4, 5, 64, **META), torch.randn(64, **META))
+    outs = torch.compile(step, fullgraph=True, backend=backend)(*args)
+    assert [tuple(o.shape) for o in outs] == [(64, 48), (2, 8, 5, 5), (4, 5, 64), (4, 5, 64)]
+    assert len(graphs) == 1
+    called = {str(node.target) for node in graphs[0].graph.nodes if node.op == "call_function"}
+    assert {"kgen.gemm.default", "kgen.conv2d.default", "kgen.softmax.default", "kgen.rmsnorm.default"} <= called
+
+
+def test_backward_shapes_on_meta_tensors():
+    a = torch.randn(3, 16, 8, **META, requires_grad=True)
+    b = torch.randn(8, 12, **META, requires_grad=True)
+    bias = torch.randn(12, **META, requires_grad=True)
+    torch.ops.kgen.gemm(a, b, bias, "relu").float().sum().backward()
+    assert a.grad.shape == a.shape and b.grad.shape == b.shape and bias.grad.shape == bias.shape
+
+
+def test_not_compiling_outside_torch_compile():
+    assert not caller.torch_compiling()
+
+
+def test_traced_forms_refuse_what_a_graph_cannot_hold():
+    a, b = torch.empty(8, 8, **META), torch.empty(8, 8, **META)
+    with pytest.raises(InputError, match="new tensor"):
+        kt.gemm(a, b, torch.empty(8, 8, **META), beta=1.0)
+    with pytest.raises(InputError, match="last axis"):
+        kt.softmax(a, axis=0)
+    with pytest.raises(InputError):
+        kt.rmsnorm(a, torch.empty(8, **META), out=a)
+
+
+def test_missing_provider_says_what_to_import(monkeypatch):
+    monkeypatch.setattr(caller, "_custom_ops_provider", None)
+    with pytest.raises(InputError, match="import kgen.torch"):
+        caller.custom_op("gemm")
+
+
+F64 = dict(dtype=torch.float64)
+
+
+@pytest.mark.parametrize("activation", [None, "relu", "gelu"])
+@pytest.mark.parametrize("shapes", [((5, 7), (7, 3)), ((2, 5, 7), (7, 3)), ((5, 7), (2, 7, 3)),
+                                    ((1, 5, 7), (2, 7, 3)), ((2, 5, 7), (2, 7, 3))])
+def test_gemm_backward(cpu_kernels, activation, shapes):
+    a = torch.randn(*shapes[0], **F64, requires_grad=True)
+    b = torch.randn(*shapes[1], **F64, requires_grad=True)
+    bias = torch.randn(shapes[1][-1], **F64, requires_grad=True)
+    if activation == "relu":            # keep the pre-activation away from the kink
+        with torch.no_grad():
+            b += 0.05 * torch.sign(b)
+    assert torch.autograd.gradcheck(lambda a, b, bias: torch.ops.kgen.gemm(a, b, bias, activation, None, None, 0.5),
+                                    (a, b, bias))
+
+
+@pytest.mark.parametrize("activation", [None, "gelu"])
+def test_conv2d_backward(cpu_kernels, activation):
+    x = torch.randn(2, 3, 7, 6, **F64).to(memory_format=torch.channels_last).requires_grad_()
+    w = torch.randn(4, 3, 3, 2, **F64).requires_grad_()
+    bias = torch.randn(4, **F64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x, w, bias: kt.conv2d(x, w, bias, stride=(2, 1), padding=1,
+                                                                 dilation=(1, 2), activation=activation), (x, w, bias))
+
+
+def test_softmax_and_rmsnorm_backward(cpu_kernels):
+    x = torch.randn(3, 4, 9, **F64, requires_grad=True)
+    g = torch.randn(9, **F64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x: torch.ops.kgen.softmax(x), (x,))
+    assert torch.autograd.gradcheck(lambda x, g: torch.ops.kgen.rmsnorm(x, g, 1e-3), (x, g))
