@@ -34,9 +34,9 @@ from kgen import tma_encode
 log = logging.getLogger(__name__)
 
 RUNTIME_DIR = Path(__file__).parent / "export_runtime"
-# what a runtime that replays recorded launches imports, by its name in the package
-REPLAY_FILES = {"_replay.py": RUNTIME_DIR / "replay.py", "_tma.py": Path(tma_encode.__file__),
-                "_launch.py": Path(__file__).parent / "measure" / "arg_pack.py"}
+# the helpers every exported runtime may import, by their names in the package
+RUNTIME_FILES = {"_loader.py": RUNTIME_DIR / "loader.py", "_replay.py": RUNTIME_DIR / "replay.py",
+                 "_tma.py": Path(tma_encode.__file__), "_launch.py": Path(__file__).parent / "measure" / "arg_pack.py"}
 _PYPROJECT = """[build-system]
 requires = ["setuptools>=61"]
 build-backend = "setuptools.build_meta"
@@ -210,7 +210,7 @@ def export_package(family: str, out_dir: str | Path, name: str = "kgen_kernels",
     (package / "table.json").write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
     module = (RUNTIME_DIR / spec.export_runtime).read_text()
     (package / "__init__.py").write_text(module.replace("__PACKAGE__", name).replace("__FAMILY__", family))
-    for target_name, source in {**REPLAY_FILES, **spec.export_files()}.items():
+    for target_name, source in {**RUNTIME_FILES, **spec.export_files()}.items():
         shutil.copyfile(source, package / target_name)
     (Path(out_dir) / "pyproject.toml").write_text(
         _PYPROJECT.format(name=name, version=kgen_version().replace("+", ".post0+"), device=device, family=family,

@@ -15,13 +15,12 @@ import json
 import math
 import os
 
-from . import _launch, _rules   # neither loads NumPy or CuPy
+from . import _launch, _loader, _rules   # none of them loads NumPy or CuPy
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 with open(os.path.join(_HERE, "table.json")) as _f:
     TABLE = json.load(_f)
 _PLANS = {}
-_MODULES = {}
 
 
 class ExportedError(Exception):
@@ -56,20 +55,6 @@ def choose(m, n, k, dtype, layout, align_a, align_b, fallback="nearest"):
         return fallback_entry["config"], fallback_entry["values"], "unaligned"
     best = min(usable, key=lambda e: (_distance(e, m, n, k), e["config"]))
     return best["config"], best["values"], "nearest"
-
-
-def _kernel(name):
-    """The kernel ``name`` loaded on the current device."""
-    import cupy
-
-    device = cupy.cuda.Device()
-    fn = _MODULES.get((device.id, name))
-    if fn is None:
-        arch = "sm_" + device.compute_capability
-        kind = "cubin" if arch == TABLE["arch"] else "ptx"   # other GPUs JIT the PTX
-        module = cupy.RawModule(path=os.path.join(_HERE, "kernels", f"{name}.{kind}"))
-        fn = _MODULES[(device.id, name)] = module.get_function(name)
-    return fn
 
 
 def _plan(a, b, c, ia, ib, ic, fallback):
@@ -109,9 +94,7 @@ def _plan(a, b, c, ia, ib, ic, fallback):
     grid, block, smem = _rules.launch_geometry(m, n, dtype, values)
     scalar = np.float64 if dtype == "float64" else np.float32
     dims = (np.int32(m), np.int32(n), np.int32(k), np.int64(la[1]), np.int64(lb[1]), np.int64(max(ldc, 1)))
-    kernel = _kernel(name)
-    if smem > 48 * 1024:
-        kernel.max_dynamic_shared_size_bytes = smem
+    kernel = _loader.kernel(_HERE, TABLE["arch"], name, smem)
     template = (np.uint64(0), np.uint64(0), np.uint64(0), *dims, scalar(0), scalar(0))
     plan.update(config=name, how=how, split_k=values["SK"] > 1, dims=dims,
                 launch=_launch.BoundLaunch(kernel.kernel, grid, block, smem, template))

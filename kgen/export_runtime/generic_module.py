@@ -15,12 +15,11 @@ by the names the family gives its operands; the kernel runs on CuPy's current st
 import json
 import os
 
-from . import _replay
+from . import _loader, _replay
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 with open(os.path.join(_HERE, "table.json")) as _f:
     TABLE = json.load(_f)
-_MODULES = {}
 
 
 class ExportedError(Exception):
@@ -38,23 +37,6 @@ def problem_key(problem):
     if not isinstance(problem, dict):
         raise ExportedError(f"a problem is a key or a dict of fields, not {type(problem).__name__}")
     return "|".join([TABLE["family"]] + [f"{k}={v}" for k, v in sorted(problem.items())])
-
-
-def _kernel(name, shared_mem):
-    """The kernel ``name`` loaded on the current device."""
-    import cupy
-
-    device = cupy.cuda.Device()
-    fn = _MODULES.get((device.id, name))
-    if fn is None:
-        arch = "sm_" + device.compute_capability
-        kind = "cubin" if arch == TABLE["arch"] else "ptx"   # other GPUs JIT the PTX
-        module = cupy.RawModule(path=os.path.join(_HERE, "kernels", f"{name}.{kind}"))
-        fn = module.get_function(name)
-        if shared_mem > 48 * 1024:
-            fn.max_dynamic_shared_size_bytes = shared_mem
-        _MODULES[(device.id, name)] = fn
-    return fn
 
 
 def _array_names():
@@ -85,7 +67,7 @@ def run(problem, stream=None, **arrays):
     if unknown:
         raise ExportedError(f"unknown operand {unknown[0]!r}; this family takes {sorted(_operand_names())}")
     launch = entry["launch"]
-    fn = _kernel(entry["config"], launch["shared_mem"])
+    fn = _loader.kernel(_HERE, TABLE["arch"], entry["config"], launch["shared_mem"])
     operands = {name: (_pointer(x, name), 0) for name, x in arrays.items() if name in _array_names()}
     scalars = {name: x for name, x in arrays.items() if name not in operands}
     try:

@@ -18,13 +18,12 @@ synchronising. The first call of a signature loads the kernel; later calls reuse
 import json
 import os
 
-from . import _launch, _replay, _rules   # none of them loads NumPy or CuPy on import
+from . import _launch, _loader, _replay, _rules   # none of them loads NumPy or CuPy on import
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 with open(os.path.join(_HERE, "table.json")) as _f:
     TABLE = json.load(_f)
 _PLANS = {}
-_MODULES = {}
 ARGUMENT_CACHE = 16          # argument tuples kept per plan, by the call's pointers and scalars
 
 
@@ -34,23 +33,6 @@ class ExportedError(Exception):
 
 def problems():
     return sorted(TABLE["problems"])
-
-
-def _kernel(name, shared_mem):
-    """The kernel ``name`` loaded on the current device."""
-    import cupy
-
-    device = cupy.cuda.Device()
-    fn = _MODULES.get((device.id, name))
-    if fn is None:
-        arch = "sm_" + device.compute_capability
-        kind = "cubin" if arch == TABLE["arch"] else "ptx"   # other GPUs JIT the PTX
-        module = cupy.RawModule(path=os.path.join(_HERE, "kernels", f"{name}.{kind}"))
-        fn = module.get_function(name)
-        if shared_mem > 48 * 1024:
-            fn.max_dynamic_shared_size_bytes = shared_mem
-        _MODULES[(device.id, name)] = fn
-    return fn
 
 
 def _describe(x, name, dtype=None):
@@ -158,7 +140,7 @@ def _make_plan(a, b, c, bias, activation, out_dtype, precision, dtype):
         if ibias[1] != (n,) or ibias[3] != fields["out_dtype"]:
             raise ExportedError(f"bias must be a contiguous ({n},) {fields['out_dtype']} array")
     launch = entry["launch"]
-    kernel = _kernel(entry["config"], launch["shared_mem"])
+    kernel = _loader.kernel(_HERE, TABLE["arch"], entry["config"], launch["shared_mem"])
     recipe = entry["args"]
     return {"m": m, "n": n, "out_dtype": fields["out_dtype"], "kind": ia[5], "lds": (lda, ldb, ldc),
             "device": ia[4], "recipe": recipe, "config": entry["config"], "cached": {},
