@@ -11,8 +11,10 @@ stream, so it can be captured into a CUDA graph (``torch.cuda.graph``, or
 
 Backward: ``gemm`` by two GEMMs through kgen (dA = dC Bᵀ, dB = Aᵀ dC, each scaled by alpha,
 through the activation's derivative; dbias = the column sums); ``softmax`` and ``rmsnorm`` by
-their closed forms in PyTorch ops; ``conv2d``'s data and weight gradients by PyTorch's own
-(cuDNN) ``torch.nn.grad`` functions.
+their closed forms in PyTorch ops; ``conv2d``'s data gradient by kgen's convolution where it is
+one (stride 1: ``kgen.kernels.conv.gradients``) and its weight gradient by a kgen GEMM where it
+is one (1x1, stride 1, no padding), the rest by PyTorch's own (cuDNN) ``torch.nn.grad``
+functions (all of them with ``KGEN_CONV_GRADIENTS=torch``).
 
 >>> # import torch, kgen, kgen.torch
 >>> # f = torch.compile(lambda a, b: kgen.gemm(a, b, activation="relu"), fullgraph=True)
@@ -27,6 +29,8 @@ from typing import Optional, Sequence
 import torch
 
 from kgen.errors import InputError
+from kgen.kernels.conv.gradients import data_gradient_as_conv, weight_gradient_is_gemm
+from kgen.knobs import knobs
 
 Tensor = torch.Tensor
 _LIB = "kgen"
@@ -180,11 +184,25 @@ def _conv2d_backward(ctx, grad):
         g = (g.float() * _gelu_derivative(z)).to(grad.dtype)
     grad_bias = g.sum(dim=(0, 2, 3)).to(bias.dtype) if has_bias else None
     g = g.to(x.dtype)
+    on_kgen = knobs.conv_gradients == "kgen"
+    taps = (w.shape[2], w.shape[3])
     grad_x = grad_w = None
     if ctx.needs_input_grad[0]:
-        grad_x = torch.nn.grad.conv2d_input(x.shape, w, g, stride, padding, dilation)
+        as_conv = data_gradient_as_conv(taps, stride, padding, dilation) if on_kgen else None
+        if as_conv is not None:       # dy convolved with the weights flipped and transposed
+            flipped = w.transpose(0, 1).flip(2, 3).contiguous(memory_format=torch.channels_last)
+            grad_x = _conv2d(g.contiguous(memory_format=torch.channels_last), flipped, None, [1, 1],
+                             list(as_conv[0]), list(as_conv[1]), None, precision, None)
+        else:
+            grad_x = torch.nn.grad.conv2d_input(x.shape, w, g, stride, padding, dilation)
     if ctx.needs_input_grad[1]:
-        grad_w = torch.nn.grad.conv2d_weight(x, w.shape, g, stride, padding, dilation)
+        if on_kgen and weight_gradient_is_gemm(taps, stride, padding):      # dW = dy^T x over the pixels
+            k, c = w.shape[0], w.shape[1]
+            pixels_x = x.permute(0, 2, 3, 1).reshape(-1, c)
+            pixels_g = g.permute(0, 2, 3, 1).reshape(-1, k)
+            grad_w = _gemm(pixels_g.t(), pixels_x, None, None, precision, None, 1.0).reshape(k, c, 1, 1)
+        else:
+            grad_w = torch.nn.grad.conv2d_weight(x, w.shape, g, stride, padding, dilation)
     return grad_x, grad_w, grad_bias, None, None, None, None, None, None
 
 

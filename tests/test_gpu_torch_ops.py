@@ -63,15 +63,16 @@ def test_batched_gemm_gradients_with_a_shared_weight():
     assert _relerr(w.grad, (x.double().transpose(1, 2) @ grad.double()).sum(0)) < 2e-2
 
 
-def test_conv2d_compiled_and_its_gradients():
+@pytest.mark.parametrize("window, stride, padding", [(3, 2, 1), (3, 1, 1), (1, 1, 0)])   # the last two: kgen's
+def test_conv2d_compiled_and_its_gradients(window, stride, padding):                      # gradient kernels
     x = _rand(2, 64, 15, 15).to(memory_format=torch.channels_last).requires_grad_()
-    w = _rand(32, 64, 3, 3, seed=1).to(memory_format=torch.channels_last).requires_grad_()
+    w = _rand(32, 64, window, window, seed=1).to(memory_format=torch.channels_last).requires_grad_()
     bias = _rand(32, seed=2, requires_grad=True)
-    step = torch.compile(lambda x, w, b: kgen.conv2d(x, w, b, stride=2, padding=1, activation="relu"),
+    step = torch.compile(lambda x, w, b: kgen.conv2d(x, w, b, stride=stride, padding=padding, activation="relu"),
                          fullgraph=True)
     y = step(x, w, bias)
     xd, wd, bd = (t.detach().double().requires_grad_() for t in (x, w, bias))
-    pre = torch.nn.functional.conv2d(xd, wd, bd, 2, 1)
+    pre = torch.nn.functional.conv2d(xd, wd, bd, stride, padding)
     assert _relerr(y, torch.relu(pre)) < 2e-2
     grad = _rand(*y.shape, seed=3)
     y.backward(grad)

@@ -157,13 +157,43 @@ def test_gemm_backward(cpu_kernels, activation, shapes):
                                     (a, b, bias))
 
 
+CONV_CASES = [  # window, stride, padding, dilation, (data, weight) gradients by kgen's kernels
+    ((3, 2), (2, 1), 1, (1, 2), (False, False)),
+    ((3, 2), 1, 1, (1, 2), (True, False)),
+    ((3, 3), 1, (0, 2), (2, 1), (True, False)),
+    ((3, 3), 1, 3, 1, (False, False)),          # more padding than the window reaches
+    ((1, 1), 1, 0, 1, (True, True)),
+    ((1, 1), 2, 0, 1, (False, False)),
+]
+
+
 @pytest.mark.parametrize("activation", [None, "gelu"])
-def test_conv2d_backward(cpu_kernels, activation):
+@pytest.mark.parametrize("window, stride, padding, dilation, on_kgen", CONV_CASES)
+def test_conv2d_backward(cpu_kernels, monkeypatch, activation, window, stride, padding, dilation, on_kgen):
+    import kgen.ops.conv
+    import kgen.ops.gemm
+
+    calls = {"conv": 0, "gemm": 0}
+    for module, name, label in ((kgen.ops.conv, "conv2d", "conv"), (kgen.ops.gemm, "gemm", "gemm")):
+        eager = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, _f=eager, _l=label, **k: calls.__setitem__(_l, calls[_l] + 1)
+                            or _f(*a, **k))
     x = torch.randn(2, 3, 7, 6, **F64).to(memory_format=torch.channels_last).requires_grad_()
-    w = torch.randn(4, 3, 3, 2, **F64).requires_grad_()
+    w = torch.randn(4, 3, *window, **F64).requires_grad_()
     bias = torch.randn(4, **F64, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda x, w, bias: kt.conv2d(x, w, bias, stride=(2, 1), padding=1,
-                                                                 dilation=(1, 2), activation=activation), (x, w, bias))
+
+    def step(x, w, bias):
+        return kt.conv2d(x, w, bias, stride=stride, padding=padding, dilation=dilation, activation=activation)
+
+    assert torch.autograd.gradcheck(step, (x, w, bias))
+    calls.update(conv=0, gemm=0)
+    step(x, w, bias).sum().backward()
+    forward_convs = 1 + (activation == "gelu")              # gelu's backward recomputes the pre-activation
+    assert (calls["conv"] - forward_convs, calls["gemm"]) == tuple(int(k) for k in on_kgen)
+    monkeypatch.setenv("KGEN_CONV_GRADIENTS", "torch")
+    calls.update(conv=0, gemm=0)
+    step(x, w, bias).sum().backward()
+    assert (calls["conv"], calls["gemm"]) == (forward_convs, 0)
 
 
 def test_softmax_and_rmsnorm_backward(cpu_kernels):
