@@ -12,8 +12,8 @@ stream, so it can be captured into a CUDA graph (``torch.cuda.graph``, or
 Backward: ``gemm`` by two GEMMs through kgen (dA = dC Bᵀ, dB = Aᵀ dC, each scaled by alpha,
 through the activation's derivative; dbias = the column sums); ``softmax`` and ``rmsnorm`` by
 their closed forms in PyTorch ops; ``conv2d``'s data gradient by kgen's convolution where it is
-one (stride 1: ``kgen.kernels.conv.gradients``) and its weight gradient by a kgen GEMM where it
-is one (1x1, stride 1, no padding), the rest by PyTorch's own (cuDNN) ``torch.nn.grad``
+one (stride 1, and 1x1 windows at any stride: ``kgen.kernels.conv.gradients``) and its weight
+gradient by a kgen GEMM where it is one (1x1 windows, no padding), the rest by PyTorch's own (cuDNN) ``torch.nn.grad``
 functions (all of them with ``KGEN_CONV_GRADIENTS=torch``).
 
 >>> # import torch, kgen, kgen.torch
@@ -29,7 +29,7 @@ from typing import Optional, Sequence
 import torch
 
 from kgen.errors import InputError
-from kgen.kernels.conv.gradients import data_gradient_as_conv, weight_gradient_is_gemm
+from kgen.kernels.conv.gradients import data_gradient_as_conv, pointwise, weight_gradient_is_gemm
 from kgen.knobs import knobs
 
 Tensor = torch.Tensor
@@ -187,18 +187,24 @@ def _conv2d_backward(ctx, grad):
     on_kgen = knobs.conv_gradients == "kgen"
     taps = (w.shape[2], w.shape[3])
     grad_x = grad_w = None
+    read = (slice(None), slice(None), slice(None, None, stride[0]), slice(None, None, stride[1]))
     if ctx.needs_input_grad[0]:
         as_conv = data_gradient_as_conv(taps, stride, padding, dilation) if on_kgen else None
         if as_conv is not None:       # dy convolved with the weights flipped and transposed
             flipped = w.transpose(0, 1).flip(2, 3).contiguous(memory_format=torch.channels_last)
             grad_x = _conv2d(g.contiguous(memory_format=torch.channels_last), flipped, None, [1, 1],
                              list(as_conv[0]), list(as_conv[1]), None, precision, None)
+        elif on_kgen and pointwise(taps, stride, padding):     # a 1x1 convolution, to the pixels read
+            transposed = w.transpose(0, 1).contiguous(memory_format=torch.channels_last)
+            grad_x = torch.zeros_like(x, memory_format=torch.channels_last)
+            grad_x[read] = _conv2d(g.contiguous(memory_format=torch.channels_last), transposed, None, [1, 1],
+                                   [0, 0], [1, 1], None, precision, None)
         else:
             grad_x = torch.nn.grad.conv2d_input(x.shape, w, g, stride, padding, dilation)
     if ctx.needs_input_grad[1]:
-        if on_kgen and weight_gradient_is_gemm(taps, stride, padding):      # dW = dy^T x over the pixels
+        if on_kgen and weight_gradient_is_gemm(taps, stride, padding):   # dW = dy^T x over the pixels read
             k, c = w.shape[0], w.shape[1]
-            pixels_x = x.permute(0, 2, 3, 1).reshape(-1, c)
+            pixels_x = x[read].permute(0, 2, 3, 1).reshape(-1, c)
             pixels_g = g.permute(0, 2, 3, 1).reshape(-1, k)
             grad_w = _gemm(pixels_g.t(), pixels_x, None, None, precision, None, 1.0).reshape(k, c, 1, 1)
         else:

@@ -63,7 +63,7 @@ def test_batched_gemm_gradients_with_a_shared_weight():
     assert _relerr(w.grad, (x.double().transpose(1, 2) @ grad.double()).sum(0)) < 2e-2
 
 
-@pytest.mark.parametrize("window, stride, padding", [(3, 2, 1), (3, 1, 1), (1, 1, 0)])   # the last two: kgen's
+@pytest.mark.parametrize("window, stride, padding", [(3, 2, 1), (3, 1, 1), (1, 1, 0), (1, 2, 0)])   # from the 2nd: kgen's
 def test_conv2d_compiled_and_its_gradients(window, stride, padding):                      # gradient kernels
     x = _rand(2, 64, 15, 15).to(memory_format=torch.channels_last).requires_grad_()
     w = _rand(32, 64, window, window, seed=1).to(memory_format=torch.channels_last).requires_grad_()

@@ -163,7 +163,9 @@ CONV_CASES = [  # window, stride, padding, dilation, (data, weight) gradients by
     ((3, 3), 1, (0, 2), (2, 1), (True, False)),
     ((3, 3), 1, 3, 1, (False, False)),          # more padding than the window reaches
     ((1, 1), 1, 0, 1, (True, True)),
-    ((1, 1), 2, 0, 1, (False, False)),
+    ((1, 1), 2, 0, 1, (True, True)),
+    ((1, 1), (2, 3), 0, 1, (True, True)),
+    ((1, 1), 1, 1, 1, (False, False)),          # padded past its window: PyTorch's
 ]
 
 
