@@ -108,6 +108,7 @@ def encode_im2col(ptr: int, dtype: str, nhwc: Sequence[int], window: Sequence[in
         raise EncodeError(f"cannot call cuTensorMapEncodeIm2col: {type(exc).__name__}: {exc}") from None
     if err != drv.CUresult.CUDA_SUCCESS:
         raise EncodeError(f"cuTensorMapEncodeIm2col refused a {dtype} NHWC {(n, h, w, c)} map at {ptr:#x} (window "
-                          f"{(r, s)}, stride {(sh, sw)}, padding {(ph, pw)}, dilation {(dh, dw)}, {channels} channels x "
+                          f"{(r, s)}, stride {(sh, sw)}, padding {(ph, pw)}, dilation {(dh, dw)}, "
+                          f"{channels} channels x "
                           f"{pixels} pixels): {err}")
     return words_to_desc(int(x) for x in tmap.opaque)

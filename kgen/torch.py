@@ -2,19 +2,20 @@
 ``softmax`` and ``rmsnorm``, each with a fake (meta) implementation giving its output's
 shape, dtype and strides, and a backward.
 
-Importing this module registers them (``kgen.gemm`` and the others import it themselves
-when ``torch.compile`` traces them). Inside ``torch.compile(fullgraph=True)`` a call of
-``kgen.gemm`` (``kgen.conv2d``, ``kgen.softmax``, ``kgen.rmsnorm``) on tensors becomes one
-node of the graph, with no break; the compiled graph calls kgen's kernel on PyTorch's current
+Importing this module registers them; ``kgen.gemm`` and the others hand a call to them (and
+import this module) when ``torch.compile`` traces it or autograd records it (a tensor that
+requires grad, grad mode on). Inside ``torch.compile(fullgraph=True)`` a call of ``kgen.gemm``
+(``kgen.conv2d``, ``kgen.softmax``, ``kgen.rmsnorm``) on tensors becomes one node of the
+graph, with no break; the compiled graph calls kgen's kernel on PyTorch's current
 stream, so it can be captured into a CUDA graph (``torch.cuda.graph``, or
 ``mode="reduce-overhead"``) once a call outside the capture has chosen and loaded the kernel.
 
 Backward: ``gemm`` by two GEMMs through kgen (dA = dC Bᵀ, dB = Aᵀ dC, each scaled by alpha,
 through the activation's derivative; dbias = the column sums); ``softmax`` and ``rmsnorm`` by
-their closed forms in PyTorch ops; ``conv2d``'s data gradient by kgen's convolution where it is
-one (stride 1, and 1x1 windows at any stride: ``kgen.kernels.conv.gradients``) and its weight
-gradient by a kgen GEMM where it is one (1x1 windows, no padding), the rest by PyTorch's own (cuDNN) ``torch.nn.grad``
-functions (all of them with ``KGEN_CONV_GRADIENTS=torch``).
+their closed forms in PyTorch ops; ``conv2d``'s data gradient by kgen's convolutions of dy, one
+per phase of the stride (``kgen.kernels.conv.gradients``), its weight gradient by a kgen GEMM
+where it is one (1x1 windows, no padding), else by PyTorch's (cuDNN) ``torch.nn.grad``
+(all of them with ``KGEN_CONV_GRADIENTS=torch``).
 
 >>> # import torch, kgen, kgen.torch
 >>> # f = torch.compile(lambda a, b: kgen.gemm(a, b, activation="relu"), fullgraph=True)
@@ -29,7 +30,7 @@ from typing import Optional, Sequence
 import torch
 
 from kgen.errors import InputError
-from kgen.kernels.conv.gradients import data_gradient_as_conv, pointwise, weight_gradient_is_gemm
+from kgen.kernels.conv.gradients import covers_every_pixel, data_gradient_phases, weight_gradient_is_gemm
 from kgen.knobs import knobs
 
 Tensor = torch.Tensor
@@ -123,11 +124,13 @@ _gemm.register_autograd(_gemm_backward, setup_context=_gemm_setup)
 
 def gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, *, bias=None, activation=None, precision=None,
          dtype=None, out_dtype=None):
-    """``kgen.gemm`` as the custom operator (what a ``torch.compile`` trace of it records):
-    the functional form only, a new result."""
+    """``kgen.gemm`` as the custom operator (what a ``torch.compile`` trace or autograd records
+    of it): the functional form only, a new result."""
     if c is not None or beta != 0.0:
-        raise InputError("inside torch.compile, kgen.gemm returns a new tensor: c and beta are not taken",
-                         remedy="add beta * c to the result yourself, or call kgen.gemm outside the compiled function")
+        raise InputError("in PyTorch's graph (torch.compile, or autograd recording), kgen.gemm returns a new "
+                         "tensor: c and beta are not taken",
+                         remedy="add beta * c to the result yourself, or call kgen.gemm outside them "
+                                "(under torch.no_grad(), outside the compiled function)")
     if dtype is not None:
         raise InputError("dtype= names what CuPy uint16 arrays hold; PyTorch tensors carry their dtype",
                          remedy="leave dtype unset")
@@ -173,6 +176,26 @@ def _conv2d_setup(ctx, inputs, output):
     ctx.save_for_backward(x, w, bias, output if activation == "relu" else None)
 
 
+def _data_gradient(x, w, g, stride, padding, dilation, precision):
+    """dx as kgen convolutions of dy, one per phase of the strides (kgen.kernels.conv.gradients)."""
+    phases = data_gradient_phases(w.shape[2:], stride, padding, dilation, x.shape[2:], g.shape[2:])
+    g = g.contiguous(memory_format=torch.channels_last)
+    grad_x = None
+    for phase in phases:
+        taps = w[:, :, list(phase.taps[0])][:, :, :, list(phase.taps[1])]
+        sub = taps.transpose(0, 1).contiguous(memory_format=torch.channels_last)
+        out = _conv2d(g, sub, None, [1, 1], list(phase.padding), list(phase.dilation), None, precision, None)
+        (top, left), (rows, cols) = phase.crop, phase.size
+        if len(phases) == 1 and stride == [1, 1] and (top, left) == (0, 0) and tuple(out.shape[2:]) == (rows, cols):
+            return out                                   # stride 1: the one convolution is dx
+        if grad_x is None:
+            fresh = torch.empty_like if covers_every_pixel(phases, stride) else torch.zeros_like
+            grad_x = fresh(x, memory_format=torch.channels_last)
+        grad_x[:, :, phase.offset[0]::stride[0], phase.offset[1]::stride[1]] = out[:, :, top:top + rows,
+                                                                                    left:left + cols]
+    return grad_x if grad_x is not None else torch.zeros_like(x, memory_format=torch.channels_last)
+
+
 def _conv2d_backward(ctx, grad):
     x, w, bias, output = ctx.saved_tensors
     stride, padding, dilation, activation, precision, has_bias = ctx.options
@@ -189,18 +212,8 @@ def _conv2d_backward(ctx, grad):
     grad_x = grad_w = None
     read = (slice(None), slice(None), slice(None, None, stride[0]), slice(None, None, stride[1]))
     if ctx.needs_input_grad[0]:
-        as_conv = data_gradient_as_conv(taps, stride, padding, dilation) if on_kgen else None
-        if as_conv is not None:       # dy convolved with the weights flipped and transposed
-            flipped = w.transpose(0, 1).flip(2, 3).contiguous(memory_format=torch.channels_last)
-            grad_x = _conv2d(g.contiguous(memory_format=torch.channels_last), flipped, None, [1, 1],
-                             list(as_conv[0]), list(as_conv[1]), None, precision, None)
-        elif on_kgen and pointwise(taps, stride, padding):     # a 1x1 convolution, to the pixels read
-            transposed = w.transpose(0, 1).contiguous(memory_format=torch.channels_last)
-            grad_x = torch.zeros_like(x, memory_format=torch.channels_last)
-            grad_x[read] = _conv2d(g.contiguous(memory_format=torch.channels_last), transposed, None, [1, 1],
-                                   [0, 0], [1, 1], None, precision, None)
-        else:
-            grad_x = torch.nn.grad.conv2d_input(x.shape, w, g, stride, padding, dilation)
+        grad_x = _data_gradient(x, w, g, stride, padding, dilation, precision) if on_kgen else \
+            torch.nn.grad.conv2d_input(x.shape, w, g, stride, padding, dilation)
     if ctx.needs_input_grad[1]:
         if on_kgen and weight_gradient_is_gemm(taps, stride, padding):   # dW = dy^T x over the pixels read
             k, c = w.shape[0], w.shape[1]
@@ -219,8 +232,9 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, activation=None, *,
            precision=None, dtype=None):
     """``kgen.conv2d`` as the custom operator (functional form only)."""
     if out is not None or dtype is not None:
-        raise InputError("inside torch.compile, kgen.conv2d returns a new tensor and reads the tensors' dtype: "
-                         "out and dtype are not taken", remedy="leave out and dtype unset")
+        raise InputError("in PyTorch's graph (torch.compile, or autograd recording), kgen.conv2d returns a new "
+                         "tensor and reads the tensors' dtype: out and dtype are not taken",
+                         remedy="leave out and dtype unset, or call it under torch.no_grad()")
     return _conv2d(x, w, bias, _pair(stride), _pair(padding), _pair(dilation), activation, precision,
                    _as_dtype(out_dtype, None) if out_dtype else None)
 
@@ -286,13 +300,14 @@ _rmsnorm.register_autograd(_rmsnorm_backward, setup_context=_rmsnorm_setup)
 def softmax(x, axis=-1, *, out=None, dtype=None):
     """``kgen.softmax`` as the custom operator (over the last axis, a new tensor)."""
     if out is not None or dtype is not None or axis not in (-1, x.dim() - 1):
-        raise InputError("inside torch.compile, kgen.softmax runs over the last axis into a new tensor",
-                         remedy="pass axis=-1 and no out or dtype")
+        raise InputError("in PyTorch's graph (torch.compile, or autograd recording), kgen.softmax runs over the "
+                         "last axis into a new tensor", remedy="pass axis=-1 and no out or dtype")
     return _softmax(x)
 
 
 def rmsnorm(x, weight, eps: float = 1e-6, *, out=None, dtype=None):
     """``kgen.rmsnorm`` as the custom operator (a new tensor)."""
     if out is not None or dtype is not None:
-        raise InputError("inside torch.compile, kgen.rmsnorm returns a new tensor", remedy="pass no out or dtype")
+        raise InputError("in PyTorch's graph (torch.compile, or autograd recording), kgen.rmsnorm returns a new "
+                         "tensor", remedy="pass no out or dtype")
     return _rmsnorm(x, weight, float(eps))

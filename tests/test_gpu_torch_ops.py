@@ -5,6 +5,8 @@ inputs."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -63,8 +65,8 @@ def test_batched_gemm_gradients_with_a_shared_weight():
     assert _relerr(w.grad, (x.double().transpose(1, 2) @ grad.double()).sum(0)) < 2e-2
 
 
-@pytest.mark.parametrize("window, stride, padding", [(3, 2, 1), (3, 1, 1), (1, 1, 0), (1, 2, 0)])   # from the 2nd: kgen's
-def test_conv2d_compiled_and_its_gradients(window, stride, padding):                      # gradient kernels
+@pytest.mark.parametrize("window, stride, padding", [(3, 2, 1), (3, 1, 1), (1, 1, 0), (1, 2, 0)])
+def test_conv2d_compiled_and_its_gradients(window, stride, padding):
     x = _rand(2, 64, 15, 15).to(memory_format=torch.channels_last).requires_grad_()
     w = _rand(32, 64, window, window, seed=1).to(memory_format=torch.channels_last).requires_grad_()
     bias = _rand(32, seed=2, requires_grad=True)
@@ -79,6 +81,13 @@ def test_conv2d_compiled_and_its_gradients(window, stride, padding):            
     pre.backward(grad.double() * (y > 0).double())      # through the kernel's own relu mask
     for got, ref in ((x.grad, xd.grad), (w.grad, wd.grad), (bias.grad, bd.grad)):
         assert _relerr(got, ref) < 3e-2
+    by_kgen, x.grad = x.grad.clone(), None
+    os.environ["KGEN_CONV_GRADIENTS"] = "torch"       # eager (a compiled backward keeps what it traced):
+    try:                                              # PyTorch's gradients, the same within rounding
+        kgen.conv2d(x, w, bias, stride=stride, padding=padding, activation="relu").backward(grad)
+    finally:
+        del os.environ["KGEN_CONV_GRADIENTS"]
+    assert _relerr(by_kgen, x.grad) < 3e-2
 
 
 def test_softmax_and_rmsnorm_compiled_with_gradients():

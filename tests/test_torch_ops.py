@@ -93,7 +93,8 @@ def test_conv2d_fake_matches_pytorch_geometry(stride, padding, dilation):
 def test_compiled_function_has_no_graph_break():
     """kgen's functions traced by torch.compile(fullgraph=True): each is one custom operator."""
     def step(a, b, bias, x, w, h, g):
-        return (kgen.gemm(a, b, bias=bias, activation="gelu"), kgen.conv2d(x, w, stride=2, padding=1, activation="relu"),
+        return (kgen.gemm(a, b, bias=bias, activation="gelu"),
+                kgen.conv2d(x, w, stride=2, padding=1, activation="relu"),
                 kgen.softmax(h), kgen.rmsnorm(h, g, 1e-5))
 
     graphs = []
@@ -120,8 +121,19 @@ def test_backward_shapes_on_meta_tensors():
     assert a.grad.shape == a.shape and b.grad.shape == b.shape and bias.grad.shape == bias.shape
 
 
-def test_not_compiling_outside_torch_compile():
-    assert not caller.torch_compiling()
+def test_autograd_or_a_compile_sends_a_call_to_the_operators():
+    plain, tracked = torch.empty(4, 4, **META), torch.empty(4, 4, **META, requires_grad=True)
+    assert not caller.torch_graph_call(plain, None, object())
+    assert caller.torch_graph_call(plain, tracked)
+    with torch.no_grad():
+        assert not caller.torch_graph_call(tracked)
+    out = kgen.gemm(tracked, plain, activation="relu")      # eager, recorded by autograd
+    assert out.grad_fn is not None and out.shape == (4, 4)
+    out.float().sum().backward()
+    assert tracked.grad.shape == (4, 4)
+    assert kgen.softmax(tracked).grad_fn is not None and kgen.rmsnorm(plain, tracked[0], 1e-5).grad_fn is not None
+    with pytest.raises(InputError, match="autograd"):
+        kgen.gemm(tracked, plain, torch.empty(4, 4, **META), beta=1.0)
 
 
 def test_traced_forms_refuse_what_a_graph_cannot_hold():
@@ -157,21 +169,22 @@ def test_gemm_backward(cpu_kernels, activation, shapes):
                                     (a, b, bias))
 
 
-CONV_CASES = [  # window, stride, padding, dilation, (data, weight) gradients by kgen's kernels
-    ((3, 2), (2, 1), 1, (1, 2), (False, False)),
-    ((3, 2), 1, 1, (1, 2), (True, False)),
-    ((3, 3), 1, (0, 2), (2, 1), (True, False)),
-    ((3, 3), 1, 3, 1, (False, False)),          # more padding than the window reaches
-    ((1, 1), 1, 0, 1, (True, True)),
-    ((1, 1), 2, 0, 1, (True, True)),
-    ((1, 1), (2, 3), 0, 1, (True, True)),
-    ((1, 1), 1, 1, 1, (False, False)),          # padded past its window: PyTorch's
+CONV_CASES = [  # window, stride, padding, dilation, kgen convolutions in the data gradient, weight gradient by GEMM
+    ((3, 2), (2, 1), 1, (1, 2), 2, False),
+    ((3, 2), 1, 1, (1, 2), 1, False),
+    ((3, 3), 1, (0, 2), (2, 1), 1, False),
+    ((3, 3), 1, 3, 1, 1, False),                # more padding than the window reaches: cropped
+    ((3, 3), 2, 1, 1, 4, False),
+    ((1, 1), 1, 0, 1, 1, True),
+    ((1, 1), 2, 0, 1, 1, True),                 # three phases no tap reaches
+    ((1, 1), (2, 3), 0, 1, 1, True),
+    ((1, 1), 1, 1, 1, 1, False),
 ]
 
-
 @pytest.mark.parametrize("activation", [None, "gelu"])
-@pytest.mark.parametrize("window, stride, padding, dilation, on_kgen", CONV_CASES)
-def test_conv2d_backward(cpu_kernels, monkeypatch, activation, window, stride, padding, dilation, on_kgen):
+@pytest.mark.parametrize("window, stride, padding, dilation, data_convs, weight_gemm", CONV_CASES)
+def test_conv2d_backward(cpu_kernels, monkeypatch, activation, window, stride, padding, dilation, data_convs,
+                         weight_gemm):
     import kgen.ops.conv
     import kgen.ops.gemm
 
@@ -191,7 +204,7 @@ def test_conv2d_backward(cpu_kernels, monkeypatch, activation, window, stride, p
     calls.update(conv=0, gemm=0)
     step(x, w, bias).sum().backward()
     forward_convs = 1 + (activation == "gelu")              # gelu's backward recomputes the pre-activation
-    assert (calls["conv"] - forward_convs, calls["gemm"]) == tuple(int(k) for k in on_kgen)
+    assert (calls["conv"] - forward_convs, calls["gemm"]) == (data_convs, int(weight_gemm))
     monkeypatch.setenv("KGEN_CONV_GRADIENTS", "torch")
     calls.update(conv=0, gemm=0)
     step(x, w, bias).sum().backward()

@@ -197,11 +197,17 @@ def set_custom_ops(provider) -> None:
     _custom_ops_provider = provider
 
 
-def torch_compiling() -> bool:
-    """Whether ``torch.compile`` is tracing this call: the operation then hands it to its
-    custom operator (``custom_op``), which the compiled graph calls."""
+def torch_graph_call(*arrays) -> bool:
+    """Whether the call belongs in PyTorch's graph: ``torch.compile`` is tracing it, or autograd
+    records it (a tensor that requires grad, grad mode on). The operation then hands it to its
+    custom operator (``custom_op``), which has a backward and which a compiled graph calls."""
     torch = sys.modules.get("torch")
-    return torch is not None and torch.compiler.is_compiling()
+    if torch is None:
+        return False
+    for x in arrays:           # (a loop, not any(): this runs on every call of every operation)
+        if getattr(x, "requires_grad", False):
+            return torch.is_grad_enabled() or torch.compiler.is_compiling()
+    return torch.compiler.is_compiling()
 
 
 def custom_op(name: str):

@@ -19,7 +19,7 @@ from kgen.errors import DeviceError, DtypeError, InputError, LayoutError, ShapeE
 from kgen.kernels.conv.problem import DTYPES, check_precision, conv2d_problem, geometry
 from kgen.kernels.gemm.dtypes import checked_output, epilogue_name
 from kgen.ops.caller import (caller_array, check_no_overlap, custom_op, output_array, result_array, returned,
-                             same_device, torch_compiling)
+                             same_device, torch_graph_call)
 from kgen.ops.launch import launch_family, pointer
 
 _TO_CHANNELS_LAST = (0, 2, 3, 1)      # a PyTorch NCHW-shaped tensor's dims in NHWC order
@@ -61,8 +61,9 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, activation: str | N
     form); ``bias``: one value per output channel, in the output's dtype; ``out_dtype``:
     float32 output of half inputs; ``precision="tf32"`` lets float32 inputs run on the tensor
     cores as tf32; ``dtype="bfloat16"`` says CuPy uint16 arrays hold bfloat16. Inside
-    ``torch.compile`` the call is the custom operator ``torch.ops.kgen.conv2d`` (``kgen.torch``)."""
-    if torch_compiling():
+    ``torch.compile``, or where autograd records it, the call is the custom operator
+    ``torch.ops.kgen.conv2d`` (``kgen.torch``)."""
+    if torch_graph_call(x, w, bias):
         return custom_op("conv2d")(x, w, bias, stride, padding, dilation, activation, out=out, out_dtype=out_dtype,
                                    precision=precision, dtype=dtype)
     torch_caller = type(x).__module__.startswith("torch")

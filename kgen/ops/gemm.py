@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from kgen.dispatch import default_dispatcher
 from kgen.measure.arg_pack import cupy_ndarray
 from kgen.ops import gemm_batched, gemm_simt, gemm_tc
-from kgen.ops.caller import custom_op, torch_compiling
+from kgen.ops.caller import custom_op, torch_graph_call
 
 
 def _ndim(x) -> int:
@@ -41,10 +41,10 @@ def gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, *, bias=None, acti
     >>> # a = cupy.random.rand(512, 256, dtype=cupy.float32); b = cupy.random.rand(256, 128, dtype=cupy.float32)
     >>> # cupy.allclose(kgen.gemm(a, b), a @ b, rtol=1e-4)
 
-    Inside ``torch.compile`` the call is the custom operator ``torch.ops.kgen.gemm``
-    (``kgen.torch``): one node of the graph, with a backward.
+    Inside ``torch.compile``, or where autograd records it, the call is the custom operator
+    ``torch.ops.kgen.gemm`` (``kgen.torch``): one node of the graph, with a backward.
     """
-    if torch_compiling():
+    if torch_graph_call(a, b, bias):
         return custom_op("gemm")(a, b, c, alpha, beta, bias=bias, activation=activation, precision=precision,
                                  dtype=dtype, out_dtype=out_dtype)
     if _ndim(a) > 2 or _ndim(b) > 2:

@@ -20,7 +20,7 @@ from kgen.kernels.memory.elements import DTYPES
 from kgen.kernels.memory.rownorm import rownorm_problem
 from kgen.kernels.memory.family import rows_cols
 from kgen.ops.caller import (CallerArray, caller_array, custom_op, output_array, result_array, returned, same_device,
-                             torch_compiling)
+                             torch_graph_call)
 from kgen.ops.launch import launch_family, pointer
 
 
@@ -58,8 +58,9 @@ def softmax(x, axis: int | None = -1, *, out=None, dtype: str | None = None):
     """``exp(x - max) / sum(exp(x - max))`` over the last axis (``axis=None``: over every
     element), in float, stable for any values: a row holding NaN or +Inf, or only -Inf,
     gives NaN. ``dtype="bfloat16"`` says CuPy uint16 arrays hold bfloat16. Inside
-    ``torch.compile`` the call is the custom operator ``torch.ops.kgen.softmax`` (``kgen.torch``)."""
-    if torch_compiling():
+    ``torch.compile``, or where autograd records it, the call is the custom operator
+    ``torch.ops.kgen.softmax`` (``kgen.torch``)."""
+    if torch_graph_call(x):
         return custom_op("softmax")(x, axis, out=out, dtype=dtype)
     a = caller_array(x, "x", DTYPES, dtype)
     _check_axis(axis, len(a.shape), "softmax")
@@ -69,9 +70,9 @@ def softmax(x, axis: int | None = -1, *, out=None, dtype: str | None = None):
 def rmsnorm(x, weight, eps: float = 1e-6, *, out=None, dtype: str | None = None):
     """``x * rsqrt(mean(x^2) + eps) * weight`` over the last axis, in float; ``weight`` holds
     one value per element of a row, in x's dtype. ``dtype="bfloat16"`` says CuPy uint16
-    arrays hold bfloat16. Inside ``torch.compile`` the call is the custom operator
-    ``torch.ops.kgen.rmsnorm`` (``kgen.torch``)."""
-    if torch_compiling():
+    arrays hold bfloat16. Inside ``torch.compile``, or where autograd records it, the call is
+    the custom operator ``torch.ops.kgen.rmsnorm`` (``kgen.torch``)."""
+    if torch_graph_call(x, weight):
         return custom_op("rmsnorm")(x, weight, eps, out=out, dtype=dtype)
     a = caller_array(x, "x", DTYPES, dtype)
     w = caller_array(weight, "weight", DTYPES, dtype)

@@ -1,49 +1,81 @@
 """A convolution's gradients as the forward kernels kgen has, where they are such.
 
-For ``y = conv2d(x, w)`` with stride 1 on an axis, the data gradient is a convolution of
-``dy`` with the weights flipped along R and S and their K and C swapped, padded by
-``dilation * (taps - 1) - padding`` (which must not be negative) at the same dilation: every
-input pixel gathers the output pixels its taps reached. A 1x1 convolution with no padding is a
-GEMM over the pixels it reads (every ``stride``-th one), so its data gradient is the 1x1
-convolution of dy with the transposed weights, written to those pixels (the others are zero),
-and its weight gradient one GEMM, ``dW[K, C] = dy[NPQ, K]^T @ x[N, ::sh, ::sw, C]``. Other
-cases (larger windows with strides, the weight gradient of larger windows) are not forward
-convolutions or GEMMs without materialising something: the caller computes them otherwise.
+The data gradient of ``y = conv2d(x, w)`` is forward convolutions of ``dy``. Along one axis
+(stride S, padding P, dilation D), the input rows ``h = S*i + a`` of one phase ``a`` in
+0..S-1 receive from the window taps ``r`` with ``D*r = a + P (mod S)``, each from output row
+``i + (a + P - D*r) / S``; those offsets are evenly spaced, so the phase is a correlation of
+dy with the window cut to those taps (in reverse order: the flip), at dilation
+``D / gcd(S, D)``, K and C swapped, padded and cropped to the phase's rows. At stride 1 that is
+one convolution, padded by ``D*(R-1) - P``; at stride S the S*S phases are convolutions whose
+results go to every S-th pixel (a phase no tap reaches is zero).
 
->>> data_gradient_as_conv((3, 3), (1, 1), (1, 1), (1, 1))
-((1, 1), (1, 1))
->>> data_gradient_as_conv((3, 3), (2, 2), (1, 1), (1, 1)) is None     # a strided convolution
-True
+A 1x1 convolution with no padding is a GEMM over the pixels it reads (every stride-th one), so
+its weight gradient is one GEMM, ``dW[K, C] = dy[NPQ, K]^T @ x[N, ::sh, ::sw, C]``. The weight
+gradient of larger windows is not a forward convolution or a GEMM without materialising the
+image's columns: the caller computes it otherwise.
+
+>>> data_gradient_phases((3, 3), (1, 1), (1, 1), (1, 1), (8, 8), (8, 8))[0]
+Phase(offset=(0, 0), taps=((2, 1, 0), (2, 1, 0)), padding=(1, 1), dilation=(1, 1), crop=(0, 0), size=(8, 8))
+>>> [p.taps for p in data_gradient_phases((3, 3), (2, 2), (1, 1), (1, 1), (8, 8), (4, 4))]
+[((1,), (1,)), ((1,), (2, 0)), ((2, 0), (1,)), ((2, 0), (2, 0))]
 >>> weight_gradient_is_gemm((1, 1), (2, 2), (0, 0))
-True
->>> pointwise((1, 1), (2, 2), (0, 0))
 True
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import Sequence
 
 
-def pointwise(taps: Sequence[int], stride: Sequence[int], padding: Sequence[int]) -> bool:
-    """Whether the convolution is a GEMM over the pixels it reads (1x1 window, no padding, any
-    stride): its data gradient is a 1x1 convolution scattered to every stride-th pixel."""
-    return all(t == 1 for t in taps) and all(p == 0 for p in padding)
+@dataclass(frozen=True)
+class Phase:
+    """The pixels ``dx[:, offset[0]::stride_h, offset[1]::stride_w]`` of a data gradient: the
+    convolution of dy (stride 1) with the window taps ``taps`` (rows, then columns, in this
+    order) of the weights, K and C swapped, at ``padding`` and ``dilation``, its output cropped
+    from ``crop`` to ``size``."""
+
+    offset: tuple[int, int]
+    taps: tuple[tuple[int, ...], tuple[int, ...]]
+    padding: tuple[int, int]
+    dilation: tuple[int, int]
+    crop: tuple[int, int]
+    size: tuple[int, int]
 
 
-def data_gradient_as_conv(taps: Sequence[int], stride: Sequence[int], padding: Sequence[int],
-                          dilation: Sequence[int]) -> tuple[tuple[int, int], tuple[int, int]] | None:
-    """(padding, dilation) of the convolution of dy with the flipped, transposed weights that
-    gives dx; None where there is none (a stride above 1, or more padding than the window
-    reaches; a strided ``pointwise`` convolution has its own)."""
-    if any(s != 1 for s in stride):
+def _axis_phase(a: int, window: int, stride: int, pad: int, dilation: int, in_size: int, out_size: int):
+    """(taps, padding, dilation, crop, size) of phase ``a`` along one axis; None where no tap
+    reaches it or it holds no pixel."""
+    size = -(-(in_size - a) // stride)                 # rows S*i + a below in_size
+    taps = [r for r in range(window) if (a + pad - dilation * r) % stride == 0]
+    if size <= 0 or not taps:
         return None
-    pads = tuple(d * (t - 1) - p for t, p, d in zip(taps, padding, dilation))
-    if any(p < 0 for p in pads):
-        return None
-    return (pads[0], pads[1]), (dilation[0], dilation[1])
+    taps.reverse()                                     # by output row offset, ascending
+    step = dilation // math.gcd(stride, dilation)      # the offsets' spacing
+    first = (a + pad - dilation * taps[0]) // stride   # the smallest output row offset
+    span = step * (len(taps) - 1)
+    padding = max(0, -first, size + first + span - out_size)
+    return tuple(taps), padding, step, first + padding, size
+
+
+def data_gradient_phases(window: Sequence[int], stride: Sequence[int], padding: Sequence[int],
+                         dilation: Sequence[int], in_size: Sequence[int], out_size: Sequence[int]) -> list[Phase]:
+    """The phases of the data gradient that some tap reaches (the others are zero), each a
+    stride-1 convolution of dy; ``in_size`` is x's (H, W), ``out_size`` y's (P, Q)."""
+    rows = [(a, _axis_phase(a, window[0], stride[0], padding[0], dilation[0], in_size[0], out_size[0]))
+            for a in range(stride[0])]
+    cols = [(b, _axis_phase(b, window[1], stride[1], padding[1], dilation[1], in_size[1], out_size[1]))
+            for b in range(stride[1])]
+    return [Phase((a, b), (row[0], col[0]), (row[1], col[1]), (row[2], col[2]), (row[3], col[3]), (row[4], col[4]))
+            for a, row in rows if row is not None for b, col in cols if col is not None]
+
+
+def covers_every_pixel(phases: Sequence[Phase], stride: Sequence[int]) -> bool:
+    """Whether the phases write every pixel of dx (else the rest must be zeroed first)."""
+    return len(phases) == stride[0] * stride[1]
 
 
 def weight_gradient_is_gemm(taps: Sequence[int], stride: Sequence[int], padding: Sequence[int]) -> bool:
-    """Whether the weight gradient is the one GEMM dy^T x over the pixels read (``pointwise``)."""
-    return pointwise(taps, stride, padding)
+    """Whether the weight gradient is the one GEMM dy^T x over the pixels read (1x1, no padding)."""
+    return all(t == 1 for t in taps) and all(p == 0 for p in padding)
