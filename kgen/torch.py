@@ -176,15 +176,17 @@ def _conv2d_setup(ctx, inputs, output):
     ctx.save_for_backward(x, w, bias, output if activation == "relu" else None)
 
 
-def _data_gradient(x, w, g, stride, padding, dilation, precision):
-    """dx as kgen convolutions of dy, one per phase of the strides (kgen.kernels.conv.gradients)."""
-    phases = data_gradient_phases(w.shape[2:], stride, padding, dilation, x.shape[2:], g.shape[2:])
-    g = g.contiguous(memory_format=torch.channels_last)
+def data_gradient(x, w, dy, stride=1, padding=0, dilation=1, precision=None):
+    """dx of ``y = conv2d(x, w)`` given ``dy``, by kgen's convolutions of dy, one per phase of the
+    stride (``kgen.kernels.conv.gradients``); channels-last, x's shape."""
+    stride, padding, dilation = _pair(stride), _pair(padding), _pair(dilation)
+    phases = data_gradient_phases(w.shape[2:], stride, padding, dilation, x.shape[2:], dy.shape[2:])
+    dy = dy.contiguous(memory_format=torch.channels_last)
     grad_x = None
     for phase in phases:
         taps = w[:, :, list(phase.taps[0])][:, :, :, list(phase.taps[1])]
         sub = taps.transpose(0, 1).contiguous(memory_format=torch.channels_last)
-        out = _conv2d(g, sub, None, [1, 1], list(phase.padding), list(phase.dilation), None, precision, None)
+        out = _conv2d(dy, sub, None, [1, 1], list(phase.padding), list(phase.dilation), None, precision, None)
         (top, left), (rows, cols) = phase.crop, phase.size
         if len(phases) == 1 and stride == [1, 1] and (top, left) == (0, 0) and tuple(out.shape[2:]) == (rows, cols):
             return out                                   # stride 1: the one convolution is dx
@@ -194,6 +196,18 @@ def _data_gradient(x, w, g, stride, padding, dilation, precision):
         grad_x[:, :, phase.offset[0]::stride[0], phase.offset[1]::stride[1]] = out[:, :, top:top + rows,
                                                                                     left:left + cols]
     return grad_x if grad_x is not None else torch.zeros_like(x, memory_format=torch.channels_last)
+
+
+def weight_gradient(x, w, dy, stride=1, padding=0, dilation=1, precision=None):
+    """dW of ``y = conv2d(x, w)`` given ``dy``: one kgen GEMM over the pixels read where the window
+    is 1x1 with no padding (``dW[K, C] = dy^T x``), else PyTorch's (cuDNN)."""
+    stride, padding, dilation = _pair(stride), _pair(padding), _pair(dilation)
+    if not weight_gradient_is_gemm(w.shape[2:], stride, padding):
+        return torch.nn.grad.conv2d_weight(x, w.shape, dy, stride, padding, dilation)
+    k, c = w.shape[0], w.shape[1]
+    pixels_x = x[:, :, ::stride[0], ::stride[1]].permute(0, 2, 3, 1).reshape(-1, c)
+    pixels_g = dy.permute(0, 2, 3, 1).reshape(-1, k)
+    return _gemm(pixels_g.t(), pixels_x, None, None, precision, None, 1.0).reshape(k, c, 1, 1)
 
 
 def _conv2d_backward(ctx, grad):
@@ -208,20 +222,13 @@ def _conv2d_backward(ctx, grad):
     grad_bias = g.sum(dim=(0, 2, 3)).to(bias.dtype) if has_bias else None
     g = g.to(x.dtype)
     on_kgen = knobs.conv_gradients == "kgen"
-    taps = (w.shape[2], w.shape[3])
     grad_x = grad_w = None
-    read = (slice(None), slice(None), slice(None, None, stride[0]), slice(None, None, stride[1]))
     if ctx.needs_input_grad[0]:
-        grad_x = _data_gradient(x, w, g, stride, padding, dilation, precision) if on_kgen else \
+        grad_x = data_gradient(x, w, g, stride, padding, dilation, precision) if on_kgen else \
             torch.nn.grad.conv2d_input(x.shape, w, g, stride, padding, dilation)
     if ctx.needs_input_grad[1]:
-        if on_kgen and weight_gradient_is_gemm(taps, stride, padding):   # dW = dy^T x over the pixels read
-            k, c = w.shape[0], w.shape[1]
-            pixels_x = x[read].permute(0, 2, 3, 1).reshape(-1, c)
-            pixels_g = g.permute(0, 2, 3, 1).reshape(-1, k)
-            grad_w = _gemm(pixels_g.t(), pixels_x, None, None, precision, None, 1.0).reshape(k, c, 1, 1)
-        else:
-            grad_w = torch.nn.grad.conv2d_weight(x, w.shape, g, stride, padding, dilation)
+        grad_w = weight_gradient(x, w, g, stride, padding, dilation, precision) if on_kgen else \
+            torch.nn.grad.conv2d_weight(x, w.shape, g, stride, padding, dilation)
     return grad_x, grad_w, grad_bias, None, None, None, None, None, None
 
 

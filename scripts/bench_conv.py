@@ -12,6 +12,9 @@ Rows (one per case): op ("fprop"), n, h, w, c, k, r, s, stride, padding, dilatio
 epilogue, kgen_ms, baselines ({"cudnn": ms}), tflops (kgen's), speedup (cuDNN ms / kgen ms),
 or for batched GEMMs (suite "bmm": ``kgen.gemm`` on 3-D tensors against ``torch.matmul``) op
 ("bmm"), batch, m, n, k, layout, dtype, kgen_ms, baselines ({"cublas": ms}), tflops, speedup;
+suite "backward" (ResNet-50's layers at batch 64 but the stem): op "dgrad" (``kgen.torch.
+data_gradient`` against cuDNN's ``torch.nn.grad.conv2d_input``) for each, op "wgrad"
+(``kgen.torch.weight_gradient``: one GEMM) against ``conv2d_weight`` for the 1x1 ones;
 family, config and how dispatch chose it (tuned, model, default), ok (within tolerance of float64),
 error.
 """
@@ -61,7 +64,7 @@ BMM = [
     (32, 1024, 1024, 128, "NT"), (32, 1024, 128, 1024, "NN"), (8, 1024, 1024, 64, "NT"),
     (8, 512, 1024, 1024, "NN"), (8, 2048, 2048, 2048, "NN"), (16, 1024, 4096, 1024, "NN"),
 ]
-SUITES = ("resnet50-b64", "resnet50-b1", "odd", "epilogue", "tf32", "bmm")
+SUITES = ("resnet50-b64", "resnet50-b1", "odd", "epilogue", "tf32", "bmm", "backward")
 FIELDS = ("n", "h", "w", "c", "k", "r", "s", "stride", "padding", "dilation")
 
 
@@ -87,6 +90,13 @@ def _cases(quick: bool, suites: set[str]) -> list[dict]:
     for shape in (_resnet(64, RESNET50[2]), _resnet(64, RESNET50[16]), ODD[0]):
         add(shape, "epilogue", "float16", "bias_relu")
     add(_resnet(64, RESNET50[10]), "tf32", "float32")
+    if "backward" in suites:
+        for layer in layers[1:]:                        # the stem: its input needs no gradient
+            shape = _resnet(64, layer)
+            cases.append(dict(zip(FIELDS, shape), dtype="bfloat16", epilogue="none", suite="backward", op="dgrad"))
+            if layer[4] == layer[5] == 1:
+                cases.append(dict(zip(FIELDS, shape), dtype="bfloat16", epilogue="none", suite="backward",
+                                  op="wgrad"))
     if "bmm" in suites:
         for batch, m, n, k, layout in (BMM[::3] if quick else BMM):
             cases.append(dict(op="bmm", batch=batch, m=m, n=n, k=k, layout=layout, dtype="bfloat16", suite="bmm"))
@@ -130,6 +140,47 @@ def bench_bmm(case: dict, args, torch, kgen, flush, log) -> dict:
     row["cublas_tflops"] = flops / row["baselines"]["cublas"] / 1e9
     if "kgen_ms" in row:
         row["speedup"] = row["baselines"]["cublas"] / row["kgen_ms"]
+    return row
+
+
+def bench_gradient(case: dict, args, torch, kgen, flush, log) -> dict:
+    """A data or weight gradient of a bf16 layer: kgen.torch's against cuDNN's (torch.nn.grad)."""
+    import kgen.torch as kt
+
+    n, h, w_, c, k, r, s = (case[f] for f in FIELDS[:7])
+    kw = dict(stride=case["stride"], padding=case["padding"], dilation=case["dilation"])
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x = ((torch.rand((n, c, h, w_), device="cuda", generator=gen) * 2 - 1).to(torch.bfloat16)
+         .to(memory_format=torch.channels_last))
+    w = ((torch.rand((k, c, r, s), device="cuda", generator=gen) * 2 - 1) / math.sqrt(c * r * s)).to(torch.bfloat16)
+    w = w.to(memory_format=torch.channels_last)
+    y_shape = torch.nn.functional.conv2d(x[:1], w, None, **kw).shape
+    dy = ((torch.rand((n, *y_shape[1:]), device="cuda", generator=gen) * 2 - 1).to(torch.bfloat16)
+          .to(memory_format=torch.channels_last))
+    torch.backends.cudnn.benchmark = True
+    dgrad = case["op"] == "dgrad"
+    ours = (lambda: kt.data_gradient(x, w, dy, **kw)) if dgrad else (lambda: kt.weight_gradient(x, w, dy, **kw))
+    theirs = (lambda: torch.nn.grad.conv2d_input(x.shape, w, dy, **kw)) if dgrad else \
+        (lambda: torch.nn.grad.conv2d_weight(x, w.shape, dy, **kw))
+    row = dict(op=case["op"], **{f: case[f] for f in FIELDS}, dtype=case["dtype"], epilogue="none",
+               suite=case["suite"], baselines={}, ok=None, config="", how="")
+    flops = _flops(case)
+    try:
+        got = ours()
+        want = (torch.nn.grad.conv2d_input(x.shape, w.double(), dy.double(), **kw) if dgrad else
+                torch.nn.grad.conv2d_weight(x.double(), w.shape, dy.double(), **kw))
+        err = float((got.double() - want).abs().max() / want.abs().max().clamp(min=1e-30))
+        row["error_vs_float64"], row["ok"] = err, err <= 1e-2
+        row["kgen_ms"] = median_ms(ours, args.runs, flush)
+        row["tflops"] = flops / row["kgen_ms"] / 1e9
+    except Exception as exc:
+        row["error"] = f"{type(exc).__name__}: {exc}"[:500]
+        log(f"  kgen failed: {row['error']}")
+    theirs()
+    row["baselines"]["cudnn"] = median_ms(theirs, args.runs, flush)
+    row["cudnn_tflops"] = flops / row["baselines"]["cudnn"] / 1e9
+    if "kgen_ms" in row:
+        row["speedup"] = row["baselines"]["cudnn"] / row["kgen_ms"]
     return row
 
 
@@ -241,7 +292,8 @@ def main(argv=None) -> int:
     for case in _cases(args.quick, suites):
         start = time.perf_counter()
         bmm = case.get("op") == "bmm"
-        row = (bench_bmm if bmm else bench_case)(case, args, torch, kgen, flush, print)
+        bench = {"bmm": bench_bmm, "dgrad": bench_gradient, "wgrad": bench_gradient}.get(case.get("op"), bench_case)
+        row = bench(case, args, torch, kgen, flush, print)
         rows.append(row)
         shape = " ".join(f"{f}={row[f]}" for f in (("batch", "m", "n", "k", "layout") if bmm else FIELDS))
         print(f"{case['dtype']:8s} {shape:72s} kgen {row.get('kgen_ms', float('nan')):.4f} ms "
@@ -250,7 +302,7 @@ def main(argv=None) -> int:
               f"| x{row.get('speedup', float('nan')):.2f} ok={row['ok']} [{time.perf_counter() - start:.0f} s]",
               flush=True)
         out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")     # kept as it grows
-        if args.keys:
+        if args.keys and case.get("op") not in ("dgrad", "wgrad"):
             for problem in _bmm_problems(case) if bmm else _candidates(case):
                 with Path(f"{args.keys}.{problem.family}.txt").open("a") as keys:
                     keys.write(problem.key + "\n")
