@@ -136,10 +136,17 @@ def bench_bmm(case: dict, args, torch, kgen, flush, log) -> dict:
         row["error"] = f"{type(exc).__name__}: {exc}"[:500]
         log(f"  kgen failed: {row['error']}")
     c = torch.empty((batch, m, n), device="cuda", dtype=torch.bfloat16)
-    row["baselines"]["cublas"] = median_ms(lambda: torch.matmul(a, b, out=c), args.runs, flush)
-    row["cublas_tflops"] = flops / row["baselines"]["cublas"] / 1e9
+    return _with_baseline(row, "cublas", lambda: torch.matmul(a, b, out=c), flops, args, flush)
+
+
+def _with_baseline(row: dict, name: str, fn, flops: float, args, flush) -> dict:
+    """``row`` with the baseline ``name`` timed beside kgen (after a warm-up call, where cuDNN
+    picks its algorithm), its TFLOP/s, and the speed-up over it."""
+    fn()
+    row["baselines"][name] = median_ms(fn, args.runs, flush)
+    row[f"{name}_tflops"] = flops / row["baselines"][name] / 1e9
     if "kgen_ms" in row:
-        row["speedup"] = row["baselines"]["cublas"] / row["kgen_ms"]
+        row["speedup"] = row["baselines"][name] / row["kgen_ms"]
     return row
 
 
@@ -176,12 +183,7 @@ def bench_gradient(case: dict, args, torch, kgen, flush, log) -> dict:
     except Exception as exc:
         row["error"] = f"{type(exc).__name__}: {exc}"[:500]
         log(f"  kgen failed: {row['error']}")
-    theirs()
-    row["baselines"]["cudnn"] = median_ms(theirs, args.runs, flush)
-    row["cudnn_tflops"] = flops / row["baselines"]["cudnn"] / 1e9
-    if "kgen_ms" in row:
-        row["speedup"] = row["baselines"]["cudnn"] / row["kgen_ms"]
-    return row
+    return _with_baseline(row, "cudnn", theirs, flops, args, flush)
 
 
 def _problem(case: dict):
@@ -262,12 +264,7 @@ def bench_case(case: dict, args, torch, kgen, flush, log) -> dict:
     except Exception as exc:                                     # a failure is a row, not the end of the run
         row["error"] = f"{type(exc).__name__}: {exc}"[:500]
         log(f"  kgen failed: {row['error']}")
-    cudnn()
-    row["baselines"]["cudnn"] = median_ms(cudnn, args.runs, flush)
-    row["cudnn_tflops"] = flops / row["baselines"]["cudnn"] / 1e9
-    if "kgen_ms" in row:
-        row["speedup"] = row["baselines"]["cudnn"] / row["kgen_ms"]
-    return row
+    return _with_baseline(row, "cudnn", cudnn, flops, args, flush)
 
 
 def main(argv=None) -> int:
