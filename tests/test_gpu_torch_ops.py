@@ -125,3 +125,11 @@ def test_cuda_graph_capture_replays_on_new_inputs():
     graph.replay()
     torch.cuda.synchronize()
     assert _relerr(c, a.double() @ b.double()) < 1e-2
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_eager_gemm_returns_a_tensor_of_every_dtype(dtype):
+    a, b = _rand(70, 50, dtype=dtype), _rand(50, 30, dtype=dtype, seed=1)
+    c = kgen.gemm(a, b)
+    assert isinstance(c, torch.Tensor) and c.dtype == dtype and c.device == a.device
+    assert _relerr(c, a.double() @ b.double()) < (2e-2 if dtype in (torch.float16, torch.bfloat16) else 1e-5)

@@ -109,6 +109,16 @@ def new_array(like: CallerArray, shape, dtype: str, launcher=None):
         return cupy.empty(tuple(shape), dtype=storage)
 
 
+def empty_output(launcher, torch_caller: bool, like, shape, dtype: str):
+    """A GEMM's new output, uninitialised: a PyTorch tensor on ``like``'s device for a PyTorch
+    caller, else the launcher's array (bfloat16 as uint16 bits)."""
+    if torch_caller:
+        import torch
+
+        return torch.empty(shape, dtype=getattr(torch, dtype), device=like.device)
+    return launcher.empty(shape, "uint16" if dtype == "bfloat16" else dtype, like=like)
+
+
 def output_array(out: Any, like: CallerArray, shape, dtype: str) -> CallerArray | None:
     """``out`` checked to take a result of ``shape`` and ``dtype`` in a call on ``like``: of the
     same library, writable (not JAX), dense; None when no ``out`` is given."""

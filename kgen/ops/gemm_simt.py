@@ -12,7 +12,9 @@ import numpy as np
 from kgen.kernels.gemm import rules
 from kgen.kernels.gemm.simt import argument_dims, scalar_type
 from kgen.kernels.gemm.operands import operand_layout, problem_from_operands
+from kgen.arrays import array_kind
 from kgen.measure.arg_pack import data_pointer
+from kgen.ops.caller import empty_output
 from kgen.problem import Problem
 from kgen.registry import get_spec
 from kgen.space import Config
@@ -31,6 +33,7 @@ class _Plan:
     how: str = ""             # how dispatch chose (kgen.dispatch.Choice.how)
     spans: tuple = (0, 0, 0)  # bytes A, B and C reach from their first element (aliasing checks)
     vendor: Any = None        # the vendor library's call, when dispatch chose it
+    torch: bool = False       # the caller's arrays are PyTorch tensors: so is a new output
 
 
 def _device_id(x) -> int | None:
@@ -55,7 +58,7 @@ def make_plan(dispatcher, a, b, c) -> _Plan:
     from kgen.arrays import describe
 
     problem, device = problem_from_operands(a, b, c)
-    plan = _Plan(problem)
+    plan = _Plan(problem, torch=array_kind(a) == "torch")
     if problem["m"] == 0 or problem["n"] == 0:
         return plan
     ai, bi = describe(a, "a"), describe(b, "b")
@@ -111,7 +114,7 @@ def call(dispatcher, a, b, c, alpha: float, beta: float, cupy_arrays: bool, ia):
         plan = dispatcher.plans[sig] = make_plan(dispatcher, a, b, c)
     if c is None:
         problem = plan.problem
-        c = dispatcher.launcher.empty((problem["m"], problem["n"]), problem["dtype"], like=a)
+        c = empty_output(dispatcher.launcher, plan.torch, a, (problem["m"], problem["n"]), problem["dtype"])
         pc = data_pointer(c)
         beta = 0.0
     elif rules.aliases(pc, plan.spans[2], ((pa, plan.spans[0]), (pb, plan.spans[1]))):

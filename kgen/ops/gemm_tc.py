@@ -21,7 +21,7 @@ from kgen.kernels.gemm.route import tensor_core_candidates, uses_tensor_cores
 from kgen.kernels.gemm.staging import Staging
 from kgen.kernels.gemm.dtypes import ITEMSIZE, allowed_outputs, epilogue_name
 from kgen.problem import Problem
-from kgen.ops.caller import to_jax, torch_stream
+from kgen.ops.caller import empty_output, to_jax, torch_stream
 
 
 @dataclass
@@ -140,14 +140,6 @@ def _view(x) -> tuple[tuple, int]:
     return ("cai", cai["shape"], cai["strides"], cai["typestr"], ptr & 15, getattr(dev, "id", dev)), ptr
 
 
-def _empty(dispatcher, kind: str, like, shape, dtype: str):
-    if kind == "torch":
-        import torch
-
-        return torch.empty(shape, dtype=getattr(torch, dtype), device=like.device)
-    return dispatcher.launcher.empty(shape, "uint16" if dtype == "bfloat16" else dtype, like=like)
-
-
 def call(dispatcher, a, b, c=None, alpha: float = 1.0, beta: float = 0.0, *, bias=None, activation=None,
          precision=None, dtype=None, out_dtype=None):
     """C = act(alpha * a @ b + beta * c + bias) on the tensor cores (see ``kgen.gemm``); None
@@ -163,8 +155,8 @@ def call(dispatcher, a, b, c=None, alpha: float = 1.0, beta: float = 0.0, *, bia
         return None
     problem = plan.problem
     if c is None:
-        c = _empty(dispatcher, "torch" if plan.kind == "torch" else "cai", a, (problem["m"], problem["n"]),
-                   problem["out_dtype"])
+        c = empty_output(dispatcher.launcher, plan.kind == "torch", a, (problem["m"], problem["n"]),
+                         problem["out_dtype"])
         pc = _view(c)[1]
         beta = 0.0
     elif rules.aliases(pc, plan.spans[2], ((pa, plan.spans[0]), (pb, plan.spans[1]))):

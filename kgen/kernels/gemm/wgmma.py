@@ -305,7 +305,7 @@ class GemmWgmma(TensorCoreGemm):
 
     def tensor_maps(self, problem: Problem, config: Config, a, b) -> tuple:
         """The two TmaDesc records for the kernel's operand arguments (``a`` / ``b``: the problem's
-        A and B as kgen.arrays.ArrayInfo, with ``ld`` their leading dimensions); an operand the
+        A and B, each a pointer and a leading dimension, ``_pointer_view``); an operand the
         kernel copies with cp.async gets an empty record."""
         size = ITEMSIZE[problem["dtype"]]
         arrays = {"a": a, "b": b}
