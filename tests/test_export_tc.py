@@ -116,6 +116,61 @@ def test_recipe_replays_kgens_own_arguments(fake_driver, index):
                for t, w in zip(replay.template(recipe), want))
 
 
+def _conv_cases():
+    from kgen.kernels.conv.problem import conv2d_problem
+
+    spec = get_spec("conv2d_wgmma")
+    out = []
+    for shape, stride, padding, dilation, dtype, epilogue in [
+            ((64, 56, 56, 64, 64, 3, 3), 1, 1, 1, "bfloat16", "none"), ((2, 14, 14, 256, 512, 3, 3), 2, 1, 1, "float16",
+                                                                       "bias_relu"),
+            ((1, 7, 7, 512, 2048, 1, 1), 1, 0, 1, "bfloat16", "bias"), ((4, 30, 20, 64, 96, 3, 3), 1, 2, 2,
+                                                                      "float32", "none")]:
+        problem = conv2d_problem(*shape, stride=stride, padding=padding, dilation=dilation, dtype=dtype,
+                                 epilogue=epilogue, family="conv2d_wgmma")
+        if spec.supports(problem, TARGET):
+            for config in [spec.default_config(problem, TARGET), *spec.space(problem, TARGET).sample(8, seed=1)]:
+                out.append((problem, config))
+    return out
+
+
+def _fake_im2col(ptr, dtype, nhwc, window, stride, padding, dilation, channels, pixels, swizzle):
+    return tma_encode.words_to_desc([ptr, *nhwc, *window, *stride, *padding, *dilation, channels, pixels, swizzle])
+
+
+@pytest.mark.parametrize("index", range(len(_conv_cases())))
+def test_conv_recipe_replays_kgens_own_arguments(fake_driver, monkeypatch, index):
+    problem, config = _conv_cases()[index]
+    monkeypatch.setattr(tma_encode, "encode_im2col", _fake_im2col)
+    spec = get_spec("conv2d_wgmma")
+    pointers = {"x": PA, "w": PB, "y": PC, "bias": PBIAS}
+    import kgen.kernels.conv.conv2d_wgmma as conv_module
+
+    real = wgmma_module.workspace_args           # kgen's own, on (DEVICE, STREAM) rather than CuPy's current ones
+    monkeypatch.setattr(conv_module, "workspace_args",
+                        lambda *a, **k: lambda stream=None, device=None: real(*a, **k)(STREAM, DEVICE))
+    monkeypatch.setattr(conv_module, "device_pointer", lambda value, name: value)
+    want = spec.args(problem, config, pointers)
+    recipe = json.loads(json.dumps(spec.arg_recipe(problem, config)))
+    got = replay.arguments(recipe, {name: (ptr, 0) for name, ptr in pointers.items()}, {}, DEVICE, STREAM)
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert _same(g, w), f"{config.name} on {problem.key}: argument {i}: {g!r} != {w!r}"
+
+
+def test_batched_recipe_fixes_the_leading_dimensions():
+    from kgen.kernels.gemm.batched import batched_problem, leading_dims
+
+    spec = get_spec("gemm_batched")
+    problem = batched_problem(8, 100, 72, 40, "bfloat16", "NT", "b", epilogue="bias")
+    config = spec.default_config(problem, TARGET)
+    build = spec.arg_builder(problem, config, leading_dims(problem))
+    want = build(PA, PB, PC, PBIAS, 1.0, 0.0)
+    got = replay.arguments(json.loads(json.dumps(spec.arg_recipe(problem, config))),
+                           {"a": (PA, 0), "b": (PB, 0), "c": (PC, 0), "bias": (PBIAS, 0)}, {})
+    assert all(_same(g, w) for g, w in zip(got, want)) and len(got) == len(want)
+
+
 def test_recipe_errors_name_what_is_missing():
     with pytest.raises(replay.RecipeError, match="'a'"):
         replay.arguments([{"pointer": "a"}], {}, {})
@@ -161,7 +216,7 @@ def test_package_holds_kernels_and_recipes(exported):
                                                            if k != "precision"}), TARGET).trusted(entry["values"]))))
     for helper in ("_replay.py", "_tma.py", "_launch.py", "_rules.py"):
         assert (summary.path / helper).is_file()
-    assert "cuda-bindings" in (out / "pyproject.toml").read_text()
+    assert ("cuda-bindings" in (out / "pyproject.toml").read_text()) == (family == "gemm_wgmma")
 
 
 def test_package_imports_in_a_bare_environment(exported, tmp_path):
@@ -239,3 +294,73 @@ def test_exported_module_gives_kgens_result(exported):
         err = float(cupy.abs(from_bf16(result) - exact).max() / cupy.abs(exact).max())
         assert err < 1e-2
     assert bool((got == again).all())
+
+
+GENERIC = {
+    "conv2d_wgmma": "conv2d_wgmma|c=512|dh=1|dtype=bfloat16|dw=1|epilogue=none|h=7|k=512|n=1|out_dtype=bfloat16|"
+                    "ph=1|pw=1|r=3|s=3|sh=1|sw=1|w=7",
+    "gemm_batched": "gemm_batched|align_a=8|align_b=8|batch=64|broadcast=none|dtype=bfloat16|epilogue=none|k=64|"
+                    "layout=NT|m=512|n=512|out_dtype=bfloat16|precision=native",
+}
+
+
+@pytest.mark.parametrize("family", sorted(GENERIC))
+def test_generic_runtime_exports_the_other_tensor_core_families(family, tmp_path):
+    from kgen.problem import Problem
+
+    listing = tmp_path / "problems.txt"
+    listing.write_text(GENERIC[family] + "\n")
+    name = f"pkg_{family}"
+    done = CliRunner().invoke(app, ["export", family, "-o", str(tmp_path), "--name", name, "--problems", str(listing),
+                                    "--device", "NVIDIA H100 80GB HBM3"])
+    assert done.exit_code == 0, done.output
+    table = json.loads((tmp_path / name / "table.json").read_text())
+    entry = table["problems"][GENERIC[family]]
+    spec = get_spec(family)
+    problem = Problem.from_key(GENERIC[family])
+    config = spec.space(problem, Target.h200("NVIDIA H100 80GB HBM3")).trusted(entry["values"])
+    assert entry["args"] == json.loads(json.dumps(spec.arg_recipe(problem, config)))
+    assert (tmp_path / name / "kernels" / f"{entry['config']}.cubin").stat().st_size > 1000
+    module = _module(tmp_path, name)
+    assert module.problems() == [GENERIC[family]]
+    with pytest.raises(module.ExportedError, match="was not passed"):
+        module.run(GENERIC[family], **{spec.outputs[0]: _fake(0x1000, (4,), (1,))})
+    sys.modules.pop(name, None)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("family", sorted(GENERIC))
+def test_generic_exports_give_kgens_result(family, tmp_path):
+    import cupy
+
+    import kgen
+    from kgen.kernels.gemm.tc import from_bf16, to_bf16
+    from kgen.problem import Problem
+
+    listing = tmp_path / "problems.txt"
+    listing.write_text(GENERIC[family] + "\n")
+    name = f"gpu_{family}"
+    done = CliRunner().invoke(app, ["export", family, "-o", str(tmp_path), "--name", name, "--problems", str(listing),
+                                    "--device", "NVIDIA H100 80GB HBM3"])
+    assert done.exit_code == 0, done.output
+    module = _module(tmp_path, name)
+    p = Problem.from_key(GENERIC[family])
+    rng = cupy.random.default_rng(3)
+
+    def rand(*shape):
+        return to_bf16(rng.random(shape, dtype=cupy.float32) - 0.5)
+
+    if family == "conv2d_wgmma":
+        x, w = rand(p["n"], p["h"], p["w"], p["c"]), rand(p["k"], p["r"], p["s"], p["c"])
+        want = kgen.conv2d(x, w, padding=(p["ph"], p["pw"]), dtype="bfloat16")
+        got = cupy.full(want.shape, 0xFFFF, dtype=cupy.uint16)
+        module.run(GENERIC[family], x=x, w=w, y=got)
+    else:
+        a, b = rand(p["batch"], p["m"], p["k"]), rand(p["batch"], p["n"], p["k"])       # layout NT: b read transposed
+        want = kgen.gemm(a, b.transpose(0, 2, 1), dtype="bfloat16")
+        got = cupy.full(want.shape, 0xFFFF, dtype=cupy.uint16)
+        module.run(GENERIC[family], a=a, b=b, c=got)
+    cupy.cuda.runtime.deviceSynchronize()
+    err = float(cupy.abs(from_bf16(got) - from_bf16(want)).max() / cupy.abs(from_bf16(want)).max())
+    assert err < 1e-2
+    sys.modules.pop(name, None)

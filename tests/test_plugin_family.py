@@ -164,7 +164,17 @@ def test_a_broken_or_unknown_family_is_a_typed_error(installed):
 
 
 def test_a_family_without_an_export_runtime_says_it_cannot_be_exported_yet(tmp_path):
-    out = CliRunner().invoke(app, ["export", "conv2d_wgmma", "-o", str(tmp_path)])
+    from kgen import KernelSpec
+
+    class Unexported(KernelSpec):
+        family = "toyunexported"
+        export_runtime = ""
+
+    registry.register(Unexported())
+    try:
+        out = CliRunner().invoke(app, ["export", "toyunexported", "-o", str(tmp_path)])
+    finally:
+        registry._REGISTRY.pop("toyunexported", None)
     assert out.exit_code == 2 and "cannot be exported yet" in out.output
 
 

@@ -40,7 +40,13 @@ def problem_key(problem):
 
 
 def _array_names():
-    return {item["pointer"] for e in TABLE["problems"].values() for item in e["args"] if "pointer" in item}
+    """The arrays a call passes: each recipe item's pointer, or the array its map describes."""
+    names = set()
+    for entry in TABLE["problems"].values():
+        for item in entry["args"]:
+            names.update([item["pointer"]] if "pointer" in item else
+                         [item[kind]["array"] for kind in ("map", "im2col") if kind in item])
+    return names
 
 
 def _operand_names():
@@ -67,13 +73,13 @@ def run(problem, stream=None, **arrays):
     if unknown:
         raise ExportedError(f"unknown operand {unknown[0]!r}; this family takes {sorted(_operand_names())}")
     launch = entry["launch"]
-    fn = _loader.kernel(_HERE, TABLE["arch"], entry["config"], launch["shared_mem"])
     operands = {name: (_pointer(x, name), 0) for name, x in arrays.items() if name in _array_names()}
     scalars = {name: x for name, x in arrays.items() if name not in operands}
     try:
         args = _replay.arguments(entry["args"], operands, scalars)
     except _replay.RecipeError as exc:
         raise ExportedError(f"{exc}; this family takes {sorted(_operand_names())}") from None
+    fn = _loader.kernel(_HERE, TABLE["arch"], entry["config"], launch["shared_mem"])
     if stream is None:
         fn(tuple(launch["grid"]), tuple(launch["block"]), args, shared_mem=launch["shared_mem"])
     else:

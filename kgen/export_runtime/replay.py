@@ -4,12 +4,15 @@ A recipe is a list with one item per kernel argument (JSON):
 
 - ``{"pointer": "a"}``: operand ``a``'s device pointer (0 where an ``"optional": true`` operand is absent);
 - ``{"ld": "a", "type": "int64"}``: operand ``a``'s leading dimension, in elements (at least 1);
-- ``{"scalar": "alpha", "type": "float32"}``: a value passed at the call by that name;
+- ``{"scalar": "alpha", "type": "float32", "default": 1.0}``: a value passed at the call by
+  that name (the default where the call passes none; without one it must be passed);
 - ``{"value": 5, "type": "int32"}``: a value fixed at export;
 - ``{"map": {"array", "dtype", "dims", "row_stride", "box", "swizzle"}}``: a TMA tensor map of
   the operand, encoded at call time; ``row_stride`` is in elements, or ``"ld"`` for the
   operand's leading dimension; with ``"optional": true`` a map TMA cannot make is an empty
   record instead, and ``{"map_flag": i, "type": "int32"}`` says whether argument ``i`` got one;
+- ``{"im2col": {"array", "dtype", "nhwc", "window", "stride", "padding", "dilation",
+  "channels", "pixels", "swizzle"}}``: a TMA im2col map of an NHWC image (a convolution's);
 - ``{"empty_map": true}``: an empty map record (an operand the kernel reads otherwise);
 - ``{"workspace": "name", "bytes": N, "fill": W}``: a buffer of N bytes, each 32-bit word
   W, made once per device and stream; the kernel leaves it so again.
@@ -43,7 +46,7 @@ def _template_value(item):
     """The NumPy scalar type of one argument (what the launch's argument pack holds)."""
     import numpy as np
 
-    if "map" in item or "empty_map" in item:
+    if "map" in item or "im2col" in item or "empty_map" in item:
         return _encoder().EMPTY_DESC
     if "pointer" in item or "workspace" in item:
         return np.uint64(0)
@@ -71,6 +74,20 @@ def encode(operand, spec):
                                                     row * tma_encode.ELEMENT_BYTES[dtype], spec["box"],
                                                     spec["swizzle"])
     return desc
+
+
+def encode_im2col(ptr: int, spec):
+    """The im2col map ``spec`` of an image at ``ptr``, cached like ``encode``'s."""
+    key = ("im2col", ptr, *(spec[f] if isinstance(spec[f], (int, str)) else tuple(spec[f]) for f in _IM2COL))
+    desc = _MAPS.get(key)
+    if desc is None:
+        if len(_MAPS) >= MAP_CACHE:
+            _MAPS.clear()
+        desc = _MAPS[key] = _encoder().encode_im2col(ptr, *(spec[f] for f in _IM2COL))
+    return desc
+
+
+_IM2COL = ("dtype", "nhwc", "window", "stride", "padding", "dilation", "channels", "pixels", "swizzle")
 
 
 def _workspace(item, device: int, stream: int):
@@ -115,9 +132,10 @@ def arguments(recipe, operands, scalars, device: int = 0, stream: int = 0) -> tu
                 raise RecipeError(f"operand {item['ld']!r} was not passed")
             out.append(getattr(np, item["type"])(max(1, operand[1])))
         elif "scalar" in item:
-            if item["scalar"] not in scalars:
+            value = scalars.get(item["scalar"], item.get("default"))
+            if value is None:
                 raise RecipeError(f"scalar {item['scalar']!r} was not passed")
-            out.append(getattr(np, item["type"])(scalars[item["scalar"]]))
+            out.append(getattr(np, item["type"])(value))
         elif "value" in item:
             out.append(getattr(np, item["type"])(item["value"]))
         elif "map" in item:
@@ -128,6 +146,12 @@ def arguments(recipe, operands, scalars, device: int = 0, stream: int = 0) -> tu
             usable = not item.get("optional") or _map_ok(operand, spec)
             mapped[index] = usable
             out.append(encode(operand, spec) if usable else empty)
+        elif "im2col" in item:
+            spec = item["im2col"]
+            operand = operands.get(spec["array"])
+            if operand is None:
+                raise RecipeError(f"operand {spec['array']!r} was not passed")
+            out.append(encode_im2col(operand[0], spec))
         elif "map_flag" in item:
             out.append(getattr(np, item["type"])(int(mapped.get(item["map_flag"], False))))
         elif "empty_map" in item:

@@ -28,8 +28,8 @@ from kgen.arrays import device_pointer
 from kgen.kernels.conv.family import ConvFamily
 from kgen.kernels.conv.problem import gemm_view, geometry
 from kgen.kernels.gemm.dtypes import ITEMSIZE, epilogue_parts
-from kgen.kernels.gemm.wgmma import GemmWgmma, workspace_args
-from kgen.kernels.gemm.wgmma_geometry import SWIZZLE, block_k
+from kgen.kernels.gemm.wgmma import GemmWgmma, row_stride, workspace_args, workspace_bytes
+from kgen.kernels.gemm.wgmma_geometry import EMPTY_BITS, SWIZZLE, block_k
 from kgen.problem import Problem, Target
 from kgen.space import Config, Space
 from kgen.spec import KernelSpec, Launch
@@ -45,7 +45,7 @@ class Conv2dWgmma(ConvFamily, KernelSpec):
     options = GemmWgmma.options
     tf32_rounding = GemmWgmma.tf32_rounding    # wgmma reads float32 tiles as they lie (truncated to tf32)
     gemm_family = GEMM
-    export_runtime = ""       # the tensor maps are encoded per call: no exported runtime builds them yet
+    export_dependencies = ("cupy-cuda13x", "cuda-bindings")     # the maps are encoded at each call
 
     def compile_arch(self, target: Target) -> str:
         return _GEMM.compile_arch(target)
@@ -76,6 +76,37 @@ class Conv2dWgmma(ConvFamily, KernelSpec):
 
     def launch(self, problem: Problem, config: Config) -> Launch:
         return _GEMM.launch(gemm_view(problem, GEMM), config)
+
+    def arg_recipe(self, problem: Problem, config: Config) -> list[dict]:
+        """``args`` as data (``kgen.export_runtime.replay``), which an exported package rebuilds
+        at call time: the maps encoded from the call's pointers, the rest fixed by the problem."""
+        g, dtype = geometry(problem), problem["dtype"]
+        m, n, k = g.gemm
+        view = gemm_view(problem, GEMM)
+        has_bias, _ = epilogue_parts(problem)
+        bk = block_k(dtype)
+        output = _GEMM.output_plan(view, config)
+        partial_bytes, counter_bytes = workspace_bytes(view, config)
+        workspace = ([{"workspace": "partials", "bytes": partial_bytes, "fill": EMPTY_BITS},
+                      {"workspace": "counters", "bytes": counter_bytes, "fill": 0}] if partial_bytes else
+                     [{"value": 0, "type": "uint64"}, {"value": 0, "type": "uint64"}])
+
+        def fixed(value, kind):
+            return {"value": value, "type": kind}
+
+        return [
+            {"im2col": {"array": "x", "dtype": dtype, "nhwc": [g.n, g.h, g.w, g.c], "window": [g.r, g.s],
+                        "stride": [g.sh, g.sw], "padding": [g.ph, g.pw], "dilation": [g.dh, g.dw], "channels": bk,
+                        "pixels": min(m, config["BM"]), "swizzle": SWIZZLE}},
+            {"map": {"array": "w", "dtype": dtype, "dims": [k, n], "row_stride": k,
+                     "box": [bk, config["BN"] // config.get("CLUSTER", 1)], "swizzle": SWIZZLE}},
+            {"map": {"array": "y", "dtype": problem["out_dtype"], "dims": list(output[0]),
+                     "row_stride": row_stride(output[0], n), "box": list(output[1]), "swizzle": output[2]},
+             "optional": True} if output else {"empty_map": True},
+            {"pointer": "x"}, {"pointer": "w"}, fixed(g.c, "int64"), fixed(k, "int64"), {"pointer": "y"},
+            {"pointer": "bias"} if has_bias else fixed(0, "uint64"), fixed(m, "int32"), fixed(n, "int32"),
+            fixed(k, "int32"), fixed(n, "int64"), fixed(1.0, "float32"), fixed(0.0, "float32"),
+            {"map_flag": 2, "type": "int32"} if output else fixed(0, "int32"), *workspace]
 
     def args(self, problem: Problem, config: Config, ops: Mapping[str, Any]) -> list:
         """The GEMM kernel's arguments: the image's im2col map as A's, the weight's tiled map

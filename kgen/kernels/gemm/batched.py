@@ -34,7 +34,7 @@ from kgen.kernels.gemm.problem import tc_problem
 from kgen.kernels.gemm.tc import to_bf16
 from kgen.problem import Problem, Target
 from kgen.space import Space
-from kgen.spec import Launch
+from kgen.spec import GENERIC_RUNTIME, KernelSpec, Launch
 
 FAMILY = "gemm_batched"
 BROADCASTS = ("none", "a", "b")
@@ -72,7 +72,10 @@ class GemmBatched(GemmMma):
     template = "gemm/mma_batched.cu.j2"
     problem_fields = (Field("batch", int, "matrices in the batch"),) + GEMM_FIELDS + (
         Field("broadcast", str, "an operand of one matrix for every batch", "none", BROADCASTS),)
-    export_runtime = ""       # (the generic runtime could replay it; not yet tested)
+    # exported with the generic runtime, run(problem, a=, b=, c=, bias=), not the 2-D GEMM's
+    export_runtime = GENERIC_RUNTIME
+    export_dependencies, export_files, export_extras = (KernelSpec.export_dependencies, KernelSpec.export_files,
+                                                        KernelSpec.export_extras)
 
     def problem(self, batch: int, m: int, n: int, k: int, dtype: str = "bfloat16", layout: str = "NN",
                 **kw) -> Problem:

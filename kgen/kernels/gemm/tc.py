@@ -131,7 +131,6 @@ class TensorCoreGemm(GemmFamily, KernelSpec):
     options = ("--std=c++17",)
     tf32_rounding = "nearest"     # how the kernels turn float32 operands into tf32 (see to_tf32)
     export_runtime = "tc_gemm_module.py"     # exact problems, arguments replayed from ``arg_recipe``
-    export_dependencies = ("cupy-cuda13x", "cuda-bindings")
 
     def problem(self, m: int, n: int, k: int, dtype: str = "bfloat16", layout: str = "NN",
                 **kw) -> Problem:
@@ -177,7 +176,7 @@ class TensorCoreGemm(GemmFamily, KernelSpec):
         return [{"pointer": "a"}, {"pointer": "b"}, {"pointer": "c"}, {"pointer": "bias", "optional": True},
                 *({"value": problem[x], "type": "int32"} for x in ("m", "n", "k")),
                 *({"ld": x, "type": "int64"} for x in "abc"),
-                {"scalar": "alpha", "type": scalar}, {"scalar": "beta", "type": scalar}]
+                {"scalar": "alpha", "type": scalar, "default": 1.0}, {"scalar": "beta", "type": scalar, "default": 0.0}]
 
     def args(self, problem: Problem, config, operands: Mapping[str, Any]) -> list:
         from kgen.arrays import describe

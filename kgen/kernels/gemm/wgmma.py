@@ -98,6 +98,7 @@ class GemmWgmma(TensorCoreGemm):
     options = ("--std=c++17",)
     sm_count = DEFAULT_SM_COUNT
     tf32_rounding = "truncate"   # wgmma reads float32 tiles from shared memory as they are
+    export_dependencies = ("cupy-cuda13x", "cuda-bindings")     # its TMA maps are encoded at each call
 
     def compile_arch(self, target: Target) -> str:
         """wgmma and setmaxnreg exist only in the arch-specific sm_90a target."""
@@ -360,7 +361,8 @@ class GemmWgmma(TensorCoreGemm):
                 {"value": rows, "type": "int32"}, {"value": cols, "type": "int32"},
                 {"value": problem["k"], "type": "int32"},
                 {"ld": "c", "type": "int64"} if problem["m"] > 1 else {"value": max(problem["n"], 1), "type": "int64"},
-                {"scalar": "alpha", "type": "float32"}, {"scalar": "beta", "type": "float32"},
+                {"scalar": "alpha", "type": "float32", "default": 1.0},
+                {"scalar": "beta", "type": "float32", "default": 0.0},
                 {"map_flag": 2, "type": "int32"} if output else {"value": 0, "type": "int32"}, *workspace]
 
     def arg_builder(self, problem: Problem, config: Config, lds: tuple):
