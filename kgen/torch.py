@@ -41,8 +41,8 @@ def _dtype_name(dtype: Optional[torch.dtype]) -> Optional[str]:
     return None if dtype is None else str(dtype).removeprefix("torch.")
 
 
-def _as_dtype(name: Optional[str], default: torch.dtype) -> torch.dtype:
-    return default if name is None else getattr(torch, name)
+def _as_dtype(name: Optional[str]) -> Optional[torch.dtype]:
+    return None if name is None else getattr(torch, name)
 
 
 # ---- GEMM ----------------------------------------------------------------------------------
@@ -134,7 +134,7 @@ def gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, *, bias=None, acti
     if dtype is not None:
         raise InputError("dtype= names what CuPy uint16 arrays hold; PyTorch tensors carry their dtype",
                          remedy="leave dtype unset")
-    return _gemm(a, b, bias, activation, precision, _as_dtype(out_dtype, None) if out_dtype else None, float(alpha))
+    return _gemm(a, b, bias, activation, precision, _as_dtype(out_dtype), float(alpha))
 
 
 # ---- conv2d --------------------------------------------------------------------------------
@@ -243,7 +243,7 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, activation=None, *,
                          "tensor and reads the tensors' dtype: out and dtype are not taken",
                          remedy="leave out and dtype unset, or call it under torch.no_grad()")
     return _conv2d(x, w, bias, _pair(stride), _pair(padding), _pair(dilation), activation, precision,
-                   _as_dtype(out_dtype, None) if out_dtype else None)
+                   _as_dtype(out_dtype))
 
 
 # ---- softmax and RMSNorm -------------------------------------------------------------------
