@@ -348,7 +348,7 @@ def test_wgmma_space_and_picks(target, shape):
     v = picks[0].as_dict()
     m, n, _ = geometry(problem).gemm
     assert spec.launch(problem, picks[0]) == get_spec("gemm_wgmma").launch(gemm_view(problem, "gemm_wgmma"), picks[0])
-    assert spec.export_runtime == "" and v["BK"] == 64 and m > 0 and n > 0
+    assert v["BK"] == 64 and m > 0 and n > 0
 
 
 def test_wgmma_arguments_carry_the_im2col_map(target, monkeypatch):
