@@ -137,7 +137,7 @@ def _make_plan(a, b, c, bias, activation, out_dtype, precision, dtype):
         ldc = ic[2][0] if m > 1 else n
     if bias is not None:
         ibias = _describe(bias, "bias", "bfloat16" if fields["out_dtype"] == "bfloat16" else None)
-        if ibias[1] != (n,) or ibias[3] != fields["out_dtype"]:
+        if ibias[1] != (n,) or ibias[3] != fields["out_dtype"] or (n > 1 and ibias[2][0] != 1):
             raise ExportedError(f"bias must be a contiguous ({n},) {fields['out_dtype']} array")
     launch = entry["launch"]
     kernel = _loader.kernel(_HERE, TABLE["arch"], entry["config"], launch["shared_mem"])
