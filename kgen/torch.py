@@ -31,6 +31,7 @@ import torch
 
 from kgen.errors import InputError
 from kgen.kernels.conv.gradients import covers_every_pixel, data_gradient_phases, weight_gradient_is_gemm
+from kgen.kernels.conv.problem import output_size, pair
 from kgen.knobs import knobs
 
 Tensor = torch.Tensor
@@ -139,16 +140,9 @@ def gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, *, bias=None, acti
 
 # ---- conv2d --------------------------------------------------------------------------------
 
-def _pair(v) -> list[int]:
-    return [int(v), int(v)] if isinstance(v, int) else [int(x) for x in v]
-
-
-def _conv_output(x: Tensor, w: Tensor, stride, padding, dilation) -> tuple[int, int]:
-    h, wd = x.shape[2], x.shape[3]
-    r, s = w.shape[2], w.shape[3]
-    p = (h + 2 * padding[0] - dilation[0] * (r - 1) - 1) // stride[0] + 1
-    q = (wd + 2 * padding[1] - dilation[1] * (s - 1) - 1) // stride[1] + 1
-    return p, q
+def _pairs(stride, padding, dilation) -> tuple[list[int], list[int], list[int]]:
+    """Stride, padding and dilation as (height, width) lists, checked (typed errors)."""
+    return list(pair(stride, "stride", 1)), list(pair(padding, "padding", 0)), list(pair(dilation, "dilation", 1))
 
 
 @torch.library.custom_op(f"{_LIB}::conv2d", mutates_args=())
@@ -165,7 +159,8 @@ def _conv2d(x: Tensor, w: Tensor, bias: Optional[Tensor], stride: Sequence[int],
 def _conv2d_fake(x, w, bias, stride, padding, dilation, activation=None, precision=None, out_dtype=None):
     torch._check(x.dim() == 4 and w.dim() == 4, lambda: "kgen.conv2d: x and w are 4-D")
     torch._check(x.shape[1] == w.shape[1], lambda: f"kgen.conv2d: x has {x.shape[1]} channels, w {w.shape[1]}")
-    p, q = _conv_output(x, w, stride, padding, dilation)
+    p = output_size(x.shape[2], w.shape[2], stride[0], padding[0], dilation[0])
+    q = output_size(x.shape[3], w.shape[3], stride[1], padding[1], dilation[1])
     n, k = x.shape[0], w.shape[0]
     return x.new_empty_strided((n, k, p, q), (p * q * k, 1, q * k, k), dtype=out_dtype or x.dtype)
 
@@ -179,7 +174,7 @@ def _conv2d_setup(ctx, inputs, output):
 def data_gradient(x, w, dy, stride=1, padding=0, dilation=1, precision=None):
     """dx of ``y = conv2d(x, w)`` given ``dy``, by kgen's convolutions of dy, one per phase of the
     stride (``kgen.kernels.conv.gradients``); channels-last, x's shape."""
-    stride, padding, dilation = _pair(stride), _pair(padding), _pair(dilation)
+    stride, padding, dilation = _pairs(stride, padding, dilation)
     phases = data_gradient_phases(w.shape[2:], stride, padding, dilation, x.shape[2:], dy.shape[2:])
     dy = dy.contiguous(memory_format=torch.channels_last)
     grad_x = None
@@ -201,7 +196,7 @@ def data_gradient(x, w, dy, stride=1, padding=0, dilation=1, precision=None):
 def weight_gradient(x, w, dy, stride=1, padding=0, dilation=1, precision=None):
     """dW of ``y = conv2d(x, w)`` given ``dy``: one kgen GEMM over the pixels read where the window
     is 1x1 with no padding (``dW[K, C] = dy^T x``), else PyTorch's (cuDNN)."""
-    stride, padding, dilation = _pair(stride), _pair(padding), _pair(dilation)
+    stride, padding, dilation = _pairs(stride, padding, dilation)
     if not weight_gradient_is_gemm(w.shape[2:], stride, padding):
         return torch.nn.grad.conv2d_weight(x, w.shape, dy, stride, padding, dilation)
     k, c = w.shape[0], w.shape[1]
@@ -242,7 +237,7 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, activation=None, *,
         raise InputError("in PyTorch's graph (torch.compile, or autograd recording), kgen.conv2d returns a new "
                          "tensor and reads the tensors' dtype: out and dtype are not taken",
                          remedy="leave out and dtype unset, or call it under torch.no_grad()")
-    return _conv2d(x, w, bias, _pair(stride), _pair(padding), _pair(dilation), activation, precision,
+    return _conv2d(x, w, bias, *_pairs(stride, padding, dilation), activation, precision,
                    _as_dtype(out_dtype))
 
 

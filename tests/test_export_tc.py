@@ -189,16 +189,23 @@ EXPORTED = {
 }
 
 
+def _export(family: str, key: str, folder, name: str, device: str) -> str:
+    """``kgen export FAMILY --problems`` of the one problem ``key`` into ``folder``/``name``
+    through the CLI; its output."""
+    listing = folder / f"{name}.txt"
+    listing.write_text(key + "\n")
+    done = CliRunner().invoke(app, ["export", family, "-o", str(folder), "--name", name, "--problems", str(listing),
+                                    "--device", device])
+    assert done.exit_code == 0, done.output
+    return done.output
+
+
 @pytest.fixture(scope="module", params=sorted(EXPORTED))
 def exported(request, tmp_path_factory):
     family = request.param
     out = tmp_path_factory.mktemp(f"export-{family}")
-    listing = out / "problems.txt"
-    listing.write_text(EXPORTED[family] + "\n")
-    done = CliRunner().invoke(app, ["export", family, "-o", str(out), "--name", f"tc_{family}", "--problems",
-                                    str(listing), "--device", "NVIDIA H200"])
-    assert done.exit_code == 0, done.output
-    summary = SimpleNamespace(path=out / f"tc_{family}", problems=int(done.output.split(": ")[1].split()[0]))
+    output = _export(family, EXPORTED[family], out, f"tc_{family}", "NVIDIA H200")
+    summary = SimpleNamespace(path=out / f"tc_{family}", problems=int(output.split(": ")[1].split()[0]))
     return family, out, summary
 
 
@@ -308,12 +315,8 @@ GENERIC = {
 def test_generic_runtime_exports_the_other_tensor_core_families(family, tmp_path):
     from kgen.problem import Problem
 
-    listing = tmp_path / "problems.txt"
-    listing.write_text(GENERIC[family] + "\n")
     name = f"pkg_{family}"
-    done = CliRunner().invoke(app, ["export", family, "-o", str(tmp_path), "--name", name, "--problems", str(listing),
-                                    "--device", "NVIDIA H100 80GB HBM3"])
-    assert done.exit_code == 0, done.output
+    _export(family, GENERIC[family], tmp_path, name, "NVIDIA H100 80GB HBM3")
     table = json.loads((tmp_path / name / "table.json").read_text())
     entry = table["problems"][GENERIC[family]]
     spec = get_spec(family)
@@ -337,12 +340,8 @@ def test_generic_exports_give_kgens_result(family, tmp_path):
     from kgen.kernels.gemm.tc import from_bf16, to_bf16
     from kgen.problem import Problem
 
-    listing = tmp_path / "problems.txt"
-    listing.write_text(GENERIC[family] + "\n")
     name = f"gpu_{family}"
-    done = CliRunner().invoke(app, ["export", family, "-o", str(tmp_path), "--name", name, "--problems", str(listing),
-                                    "--device", "NVIDIA H100 80GB HBM3"])
-    assert done.exit_code == 0, done.output
+    _export(family, GENERIC[family], tmp_path, name, "NVIDIA H100 80GB HBM3")
     module = _module(tmp_path, name)
     p = Problem.from_key(GENERIC[family])
     rng = cupy.random.default_rng(3)
