@@ -101,6 +101,9 @@ class Knobs:
                           "processes parsing and validating a large `kgen db import` (1: this process only)")
     trial_timeout_s = _EnvKnob("KGEN_TRIAL_TIMEOUT", float, lambda: 60.0,
                                "seconds one measurement may take before its worker is killed")
+    guard_bytes = _EnvKnob("KGEN_GUARD_BYTES", int, lambda: 2 << 20,
+                           "bytes of poisoned guard before and after each output of a tuning trial; a "
+                           "changed guard fails the trial as an out-of-bounds write (0: no guards)")
     bench_warmup = _EnvKnob("KGEN_BENCH_WARMUP", int, lambda: 3, "untimed runs before timing")
     bench_runs = _EnvKnob("KGEN_BENCH_RUNS", int, lambda: 25, "timed runs; the median is kept (>= 20)")
     bench_min_ms = _EnvKnob("KGEN_BENCH_MIN_MS", float, lambda: 0.0,

@@ -71,3 +71,47 @@ def test_example_tunes_and_dispatches_on_gpu(example):
         assert loaded.choice.how == "tuned" and loaded.choice.config.name == result.best.config_name
     finally:
         set_default_dispatcher(old)
+
+
+@pytest.fixture(scope="module")
+def overrunning(tmp_path_factory):
+    """The example's family, renamed, whose VEC=4 configs also write one float 1 MiB past the
+    end of their output (as a user's wrong bounds check would)."""
+    text = EXAMPLE.read_text().replace('"vadd"', '"vadd_overrun"')
+    line = "if (i + j < n) out[i + j] = x[i + j] + y[i + j];"
+    assert line in text
+    text = text.replace(line, line + " {% if VEC == 4 %}if (i == 0 && j == 0) out[n - 1 + (1 << 18)] = 0.f;{% endif %}")
+    folder = tmp_path_factory.mktemp("overrun_example")
+    (folder / "kgen_overrun_example.py").write_text(text)
+    sys.path.insert(0, str(folder))
+    module = importlib.import_module("kgen_overrun_example")
+    yield vars(module)
+    sys.path.remove(str(folder))
+    sys.modules.pop("kgen_overrun_example", None)
+
+
+def test_an_overrunning_config_renders_its_stray_write(overrunning):
+    spec, problem = overrunning["spec"], overrunning["problem"]
+    codes = {c["VEC"]: render(spec, problem, c, Target.h200()).code for c in spec.space(problem, Target.h200()).configs()}
+    assert "(1 << 18)" in codes[4] and "(1 << 18)" not in codes[2]
+
+
+@pytest.mark.gpu
+def test_a_write_past_the_output_fails_its_trial_and_the_tune_finishes(overrunning):
+    from kgen.db import MemoryStore
+    from kgen.runners import LocalGPURunner
+    from kgen.search import tune
+
+    spec, problem = overrunning["spec"], overrunning["problem"]
+    target = Target.detect(0)
+    with LocalGPURunner((0,), target.l2_bytes) as runner:
+        result = tune(spec, problem, target, runner, MemoryStore(), trials=15, sampler="exhaustive")
+    by_vec: dict[int, list] = {}
+    for m in result.trials:
+        by_vec.setdefault(m.config["VEC"], []).append(m)
+    assert len(by_vec[4]) == 5 and len(result.trials) == 15
+    for m in by_vec[4]:
+        assert m.failure is not None and m.failure.kind == "runtime", m
+        assert "out-of-bounds write" in m.failure.detail and "past output 'out'" in m.failure.detail
+    assert all(m.failure is None for vec in (1, 2) for m in by_vec[vec])
+    assert result.best is not None and result.best.config["VEC"] != 4

@@ -20,7 +20,7 @@ class MeasureTask:
     timing: Timing
     seed: int = 0
     compile_s: float = 0.0
-    planted_fault: str = ""   # tests only: "hang" | "crash" | "wrong" makes the worker misbehave
+    planted_fault: str = ""   # tests only: "hang" | "crash" | "wrong" | "overrun" makes the worker misbehave
     baseline: bool = False    # time the spec's library baseline (e.g. cuBLAS) instead of the config
 
     @classmethod

@@ -21,20 +21,34 @@ _EXIT_AFTER_CUDA_ERROR = 3
 
 
 class _ProblemCache:
-    """Inputs and reference of the last few problems (generated once each)."""
+    """Inputs and reference of the last few problems (generated once each), each output
+    inside guard zones (kgen.measure.guard)."""
 
     def __init__(self, size: int = 2):
         self.size = size
-        self.items: dict[str, tuple[dict, dict]] = {}
+        self.items: dict[str, tuple[dict, dict, list]] = {}
 
     def get(self, spec, problem, seed):
+        import cupy
+
+        from kgen.knobs import knobs
+        from kgen.measure.guard import guard_outputs
+
         key = f"{spec.family}:{problem.key}:{seed}"
         if key not in self.items:
             while len(self.items) >= self.size:
                 self.items.pop(next(iter(self.items)))
-            operands = spec.inputs(problem, seed)
-            self.items[key] = (operands, spec.reference(problem, operands))
+            operands, zones = guard_outputs(spec.inputs(problem, seed), spec.outputs, knobs.guard_bytes, cupy)
+            self.items[key] = (operands, spec.reference(problem, operands), zones)
         return self.items[key]
+
+    def rebuild(self) -> None:
+        """Forget every problem and give the pool's free memory back: after an out-of-bounds
+        write, nothing that was near it is used again."""
+        import cupy
+
+        self.items.clear()
+        cupy.get_default_memory_pool().free_all_blocks()
 
 
 def _plant(task: MeasureTask, operands: dict) -> None:
@@ -54,6 +68,16 @@ def _plant(task: MeasureTask, operands: dict) -> None:
         cupy.cuda.get_current_stream().synchronize()
 
 
+def _overrun(zones) -> None:
+    """The planted fault "overrun": a kernel writing 1 MiB past the end of the first output."""
+    import cupy
+
+    zone = zones[0]
+    poke = cupy.RawKernel('extern "C" __global__ void kgen_poke(unsigned char* p) { p[0] = 0; }', "kgen_poke")
+    poke((1,), (1,), (zone.buffer[zone.guard + zone.nbytes + (1 << 20) - 1:],))
+    cupy.cuda.get_current_stream().synchronize()
+
+
 def measure(task: MeasureTask, cache: _ProblemCache, flush) -> Measurement:
     """Load, verify, time. CUDA errors propagate (the caller exits after reporting)."""
     from kgen.measure.bench import time_runs
@@ -63,7 +87,7 @@ def measure(task: MeasureTask, cache: _ProblemCache, flush) -> Measurement:
 
     start = time.perf_counter()
     spec, problem, config = task.spec, task.problem, task.config
-    operands, expected = cache.get(spec, problem, task.seed)
+    operands, expected, zones = cache.get(spec, problem, task.seed)
     if task.baseline:
         return _measure_baseline(task, operands, expected, flush, start)
     kernel = CupyKernel(task.cubin, task.entry)
@@ -72,8 +96,13 @@ def measure(task: MeasureTask, cache: _ProblemCache, flush) -> Measurement:
                 timing=task.timing, resources=resources, compile_s=task.compile_s)
     _plant(task, operands)
     check = verify(spec, problem, config, kernel, operands, expected)
+    if task.planted_fault == "overrun":
+        _overrun(zones)
     if task.planted_fault == "wrong":
         check = type(check)(False, 1.0, "planted wrong result")
+    overrun = _out_of_bounds(zones, cache)
+    if overrun is not None:
+        return Measurement(**base, failure=overrun, measure_s=time.perf_counter() - start)
     if not check.ok:
         return Measurement(**base, failure=Failure("correctness", check.detail), error=check.error,
                            measure_s=time.perf_counter() - start)
@@ -82,8 +111,24 @@ def measure(task: MeasureTask, cache: _ProblemCache, flush) -> Measurement:
         spec.run(kernel, problem, config, operands)
 
     times = time_runs(run, task.timing, flush, knobs.bench_min_ms)
+    overrun = _out_of_bounds(zones, cache)
+    if overrun is not None:
+        return Measurement(**base, failure=overrun, measure_s=time.perf_counter() - start)
     return Measurement(**base, times_ms=tuple(times), error=check.error,
                        measure_s=time.perf_counter() - start)
+
+
+def _out_of_bounds(zones, cache: _ProblemCache) -> Failure | None:
+    """A ``runtime`` failure naming the changed guards (and the problem cache rebuilt), or None."""
+    import cupy
+
+    from kgen.measure.guard import breaches
+
+    found = breaches(zones, cupy)
+    if not found:
+        return None
+    cache.rebuild()
+    return Failure("runtime", "; ".join(found))
 
 
 def _measure_baseline(task: MeasureTask, operands, expected, flush, start: float) -> Measurement:
