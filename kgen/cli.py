@@ -125,7 +125,9 @@ def tune(ctx: typer.Context,
                                             "0,1 (one Dask worker each; needs kgen[dist])"),
          scheduler: Optional[str] = typer.Option(None, help="tune on the GPU workers of this Dask scheduler "
                                                  "(tcp://HOST:PORT; start workers with `kgen worker`)"),
-         log: Optional[str] = typer.Option(None, help="append one JSON line per finished trial to this file")) -> None:
+         log: Optional[str] = typer.Option(None, help="append one JSON line per finished trial to this file"),
+         sanitize: bool = typer.Option(False, "--sanitize", help="run the best config once more under "
+                                       "compute-sanitizer memcheck (where installed); errors fail the command")) -> None:
     """Search a family's configs for one problem (or many: --from) and store every measurement.
 
     kgen tune [FAMILY] --FIELD VALUE ... : the family (default KGEN_FAMILY) and its problem
@@ -136,8 +138,12 @@ def tune(ctx: typer.Context,
     from kgen.samplers import check_sampler
     from kgen.search import tune as run_tune
 
+    if sanitize and replay:
+        _fail(KgenError("--sanitize runs the best config on a GPU; a replay has none",
+                        remedy="leave out --sanitize or --replay"))
     if from_file or gpus or scheduler:
-        _tune_many(ctx.args, trials, timeout, sampler, seed, replay, db, device, from_file, gpus, scheduler, log)
+        _tune_many(ctx.args, trials, timeout, sampler, seed, replay, db, device, from_file, gpus, scheduler, log,
+                   sanitize)
         return
     try:
         check_sampler(sampler)
@@ -172,6 +178,31 @@ def tune(ctx: typer.Context,
     _summary(result, spec.flops(problem), spec.baseline_name)
     if result.best is None:
         raise typer.Exit(1)
+    if sanitize and not _sanitized([result], target, device):
+        raise typer.Exit(1)
+
+
+def _sanitized(results, target, device: int) -> bool:
+    """Each result's best config run under memcheck (kgen.sanitize), reported; False on any finding."""
+    from kgen.registry import get_spec
+    from kgen.sanitize import sanitize
+    from kgen.vendor import is_vendor_config
+
+    clean = True
+    for r in results:
+        if r.best is None or is_vendor_config(r.best.config_name):
+            continue
+        spec = get_spec(r.problem.family)
+        console.print(f"sanitizing {r.best.config_name} (compute-sanitizer memcheck, one run)...")
+        report = sanitize(spec, r.problem, spec.space(r.problem, target).make(r.best.config), target, device)
+        if not report.ran:
+            console.print(f"[yellow]{report.detail}[/]")
+            continue
+        verdict = ("[green]clean[/]" if report.ok else
+                   f"[red]{report.errors} memcheck errors[/]" if report.errors else "[red]wrong outputs[/]")
+        console.print(f"{r.problem.key}: {verdict}" + (f"\n{report.detail}" if not report.ok else ""))
+        clean = clean and report.ok
+    return clean
 
 
 def _trial_log(path: Optional[str], runner):
@@ -215,7 +246,8 @@ def _dask_client(gpus: Optional[str], scheduler: Optional[str]):
     return Client(cluster), cluster
 
 
-def _tune_many(words, trials, timeout, sampler, seed, replay, db, device, from_file, gpus, scheduler, log) -> None:
+def _tune_many(words, trials, timeout, sampler, seed, replay, db, device, from_file, gpus, scheduler, log,
+               sanitize=False) -> None:
     """Many problems, or many GPUs: one Tuner per problem over one shared runner."""
     from kgen.multi import read_problems, tune_many
     from kgen.problem import Target
@@ -286,6 +318,8 @@ def _tune_many(words, trials, timeout, sampler, seed, replay, db, device, from_f
                       _fmt_ms(r.best.time_ms if r.best else None), r.best.config_name if r.best else "-")
     console.print(table)
     if any(r.best is None for r in results):
+        raise typer.Exit(1)
+    if sanitize and not _sanitized(results, target, device):
         raise typer.Exit(1)
 
 

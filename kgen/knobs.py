@@ -104,6 +104,9 @@ class Knobs:
     guard_bytes = _EnvKnob("KGEN_GUARD_BYTES", int, lambda: 2 << 20,
                            "bytes of poisoned guard before and after each output of a tuning trial; a "
                            "changed guard fails the trial as an out-of-bounds write (0: no guards)")
+    sanitizer = _EnvKnob("KGEN_SANITIZER", str, lambda: "",
+                         "path of compute-sanitizer for `kgen tune --sanitize` (default: on PATH, else "
+                         "/usr/local/cuda/bin)")
     bench_warmup = _EnvKnob("KGEN_BENCH_WARMUP", int, lambda: 3, "untimed runs before timing")
     bench_runs = _EnvKnob("KGEN_BENCH_RUNS", int, lambda: 25, "timed runs; the median is kept (>= 20)")
     bench_min_ms = _EnvKnob("KGEN_BENCH_MIN_MS", float, lambda: 0.0,
