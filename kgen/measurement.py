@@ -6,6 +6,7 @@ vocabulary (constraints, compile, runtime, correctness, timeout).
 
 from __future__ import annotations
 
+import functools
 import statistics
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,9 +62,10 @@ class Measurement:
     def ok(self) -> bool:
         return self.failure is None and bool(self.times_ms)
 
-    @property
+    @functools.cached_property
     def time_ms(self) -> float | None:
-        """The statistic the search minimises: the median of the timed runs."""
+        """The statistic the search minimises: the median of the timed runs (computed once:
+        import validates and stores it)."""
         return statistics.median(self.times_ms) if self.ok else None
 
 

@@ -138,6 +138,9 @@ class Space:
         # (as enumeration checks them); the others on the values with every derived one
         object.__setattr__(self, "_on_params", tuple(c.params is not None and set(c.params) <= set(names)
                                                      for c in self.constraints))
+        object.__setattr__(self, "_defaults", tuple((p.name, p.default) for p in self.params
+                                                    if p.default is not None))
+        object.__setattr__(self, "_choice_sets", tuple((p.name, p._allowed, p.choices) for p in self.params))
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -159,9 +162,9 @@ class Space:
     def complete(self, values: Values) -> dict[str, Any]:
         """The values with every parameter they lack that has a default given its default."""
         out = dict(values)
-        for p in self.params:
-            if p.name not in out and p.default is not None:
-                out[p.name] = p.default
+        for name, default in self._defaults:
+            if name not in out:
+                out[name] = default
         return out
 
     def violations(self, values: Values) -> list[str]:
@@ -174,14 +177,14 @@ class Space:
             missing = [n for n in self._names if n not in values]
             unknown = [k for k in values if k not in self._name_set]
             raise SpaceError(f"config values do not match the space: missing {missing}, unknown {unknown}")
-        for p in self.params:
-            v = values[p.name]
+        for name, choices, shown in self._choice_sets:
+            v = values[name]
             try:
-                allowed = (type(v), v) in p._allowed        # Param.allows, inlined: the hot path of import
+                allowed = (type(v), v) in choices        # Param.allows, inlined: the hot path of import
             except TypeError:
                 allowed = False
             if not allowed:
-                return [f"{p.name}={v!r} is not one of {p.choices}"]
+                return [f"{name}={v!r} is not one of {shown}"]
         full = None
         broken = []
         for c, on_params in zip(self.constraints, self._on_params):
@@ -221,11 +224,49 @@ class Space:
 
     def trusted_name(self, values: Values) -> str | None:
         """``trusted(values).name`` without the Config (None where ``trusted`` gives None)."""
+        check = self.__dict__.get("_name_check") or self._name_checker()
+        if values.keys() == self._name_set:          # every parameter given: the import's hot path
+            return check(values)
         values = self._valid_or_none(values)
         if values is None:
             return None
         name = self.namer({n: values[n] for n in self._names})
         return name if _IDENTIFIER.match(name) else None
+
+    def _name_checker(self) -> Callable[[Mapping[str, Any]], str | None]:
+        """``trusted_name`` of values that name every parameter and no other: the checks of
+        ``_violations`` (declared choices, then every constraint) as one function of few
+        lookups, made once per space (an import checks many records of each problem)."""
+        choice_sets = tuple((name, choices) for name, choices, _ in self._choice_sets)
+        on_params = tuple(c.holds for c, on in zip(self.constraints, self._on_params) if on)
+        on_full = tuple(c.holds for c, on in zip(self.constraints, self._on_params) if not on)
+        names, namer, full_values = self._names, self.namer, self.full_values
+
+        def check(values: Mapping[str, Any]) -> str | None:
+            try:
+                for name, choices in choice_sets:
+                    value = values[name]
+                    if (type(value), value) not in choices:
+                        return None
+            except TypeError:                       # an unhashable value is no choice
+                return None
+            ordered = {name: values[name] for name in names}
+            try:
+                for holds in on_params:
+                    if not holds(ordered):
+                        return None
+                if on_full:
+                    full = full_values(ordered)
+                    for holds in on_full:
+                        if not holds(full):
+                            return None
+            except (ZeroDivisionError, ValueError, KeyError, TypeError):
+                return None
+            name = namer(ordered)
+            return name if _IDENTIFIER.match(name) else None
+
+        object.__setattr__(self, "_name_check", check)
+        return check
 
     def trusted(self, values: Values) -> Config | None:
         """The Config of values read from a record or a file, or None where they are not a

@@ -238,3 +238,40 @@ def test_neighbours_are_the_valid_configs_one_parameter_away():
         assert len(changed) == 1 and space.is_valid(config.as_dict())
     expected = sum(space.is_valid({**base, p.name: v}) for p in space.params for v in p.choices if v != base[p.name])
     assert len(near) == expected
+
+
+def _mutated(rng, space):
+    """Values of ``space``'s parameters: its choices, or now and then a value of another type,
+    an unhashable one, or a number no choice has."""
+    values = {p.name: rng.choice(p.choices) for p in space.params}
+    if rng.random() < 0.3:
+        name = rng.choice(space.names)
+        values[name] = rng.choice([str(values[name]), [values[name]], 3, 7.0, True, None, "K"])
+    return values
+
+
+REQUESTS = {"gemm": dict(m=1000, n=72, k=520, dtype="float32"),
+            "gemm_mma": dict(m=1000, n=72, k=520, dtype="float16"),
+            "gemm_wgmma": dict(m=1000, n=72, k=520, dtype="bfloat16"),
+            "conv2d": dict(n=2, c=64, h=14, w=14, k=128, r=3, s=3, stride=1, padding=1, dilation=1),
+            "softmax": dict(rows=300, cols=1000)}
+
+
+@pytest.mark.parametrize("family", sorted(REQUESTS))
+def test_trusted_name_agrees_with_the_checked_config(family):
+    """trusted_name's one-function check (every parameter given) says what trusted() says:
+    the same name for a valid config, None for anything else (the small space too)."""
+    from kgen.registry import get_spec
+
+    spec, problem = get_spec(family).request(H200, **REQUESTS[family])
+    rng = random.Random(7)
+    for space in (small_space(), spec.space(problem, H200)):
+        valid = 0
+        for _ in range(3000):
+            values = _mutated(rng, space)
+            trusted = space.trusted(values)
+            assert space.trusted_name(values) == (trusted.name if trusted else None), values
+            valid += trusted is not None
+        for config in space.sample(50, seed=2):
+            assert space.trusted_name(config.as_dict()) == config.name
+        assert valid > 0, problem.key

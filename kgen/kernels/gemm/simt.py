@@ -99,6 +99,9 @@ class GemmSimt(GemmFamily, KernelSpec):
         frag = 16 // ct_size
         pad = 16 // ct_size
 
+        words, staged_words = ct_size // 4 or 1, max(1, st_size // 4)
+        widest_m, widest_n = max(16, _pow2_at_least(m)), max(16, _pow2_at_least(n))
+
         def threads(v):
             return (v["BM"] // v["TM"]) * (v["BN"] // v["TN"])
 
@@ -108,13 +111,18 @@ class GemmSimt(GemmFamily, KernelSpec):
         def smem(v):
             return (2 if v["DB"] else 1) * v["BK"] * (v["BM"] + pad + v["BN"] + pad) * ct_size
 
-        def regs(v):
-            words = ct_size // 4 or 1
-            acc = v["TM"] * v["TN"] * words
-            frags = (v["TM"] + v["TN"]) * words
-            prefetch = (loads(v, v["BM"], v["VA"]) * v["VA"] + loads(v, v["BN"], v["VB"]) * v["VB"]) \
-                * max(1, st_size // 4)
-            return acc + frags + prefetch + 28
+        def regs(v, count=None):
+            """Registers a thread needs (estimate); ``count``: its block's threads, if known."""
+            tm, tn, bk, va, vb = v["TM"], v["TN"], v["BK"], v["VA"], v["VB"]
+            count = count or threads(v)
+            prefetch = ((v["BM"] * bk // (va * count)) * va + (v["BN"] * bk // (vb * count)) * vb) * staged_words
+            return (tm * tn + tm + tn) * words + prefetch + 28
+
+        def fits_minb(v):
+            count = threads(v)
+            estimate = regs(v, count)
+            return estimate <= 255 and estimate * count * v["MINB"] <= target.regs_per_sm and \
+                smem(v) * v["MINB"] <= target.smem_per_sm
 
         def blocks(v):
             return math.ceil(m / v["BM"]) * math.ceil(n / v["BN"])
@@ -134,8 +142,8 @@ class GemmSimt(GemmFamily, KernelSpec):
             Param("MINB", (1, 2)),
         ]
         constraints = [
-            Constraint("block tile fits the problem", lambda v: v["BM"] <= max(16, _pow2_at_least(m))
-                       and v["BN"] <= max(16, _pow2_at_least(n)), ("BM", "BN")),
+            Constraint("block tile fits the problem", lambda v: v["BM"] <= widest_m and v["BN"] <= widest_n,
+                       ("BM", "BN")),
             Constraint("thread tile divides block tile", lambda v: v["BM"] % v["TM"] == 0
                        and v["BN"] % v["TN"] == 0, ("BM", "BN", "TM", "TN")),
             Constraint("64 <= threads per block <= 512", lambda v: 64 <= threads(v) <= 512
@@ -161,10 +169,7 @@ class GemmSimt(GemmFamily, KernelSpec):
                        lambda v: v["SK"] == 1 or (dtype != "float16" and k >= 4 * v["SK"] * v["BK"]
                                                   and blocks(v) * v["SK"] <= 4 * target.sm_count),
                        ("BM", "BN", "BK", "SK")),
-            Constraint("register estimate fits MINB blocks", lambda v: regs(v) <= 255 and
-                       regs(v) * threads(v) * v["MINB"] <= target.regs_per_sm and
-                       smem(v) * v["MINB"] <= target.smem_per_sm,
-                       tuple(p.name for p in params)),
+            Constraint("register estimate fits MINB blocks", fits_minb, tuple(p.name for p in params)),
         ]
         derived = {
             "THREADS": threads,
