@@ -133,9 +133,8 @@ class Knobs:
                       "tune, stored as config 'cublas', and chosen by dispatch where it is the faster "
                       "measured one or the problem is untuned (0: generated kernels only)")
     conv_gradients = _EnvKnob("KGEN_CONV_GRADIENTS", _one_of("kgen", "torch"), lambda: "kgen",
-                              "how kgen.torch's conv2d computes gradients: kgen (kgen's kernels where a gradient "
-                              "is a forward convolution or a GEMM, kgen.kernels.conv.gradients; PyTorch's for "
-                              "the rest) or torch (PyTorch's, all of them)")
+                              "how kgen.torch's conv2d computes gradients: kgen (kgen's forward convolutions and "
+                              "GEMMs, kgen.kernels.conv.gradients) or torch (PyTorch's)")
     staging = _EnvKnob("KGEN_STAGING", _parse_bool, lambda: True,
                        "operands the Hopper family cannot read by TMA (rows not a multiple of 16 bytes) "
                        "may be copied into padded rows so it runs them, where that wins with the copy's "

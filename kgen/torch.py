@@ -30,7 +30,8 @@ from typing import Optional, Sequence
 import torch
 
 from kgen.errors import InputError
-from kgen.kernels.conv.gradients import covers_every_pixel, data_gradient_phases, weight_gradient_is_gemm
+from kgen.kernels.conv.gradients import (covers_every_pixel, data_gradient_phases, weight_gradient_conv,
+                                        weight_gradient_is_gemm)
 from kgen.kernels.conv.problem import output_size, pair
 from kgen.knobs import knobs
 
@@ -195,11 +196,17 @@ def data_gradient(x, w, dy, stride=1, padding=0, dilation=1, precision=None):
 
 def weight_gradient(x, w, dy, stride=1, padding=0, dilation=1, precision=None):
     """dW of ``y = conv2d(x, w)`` given ``dy``: one kgen GEMM over the pixels read where the window
-    is 1x1 with no padding (``dW[K, C] = dy^T x``), else PyTorch's (cuDNN)."""
+    is 1x1 with no padding (``dW[K, C] = dy^T x``), else kgen's convolution of the C images of x
+    (N channels each) with the K filters of dy (``kgen.kernels.conv.gradients``)."""
     stride, padding, dilation = _pairs(stride, padding, dilation)
-    if not weight_gradient_is_gemm(w.shape[2:], stride, padding):
-        return torch.nn.grad.conv2d_weight(x, w.shape, dy, stride, padding, dilation)
     k, c = w.shape[0], w.shape[1]
+    if not weight_gradient_is_gemm(w.shape[2:], stride, padding):
+        plan = weight_gradient_conv(w.shape[2:], stride, padding, dilation, x.shape[2:], dy.shape[2:])
+        images = x.transpose(0, 1).contiguous(memory_format=torch.channels_last)     # (C, N, H, W)
+        filters = dy.transpose(0, 1).contiguous(memory_format=torch.channels_last)   # (K, N, P, Q)
+        out = _conv2d(images, filters, None, list(plan.stride), list(plan.padding), list(plan.dilation), None,
+                      precision, None)
+        return out[:, :, :w.shape[2], :w.shape[3]].transpose(0, 1).contiguous()
     pixels_x = x[:, :, ::stride[0], ::stride[1]].permute(0, 2, 3, 1).reshape(-1, c)
     pixels_g = dy.permute(0, 2, 3, 1).reshape(-1, k)
     return _gemm(pixels_g.t(), pixels_x, None, None, precision, None, 1.0).reshape(k, c, 1, 1)

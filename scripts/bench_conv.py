@@ -14,7 +14,8 @@ or for batched GEMMs (suite "bmm": ``kgen.gemm`` on 3-D tensors against ``torch.
 ("bmm"), batch, m, n, k, layout, dtype, kgen_ms, baselines ({"cublas": ms}), tflops, speedup;
 suite "backward" (ResNet-50's layers at batch 64 but the stem): op "dgrad" (``kgen.torch.
 data_gradient`` against cuDNN's ``torch.nn.grad.conv2d_input``) for each, op "wgrad"
-(``kgen.torch.weight_gradient``: one GEMM) against ``conv2d_weight`` for the 1x1 ones;
+(``kgen.torch.weight_gradient``: one GEMM for the 1x1 ones, a convolution with batch and
+channels swapped for the others) against ``conv2d_weight``;
 family, config and how dispatch chose it (tuned, model, default), ok (within tolerance of float64),
 error.
 """
@@ -94,9 +95,7 @@ def _cases(quick: bool, suites: set[str]) -> list[dict]:
         for layer in layers[1:]:                        # the stem: its input needs no gradient
             shape = _resnet(64, layer)
             cases.append(dict(zip(FIELDS, shape), dtype="bfloat16", epilogue="none", suite="backward", op="dgrad"))
-            if layer[4] == layer[5] == 1:
-                cases.append(dict(zip(FIELDS, shape), dtype="bfloat16", epilogue="none", suite="backward",
-                                  op="wgrad"))
+            cases.append(dict(zip(FIELDS, shape), dtype="bfloat16", epilogue="none", suite="backward", op="wgrad"))
     if "bmm" in suites:
         for batch, m, n, k, layout in (BMM[::3] if quick else BMM):
             cases.append(dict(op="bmm", batch=batch, m=m, n=n, k=k, layout=layout, dtype="bfloat16", suite="bmm"))

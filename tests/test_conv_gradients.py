@@ -1,7 +1,8 @@
 """kgen.kernels.conv.gradients with NumPy in float64 (no GPU, no PyTorch): the data gradient
 assembled from its phases' stride-1 convolutions equals the adjoint of the convolution,
 scattered tap by tap, for strides, paddings (more than the window reaches too), dilations and
-odd sizes; the weight gradient of a 1x1 convolution is the one GEMM over the pixels read."""
+odd sizes; the weight gradient of a 1x1 convolution is the one GEMM over the pixels read, and of
+any window the forward convolution with batch and channels swapped."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import itertools
 import numpy as np
 import pytest
 
-from kgen.kernels.conv.gradients import covers_every_pixel, data_gradient_phases, weight_gradient_is_gemm
+from kgen.kernels.conv.gradients import (covers_every_pixel, data_gradient_phases, weight_gradient_conv,
+                                        weight_gradient_is_gemm)
 from kgen.kernels.conv.problem import output_size
 
 
@@ -100,3 +102,43 @@ def test_weight_gradient_of_a_pointwise_convolution_is_one_gemm():
     eps = np.zeros((6, 5, 1, 1))                            # d<conv(x, w), dy>/dw[2, 3]: conv is linear in w
     eps[2, 3] = 1.0
     assert np.isclose(np.vdot(conv(x, eps, (2, 3), (0, 0), (1, 1)), dy), gemm[2, 3])
+
+
+def weight_gradient(x, dy, window, stride, padding, dilation):
+    """dW by the definition: each tap's sum over the pixels it read times dy."""
+    n, c, h, wd = x.shape
+    p, q = dy.shape[2:]
+    padded = np.zeros((n, c, h + 2 * padding[0], wd + 2 * padding[1]))
+    padded[:, :, padding[0]:padding[0] + h, padding[1]:padding[1] + wd] = x
+    dw = np.zeros((dy.shape[1], c, *window))
+    for i, j in itertools.product(range(window[0]), range(window[1])):
+        rows = padded[:, :, i * dilation[0]:i * dilation[0] + stride[0] * (p - 1) + 1:stride[0],
+                      j * dilation[1]:j * dilation[1] + stride[1] * (q - 1) + 1:stride[1]]
+        dw[:, :, i, j] = np.einsum("nchw,nkhw->kc", rows, dy)
+    return dw
+
+
+@pytest.mark.parametrize("size, window, stride, padding, dilation", CASES)
+def test_the_swapped_convolution_gives_the_weight_gradient(size, window, stride, padding, dilation):
+    rng = np.random.default_rng(sum(size) * 3 + sum(window))
+    x = rng.standard_normal((3, 2, *size))
+    p, q = (output_size(size[0], window[0], stride[0], padding[0], dilation[0]),
+            output_size(size[1], window[1], stride[1], padding[1], dilation[1]))
+    dy = rng.standard_normal((3, 4, p, q))
+    want = weight_gradient(x, dy, window, stride, padding, dilation)
+    w = rng.standard_normal(want.shape)               # the definition is right: d<conv(x, w), dy>/dw
+    eps = 1e-3
+    bumped = w.copy()
+    bumped[1, 0, window[0] - 1, 0] += eps
+    slope = (np.vdot(conv(x, bumped, stride, padding, dilation), dy) - np.vdot(conv(x, w, stride, padding, dilation),
+                                                                                dy)) / eps
+    assert np.isclose(slope, want[1, 0, window[0] - 1, 0])
+    plan = weight_gradient_conv(window, stride, padding, dilation, size, (p, q))
+    out = conv(x.transpose(1, 0, 2, 3), dy.transpose(1, 0, 2, 3), plan.stride, plan.padding, plan.dilation)
+    assert out.shape == (2, 4, *plan.size) and plan.size[0] >= window[0] and plan.size[1] >= window[1]
+    np.testing.assert_allclose(out[:, :, :window[0], :window[1]].transpose(1, 0, 2, 3), want, rtol=1e-12, atol=1e-12)
+
+
+def test_a_window_that_cannot_give_the_output_is_refused():
+    with pytest.raises(ValueError, match="does not come from"):
+        weight_gradient_conv((3, 3), (1, 1), (0, 0), (1, 1), (8, 8), (7, 7))

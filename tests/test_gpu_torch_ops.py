@@ -90,6 +90,21 @@ def test_conv2d_compiled_and_its_gradients(window, stride, padding):
     assert _relerr(by_kgen, x.grad) < 3e-2
 
 
+@pytest.mark.parametrize("batch, stride, padding, dilation", [(64, 1, 1, 1), (64, 2, 1, 1), (3, 2, 0, 2)])
+def test_weight_gradient_of_a_window_is_the_swapped_convolution(batch, stride, padding, dilation):
+    """kgen.torch.weight_gradient of a 3x3 window (conv2d_wgmma at batch 64, conv2d at batch 3)
+    against cuDNN's, both against float64."""
+    x = _rand(batch, 64, 14, 13).to(memory_format=torch.channels_last)
+    w = _rand(48, 64, 3, 3, seed=1)
+    y = torch.nn.functional.conv2d(x.double(), w.double(), None, stride, padding, dilation)
+    dy = _rand(*y.shape, seed=2).to(memory_format=torch.channels_last)
+    want = torch.nn.grad.conv2d_weight(x.double(), w.shape, dy.double(), stride, padding, dilation)
+    got = kgen.torch.weight_gradient(x, w, dy, stride, padding, dilation)
+    assert got.shape == w.shape and got.dtype == w.dtype
+    cudnn = torch.nn.grad.conv2d_weight(x, w.shape, dy, stride, padding, dilation)
+    assert _relerr(got, want) < 2e-2 and _relerr(cudnn, want) < 2e-2
+
+
 def test_softmax_and_rmsnorm_compiled_with_gradients():
     x = _rand(8, 3, 1000, dtype=torch.float32, requires_grad=True)
     g = _rand(1000, dtype=torch.float32, seed=1, requires_grad=True)

@@ -11,8 +11,12 @@ results go to every S-th pixel (a phase no tap reaches is zero).
 
 A 1x1 convolution with no padding is a GEMM over the pixels it reads (every stride-th one), so
 its weight gradient is one GEMM, ``dW[K, C] = dy[NPQ, K]^T @ x[N, ::sh, ::sw, C]``. The weight
-gradient of larger windows is not a forward convolution or a GEMM without materialising the
-image's columns: the caller computes it otherwise.
+gradient of any window is a forward convolution with the roles of batch and channels swapped:
+``dW[k, c, r, s] = sum over n, p, q of x[n, c, S*p + D*r - P, ...] * dy[n, k, p, q]`` is the
+convolution of the C images ``x[:, c]`` (N channels each) with the K filters ``dy[:, k]`` (N
+channels, a P x Q window), whose window taps lie S apart (dilation S) and whose output pixels
+step D (stride D), padded by P: ``weight_gradient_conv`` gives that convolution, whose output
+(at least R x S) is cut to the window.
 
 >>> data_gradient_phases((3, 3), (1, 1), (1, 1), (1, 1), (8, 8), (8, 8))[0]
 Phase(offset=(0, 0), taps=((2, 1, 0), (2, 1, 0)), padding=(1, 1), dilation=(1, 1), crop=(0, 0), size=(8, 8))
@@ -20,6 +24,8 @@ Phase(offset=(0, 0), taps=((2, 1, 0), (2, 1, 0)), padding=(1, 1), dilation=(1, 1
 [((1,), (1,)), ((1,), (2, 0)), ((2, 0), (1,)), ((2, 0), (2, 0))]
 >>> weight_gradient_is_gemm((1, 1), (2, 2), (0, 0))
 True
+>>> weight_gradient_conv((3, 3), (2, 2), (1, 1), (1, 1), (56, 56), (28, 28))
+SwappedConv(stride=(1, 1), padding=(1, 1), dilation=(2, 2), size=(4, 4))
 """
 
 from __future__ import annotations
@@ -79,3 +85,27 @@ def covers_every_pixel(phases: Sequence[Phase], stride: Sequence[int]) -> bool:
 def weight_gradient_is_gemm(taps: Sequence[int], stride: Sequence[int], padding: Sequence[int]) -> bool:
     """Whether the weight gradient is the one GEMM dy^T x over the pixels read (1x1, no padding)."""
     return all(t == 1 for t in taps) and all(p == 0 for p in padding)
+
+
+@dataclass(frozen=True)
+class SwappedConv:
+    """The forward convolution giving a weight gradient: images x transposed to (C, N, H, W),
+    filters dy transposed to (K, N, P, Q), at this ``stride``, ``padding`` and ``dilation``;
+    its output (C, K, ``size``) holds dW (transposed) in its first R x S pixels."""
+
+    stride: tuple[int, int]
+    padding: tuple[int, int]
+    dilation: tuple[int, int]
+    size: tuple[int, int]
+
+
+def weight_gradient_conv(window: Sequence[int], stride: Sequence[int], padding: Sequence[int],
+                         dilation: Sequence[int], in_size: Sequence[int], out_size: Sequence[int]) -> SwappedConv:
+    """The forward convolution of the weight gradient of ``y = conv2d(x, w)`` (see the module's
+    text); ``in_size`` is x's (H, W), ``out_size`` y's (P, Q)."""
+    size = tuple((h + 2 * p - s * (q - 1) - 1) // d + 1
+                 for h, p, s, q, d in zip(in_size, padding, stride, out_size, dilation))
+    if any(got < want for got, want in zip(size, window)):
+        raise ValueError(f"a {tuple(out_size)} output does not come from a {tuple(window)} window on "
+                         f"{tuple(in_size)} pixels at stride {tuple(stride)}, padding {tuple(padding)}")
+    return SwappedConv(tuple(dilation), tuple(padding), tuple(stride), size)
