@@ -1,6 +1,7 @@
 """The communicator interface every kgen.dist backend implements, and the traffic it counts.
 
-A backend moves array payloads (1-D, contiguous, any supported dtype) with a handful of
+A backend moves array payloads (1-D, contiguous, any supported dtype; NumPy arrays on host
+ranks, CuPy arrays on GPU ranks) with a handful of
 collectives; the public methods here count what each rank sends and receives and call the
 backend's ``_``-methods, which only move data. The counts are the payload each rank hands
 to, or takes from, other ranks in the collective's plain meaning, whatever schedule the
@@ -30,6 +31,7 @@ from typing import Sequence
 
 import numpy as np
 
+from kgen.dist.compute import array_module
 from kgen.dist.layout import block_start
 
 
@@ -72,13 +74,13 @@ class Communicator(ABC):
         holds ``recv_counts[s]`` elements from each rank s, in rank order."""
         me, size = self.rank, send.dtype.itemsize
         self.traffic.add((sum(send_counts) - send_counts[me]) * size, (sum(recv_counts) - recv_counts[me]) * size)
-        return self._alltoallv(np.ascontiguousarray(send), list(send_counts), list(recv_counts))
+        return self._alltoallv(_contiguous(send), list(send_counts), list(recv_counts))
 
     def allgatherv(self, send: np.ndarray, counts: Sequence[int]) -> np.ndarray:
         """Every rank's ``send`` (``counts[r]`` elements from rank r), concatenated in rank order."""
         size = send.dtype.itemsize
         self.traffic.add(counts[self.rank] * (self.size - 1) * size, (sum(counts) - counts[self.rank]) * size)
-        return self._allgatherv(np.ascontiguousarray(send), list(counts))
+        return self._allgatherv(_contiguous(send), list(counts))
 
     def gatherv(self, send: np.ndarray, counts: Sequence[int], root: int) -> np.ndarray | None:
         """As allgatherv, on ``root`` only (None elsewhere)."""
@@ -87,7 +89,7 @@ class Communicator(ABC):
             self.traffic.add(0, (sum(counts) - counts[root]) * size)
         else:
             self.traffic.add(counts[self.rank] * size, 0)
-        return self._gatherv(np.ascontiguousarray(send), list(counts), root)
+        return self._gatherv(_contiguous(send), list(counts), root)
 
     def bcast(self, buf: np.ndarray, root: int) -> np.ndarray:
         """``root``'s ``buf`` on every rank (others pass a buffer of the same shape and dtype)."""
@@ -96,7 +98,7 @@ class Communicator(ABC):
                 self.traffic.add(buf.nbytes * (self.size - 1), 0)
             else:
                 self.traffic.add(0, buf.nbytes)
-        return self._bcast(np.ascontiguousarray(buf), root)
+        return self._bcast(_contiguous(buf), root)
 
     def allreduce(self, x: np.ndarray, op: str = "sum") -> np.ndarray:
         """The elementwise ``op`` ("sum" or "max") of every rank's ``x``."""
@@ -105,7 +107,7 @@ class Communicator(ABC):
             mine = _balanced(x.size, self.size)[self.rank]
             moved = (x.size - mine) * self.reduction_dtype(x.dtype).itemsize
             self.traffic.add(2 * moved, 2 * moved)
-        return self._allreduce(np.ascontiguousarray(x), op)
+        return self._allreduce(_contiguous(x), op)
 
     def reduce_scatter(self, x: np.ndarray, counts: Sequence[int], op: str = "sum") -> np.ndarray:
         """Block r (``counts[r]`` elements, in order) of the elementwise ``op`` of every rank's
@@ -113,7 +115,7 @@ class Communicator(ABC):
         self._check_op(op)
         size = self.reduction_dtype(x.dtype).itemsize
         self.traffic.add((sum(counts) - counts[self.rank]) * size, counts[self.rank] * (self.size - 1) * size)
-        return self._reduce_scatter(np.ascontiguousarray(x), list(counts), op)
+        return self._reduce_scatter(_contiguous(x), list(counts), op)
 
     def reduction_dtype(self, dtype: np.dtype) -> np.dtype:
         """The dtype a reduction of ``dtype`` travels in (a backend without half-precision
@@ -165,6 +167,11 @@ class Communicator(ABC):
     def _check_op(op: str) -> None:
         if op not in REDUCE_OPS:
             raise ValueError(f"reduction {op!r} is not one of {REDUCE_OPS}")
+
+
+def _contiguous(x):
+    """``x`` as a C-contiguous array of its own module (NumPy or CuPy)."""
+    return array_module(x).ascontiguousarray(x)
 
 
 def _balanced(n: int, parts: int) -> list[int]:

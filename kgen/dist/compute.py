@@ -2,14 +2,16 @@
 GEMM runs its local products through.
 
 Host ranks hold NumPy arrays and multiply with NumPy (half types widened to float32, so a
-partial product keeps float32 until the final result is rounded). A GPU backend's compute
-would hold CuPy arrays and call ``kgen.gemm(a, b, out_dtype=...)`` here, so each local
-product runs the tuned kernel from the database; nothing above this module changes.
+partial product keeps float32 until the final result is rounded). GPU ranks hold CuPy arrays
+on their device and multiply with ``kgen.gemm(a, b, out_dtype=...)``, so each local product
+runs the tuned kernel from the database; nothing above this module changes. The rest of
+kgen.dist works on a shard through ``array_module(shard)`` (NumPy's interface, which CuPy
+shares), never through NumPy directly.
 
 >>> import numpy as np
 >>> c = HostCompute().gemm(np.ones((2, 3), np.float16), np.ones((3, 4), np.float16))
->>> c.dtype.name, float(c[0, 0])
-('float32', 3.0)
+>>> c.dtype.name, float(c[0, 0]), array_module(c) is np
+('float32', 3.0, True)
 """
 
 from __future__ import annotations
@@ -19,18 +21,62 @@ import numpy as np
 from kgen.dist.dtypes import accumulator
 
 
+def array_module(x):
+    """CuPy for a CuPy array, NumPy for anything else."""
+    if type(x).__module__.startswith("cupy"):
+        import cupy
+
+        return cupy
+    return np
+
+
+def index(xp, rows, cols):
+    """The open mesh selecting ``rows`` x ``cols`` of an array of module ``xp``."""
+    return xp.ix_(xp.asarray(rows), xp.asarray(cols))
+
+
 class HostCompute:
     """NumPy local compute for host-memory ranks."""
 
     name = "numpy"
+    xp = np
 
     def gemm(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """a @ b in the accumulator type of a's dtype (float32 for half types)."""
         acc = accumulator(a.dtype)
         return np.matmul(a.astype(acc, copy=False), b.astype(acc, copy=False))
 
-    def empty(self, shape, dtype) -> np.ndarray:
-        return np.empty(shape, dtype=dtype)
+    def asarray(self, x, dtype=None):
+        """``x`` as this compute's array (a copy only where needed)."""
+        return np.ascontiguousarray(x, dtype=dtype)
 
-    def zeros(self, shape, dtype) -> np.ndarray:
-        return np.zeros(shape, dtype=dtype)
+    def to_host(self, x) -> np.ndarray:
+        return np.asarray(x)
+
+
+class DeviceCompute:
+    """CuPy arrays on this rank's GPU; local products by ``kgen.gemm`` (the tuned kernels),
+    accumulated and returned in float32 for half types, float64 for float64."""
+
+    name = "kgen"
+
+    def __init__(self, device: int):
+        import cupy
+
+        self.xp = cupy
+        self.device = device
+
+    def gemm(self, a, b):
+        import kgen
+
+        acc = accumulator(np.dtype(a.dtype))
+        if 0 in a.shape or 0 in b.shape:
+            return self.xp.zeros((a.shape[0], b.shape[1]), dtype=acc)
+        out_dtype = None if np.dtype(a.dtype) == acc else acc.name
+        return kgen.gemm(self.xp.ascontiguousarray(a), self.xp.ascontiguousarray(b), out_dtype=out_dtype)
+
+    def asarray(self, x, dtype=None):
+        return self.xp.ascontiguousarray(self.xp.asarray(x, dtype=dtype))
+
+    def to_host(self, x) -> np.ndarray:
+        return self.xp.asnumpy(x)

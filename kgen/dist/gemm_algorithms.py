@@ -1,26 +1,28 @@
-"""The three distributed GEMM algorithms on host ranks. Each brings its operands to the
+"""The three distributed GEMM algorithms. Each brings its operands to the
 layouts it computes in (kgen.dist.cost lists them), multiplies through the context's local
 compute (the one local-GEMM seam), and returns (C's layout, this rank's C shard).
 
-Chunked overlap of communication with local GEMMs belongs to the GPU backend (NCCL on its
-own stream); host ranks run each step after the other.
+Each step runs after the other (on GPU ranks, NCCL and the local GEMMs share the current
+stream); chunked overlap of communication with the local GEMMs on two streams is not built.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from kgen.dist.compute import array_module
 from kgen.dist.cost import algorithm_layouts, summa_panels
 from kgen.dist.layout import Layout, block_start, coords, local_shape
 from kgen.dist.redistribute import move
 
 
-def _epilogue(acc: np.ndarray, alpha: float, beta: float, c: np.ndarray | None, dtype) -> np.ndarray:
+def _epilogue(acc, alpha: float, beta: float, c, dtype):
     """alpha * acc + beta * c, rounded to ``dtype`` once, at the end."""
-    out = acc if alpha == 1 else acc * acc.dtype.type(alpha)
+    scalar = np.dtype(acc.dtype).type
+    out = acc if alpha == 1 else acc * scalar(alpha)
     if c is not None and beta != 0:
-        out = out + acc.dtype.type(beta) * c.astype(acc.dtype, copy=False)
-    return np.ascontiguousarray(out.astype(dtype, copy=False))
+        out = out + scalar(beta) * c.astype(acc.dtype, copy=False)
+    return array_module(out).ascontiguousarray(out.astype(dtype, copy=False))
 
 
 def _operands(ctx, algorithm: str, A, B, C, beta):
@@ -31,13 +33,13 @@ def _operands(ctx, algorithm: str, A, B, C, beta):
     return lc, a, b, c
 
 
-def allgather(ctx, A, B, C, alpha: float, beta: float, panel: int) -> tuple[Layout, np.ndarray]:
+def allgather(ctx, A, B, C, alpha: float, beta: float, panel: int) -> tuple[Layout, object]:
     """All-gather A, then C's columns = A @ B's columns (1-D tensor parallel)."""
     lc, a, b, c = _operands(ctx, "allgather", A, B, C, beta)
     return lc, _epilogue(ctx.compute.gemm(a, b), alpha, beta, c, A.dtype)
 
 
-def reduce_scatter(ctx, A, B, C, alpha: float, beta: float, panel: int) -> tuple[Layout, np.ndarray]:
+def reduce_scatter(ctx, A, B, C, alpha: float, beta: float, panel: int) -> tuple[Layout, object]:
     """Each rank's k slice gives a partial m x n product; a reduce-scatter sums them and
     leaves each rank its rows."""
     lc, a, b, c = _operands(ctx, "reduce_scatter", A, B, C, beta)
@@ -48,7 +50,7 @@ def reduce_scatter(ctx, A, B, C, alpha: float, beta: float, panel: int) -> tuple
     return lc, _epilogue(mine.reshape(-1, n), alpha, beta, c, A.dtype)
 
 
-def summa(ctx, A, B, C, alpha: float, beta: float, panel: int) -> tuple[Layout, np.ndarray]:
+def summa(ctx, A, B, C, alpha: float, beta: float, panel: int) -> tuple[Layout, object]:
     """SUMMA on a P x Q grid: for each k panel, its owners broadcast A's panel along grid rows
     and B's along grid columns, and every rank adds their product to its block of C."""
     lc, a, b, c = _operands(ctx, "summa", A, B, C, beta)
@@ -59,14 +61,15 @@ def summa(ctx, A, B, C, alpha: float, beta: float, panel: int) -> tuple[Layout, 
     a_start = [block_start(k, grid_q, j) for j in range(grid_q + 1)]
     b_start = [block_start(k, grid_p, i) for i in range(grid_p + 1)]
     acc_dtype = ctx.compute.gemm(a[:0, :0], b[:0, :0]).dtype
-    acc = np.zeros((a.shape[0], b.shape[1]), dtype=acc_dtype)
+    xp = array_module(a)
+    acc = xp.zeros((a.shape[0], b.shape[1]), dtype=acc_dtype)
     for k0, k1 in summa_panels(k, lc.grid, panel):
         qa = int(np.searchsorted(a_start, k0, side="right") - 1)       # grid column holding A's panel
         pb = int(np.searchsorted(b_start, k0, side="right") - 1)       # grid row holding B's panel
         a_panel = (a[:, k0 - a_start[qa]:k1 - a_start[qa]] if pc == qa
-                   else np.empty((a.shape[0], k1 - k0), dtype=a.dtype))
+                   else xp.empty((a.shape[0], k1 - k0), dtype=a.dtype))
         b_panel = (b[k0 - b_start[pb]:k1 - b_start[pb], :] if pr == pb
-                   else np.empty((k1 - k0, b.shape[1]), dtype=b.dtype))
+                   else xp.empty((k1 - k0, b.shape[1]), dtype=b.dtype))
         a_panel = row_comm.bcast(a_panel, root=qa)
         b_panel = col_comm.bcast(b_panel, root=pb)
         acc += ctx.compute.gemm(a_panel, b_panel)

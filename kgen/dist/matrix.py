@@ -22,6 +22,7 @@ import numpy as np
 
 from kgen.dist import runtime
 from kgen.dist.check import agree
+from kgen.dist.compute import array_module, index
 from kgen.dist.dtypes import accumulator, resolve_dtype
 from kgen.dist.layout import Layout, local_shape, owned, resolve
 from kgen.dist.redistribute import gather, move, scatter
@@ -115,9 +116,9 @@ class DistMatrix:
             return self
         return self._new(dst, self._shape, move(self._ctx.comm, self._layout, dst, self._shape, self._local))
 
-    def to_global(self, root: int | None = None) -> np.ndarray | None:
-        """The whole matrix as a NumPy array on every rank (``root`` None) or on ``root`` only
-        (None elsewhere); a collective call."""
+    def to_global(self, root: int | None = None):
+        """The whole matrix on every rank (``root`` None) or on ``root`` only (None elsewhere),
+        an array of the ranks' kind (NumPy on host ranks, CuPy on GPU ranks); a collective call."""
         root = _root(root, self._ctx.comm.size)
         agree(self._ctx.comm, "to_global", ("to_global", root, self._shape, self._dtype.name, self._layout))
         return gather(self._ctx.comm, self._layout, self._shape, self._local, root)
@@ -137,7 +138,7 @@ class DistMatrix:
 
     def _operands(self, other, name: str):
         """(layout, shape, this side's local array, the other's) of an elementwise op."""
-        if isinstance(other, numbers.Number) or (isinstance(other, np.generic) and other.ndim == 0):
+        if isinstance(other, (numbers.Number, np.generic)):
             return self._layout, self._shape, self._local, other
         if not getattr(other, "_is_dist_matrix", False):
             raise InputError(f"{name} of a DistMatrix and a {type(other).__name__}",
@@ -165,7 +166,7 @@ class DistMatrix:
     def _binary(self, other, op, name: str, reflected: bool = False) -> DistMatrix:
         layout, shape, mine, theirs = self._operands(other, name)
         out = op(theirs, mine) if reflected else op(mine, theirs)
-        return self._new(layout, shape, np.asarray(out).astype(self._dtype, copy=False))
+        return self._new(layout, shape, array_module(self._local).asarray(out).astype(self._dtype, copy=False))
 
     def __add__(self, other):
         return self._binary(other, operator.add, "+")
@@ -196,7 +197,7 @@ class DistMatrix:
     def apply(self, fn) -> DistMatrix:
         """``fn`` (an elementwise function of an array, e.g. ``lambda x: np.maximum(x, 0)``)
         applied to the local shard; its result is cast back to this dtype."""
-        out = np.asarray(fn(self._local))
+        out = array_module(self._local).asarray(fn(self._local))
         if out.shape != self._local.shape:
             raise ShapeError(f"apply's function turned a {self._local.shape} shard into {out.shape}",
                              remedy="pass an elementwise function")
@@ -216,10 +217,11 @@ class DistMatrix:
     def norm(self) -> float:
         """The Frobenius norm (accumulated in float64) on every rank; a collective call."""
         agree(self._ctx.comm, "norm", ("norm", self._shape, self._dtype.name, self._layout))
-        part = np.array([np.sum(np.square(self._local, dtype=np.float64))])
+        xp = array_module(self._local)
+        part = xp.sum(xp.square(self._local.astype(np.float64))).reshape(1)
         if not self._layout.replicated:
             part = self._ctx.comm.allreduce(part, "sum")
-        return float(np.sqrt(part[0]))
+        return float(np.sqrt(float(part[0])))
 
     def __matmul__(self, other):
         from kgen.dist.gemm import gemm
@@ -239,16 +241,17 @@ class DistMatrix:
         return from_local(shard, layout, global_shape, dtype=dtype)
 
 
-def _broadcast(vector: DistMatrix, full: DistMatrix) -> np.ndarray | None:
+def _broadcast(vector: DistMatrix, full: DistMatrix):
     """The part of a replicated 1 x n (or m x 1) ``vector`` that meets ``full``'s shard, or None
     if ``vector`` does not broadcast against ``full``."""
     if not vector.layout.replicated:
         return None
+    xp = array_module(vector.local)
     rows, cols = full.owned()
     if vector.shape == (1, full.shape[1]):
-        return vector.local[:, cols]
+        return vector.local[:, xp.asarray(cols)]
     if vector.shape == (full.shape[0], 1):
-        return vector.local[rows, :]
+        return vector.local[xp.asarray(rows), :]
     return None
 
 
@@ -259,22 +262,23 @@ def _reduce(x: DistMatrix, op: str, axis: int | None):
     agree(comm, op, (op, axis, x.shape, x.dtype.name, x.layout))
     if op == "max" and 0 in x.shape:
         raise ShapeError(f"max of an empty {x.shape[0]}x{x.shape[1]} DistMatrix")
+    xp = array_module(x.local)
     acc = accumulator(x.dtype)
     local = x.local.astype(acc, copy=False)
     fill = 0 if op == "sum" else -np.inf
-    reduce = np.sum if op == "sum" else np.max
+    reduce = xp.sum if op == "sum" else xp.max
     rows, cols = x.owned()
     if axis is None:
-        part = np.array([reduce(local) if local.size else fill], dtype=acc)
+        part = reduce(local).reshape(1).astype(acc) if local.size else xp.full(1, fill, dtype=acc)
     else:
         n = x.shape[1 - axis]
-        part = np.full(n, fill, dtype=acc)
+        part = xp.full(n, fill, dtype=acc)
         if local.size:
-            part[cols if axis == 0 else rows] = reduce(local, axis=axis)
+            part[xp.asarray(cols if axis == 0 else rows)] = reduce(local, axis=axis)
     if not x.layout.replicated:
         part = comm.allreduce(part, op)
-    if axis is None:
-        return part.astype(x.dtype)[0]
+    if axis is None:                                     # a NumPy scalar, wherever the shards live
+        return (part if xp is np else xp.asnumpy(part)).astype(x.dtype)[0]
     shape = (1, len(part)) if axis == 0 else (len(part), 1)
     return x._new(resolve("replicated", comm.size), shape, part.reshape(shape).astype(x.dtype))
 
@@ -292,7 +296,7 @@ def from_global(x, layout: str | Layout, root: int | None = None, dtype=None) ->
     root = _root(root, comm.size)
     want = None if dtype is None else resolve_dtype(dtype)
     holds = root is None or comm.rank == root
-    arr = np.asarray(x) if holds else None
+    arr = array_module(x).asarray(x) if holds else None
 
     def check():
         if arr.ndim != 2:
@@ -305,12 +309,13 @@ def from_global(x, layout: str | Layout, root: int | None = None, dtype=None) ->
         shape = None if complaint else arr.shape
         agree(comm, "from_global", ("from_global", root, lay, shape, kind), complaint)
         dt = resolve_dtype(kind)
-        local = np.ascontiguousarray(arr[np.ix_(*owned(lay, shape, comm.rank))], dtype=dt)
-        return DistMatrix(ctx, lay, tuple(shape), dt, local)
+        mine = arr[index(array_module(arr), *owned(lay, shape, comm.rank))]     # the shard alone moves to the device
+        return DistMatrix(ctx, lay, tuple(shape), dt, ctx.compute.asarray(mine, dtype=dt))
     agree(comm, "from_global", ("from_global", root, lay, None if want is None else want.name), complaint)
     shape, name = comm.bcast_object((arr.shape, kind) if holds else None, root)
     dt = resolve_dtype(name)
-    return DistMatrix(ctx, lay, tuple(shape), dt, scatter(comm, lay, tuple(shape), arr, dt, root))
+    whole = ctx.compute.asarray(arr, dtype=dt) if holds else None
+    return DistMatrix(ctx, lay, tuple(shape), dt, scatter(comm, lay, tuple(shape), whole, dt, root, ctx.compute.xp))
 
 
 def from_local(shard, layout: str | Layout, global_shape, dtype=None) -> DistMatrix:
@@ -324,7 +329,7 @@ def from_local(shard, layout: str | Layout, global_shape, dtype=None) -> DistMat
     comm = ctx.comm
     lay = resolve(layout, comm.size)
     shape = _shape(global_shape)
-    arr = np.asarray(shard)
+    arr = array_module(shard).asarray(shard)
     want = None if dtype is None else resolve_dtype(dtype)
     expected = local_shape(lay, shape, comm.rank)
 
@@ -338,4 +343,4 @@ def from_local(shard, layout: str | Layout, global_shape, dtype=None) -> DistMat
     kind = (want if want is not None else arr.dtype).name
     agree(comm, "from_local", ("from_local", shape, lay, kind), complaint)
     dt = resolve_dtype(kind)
-    return DistMatrix(ctx, lay, shape, dt, np.ascontiguousarray(arr, dtype=dt))
+    return DistMatrix(ctx, lay, shape, dt, ctx.compute.asarray(arr, dtype=dt))

@@ -3,8 +3,9 @@ only the elements whose owner changes, in one alltoallv of exactly those element
 allgatherv when the target is replicated: the same elements, through the collective made
 for it). Also the gathers and the scatter that bring a whole matrix to or from ranks.
 
-These functions take the communicator, layouts, global shape and local arrays; DistMatrix
-(kgen.dist.matrix) calls them after its ranks agreed on the call.
+These functions take the communicator, layouts, global shape and local arrays (NumPy or CuPy:
+each works in its shard's module); DistMatrix (kgen.dist.matrix) calls them after its ranks
+agreed on the call.
 """
 
 from __future__ import annotations
@@ -12,46 +13,48 @@ from __future__ import annotations
 import numpy as np
 
 from kgen.dist.comm import Communicator
+from kgen.dist.compute import array_module, index
 from kgen.dist.layout import Layout, local_shape, owned
 from kgen.dist.plan import plan
 
 
-def move(comm: Communicator, src: Layout, dst: Layout, shape: tuple[int, int], local: np.ndarray) -> np.ndarray:
+def move(comm: Communicator, src: Layout, dst: Layout, shape: tuple[int, int], local):
     """This rank's shard of the matrix in layout ``dst``, given its shard in ``src``."""
     if src == dst:
         return local
     if dst.replicated:
         return gather(comm, src, shape, local, root=None)
+    xp = array_module(local)
     me, world = comm.rank, comm.size
     p = plan(src, dst, shape, world, me)
-    new = np.empty(local_shape(dst, shape, me), dtype=local.dtype)
-    new[np.ix_(*p.keep_dst)] = local[np.ix_(*p.keep_src)]
+    new = xp.empty(local_shape(dst, shape, me), dtype=local.dtype)
+    new[index(xp, *p.keep_dst)] = local[index(xp, *p.keep_src)]
     if src.replicated:                       # every rank held every element: nothing moves
         return new
     send_counts, recv_counts = p.counts(world)
-    parts = [local[np.ix_(piece.rows, piece.cols)].reshape(-1) for piece in p.sends]
-    send = np.concatenate(parts) if parts else np.empty(0, dtype=local.dtype)
+    parts = [local[index(xp, piece.rows, piece.cols)].reshape(-1) for piece in p.sends]
+    send = xp.concatenate(parts) if parts else xp.empty(0, dtype=local.dtype)
     recv = comm.alltoallv(send, send_counts, recv_counts)
     at = 0
     for piece in p.recvs:
-        new[np.ix_(piece.rows, piece.cols)] = recv[at:at + piece.size].reshape(len(piece.rows), len(piece.cols))
+        new[index(xp, piece.rows, piece.cols)] = recv[at:at + piece.size].reshape(len(piece.rows), len(piece.cols))
         at += piece.size
     return new
 
 
-def _assemble(layout: Layout, shape: tuple[int, int], flat: np.ndarray, world: int) -> np.ndarray:
-    out = np.empty(shape, dtype=flat.dtype)
+def _assemble(layout: Layout, shape: tuple[int, int], flat, world: int):
+    xp = array_module(flat)
+    out = xp.empty(shape, dtype=flat.dtype)
     at = 0
     for r in range(world):
         rows, cols = owned(layout, shape, r)
         size = len(rows) * len(cols)
-        out[np.ix_(rows, cols)] = flat[at:at + size].reshape(len(rows), len(cols))
+        out[index(xp, rows, cols)] = flat[at:at + size].reshape(len(rows), len(cols))
         at += size
     return out
 
 
-def gather(comm: Communicator, layout: Layout, shape: tuple[int, int], local: np.ndarray,
-           root: int | None) -> np.ndarray | None:
+def gather(comm: Communicator, layout: Layout, shape: tuple[int, int], local, root: int | None):
     """The whole matrix on every rank (``root`` None) or on ``root`` (None elsewhere)."""
     if layout.replicated:
         return local.copy() if root is None or comm.rank == root else None
@@ -62,23 +65,24 @@ def gather(comm: Communicator, layout: Layout, shape: tuple[int, int], local: np
     return None if flat is None else _assemble(layout, shape, flat, comm.size)
 
 
-def scatter(comm: Communicator, layout: Layout, shape: tuple[int, int], whole: np.ndarray | None,
-            dtype: np.dtype, root: int) -> np.ndarray:
-    """This rank's shard of ``root``'s ``whole`` matrix (other ranks pass None)."""
+def scatter(comm: Communicator, layout: Layout, shape: tuple[int, int], whole, dtype: np.dtype, root: int,
+            xp=np):
+    """This rank's shard of ``root``'s ``whole`` matrix (other ranks pass None), an array of
+    ``xp`` (``whole``'s module on the root)."""
     me = comm.rank
     if layout.replicated:
-        buf = whole if me == root else np.empty(shape, dtype=dtype)
-        return comm.bcast(np.ascontiguousarray(buf, dtype=dtype), root)
+        buf = whole if me == root else xp.empty(shape, dtype=dtype)
+        return comm.bcast(xp.ascontiguousarray(buf, dtype=dtype), root)
     recv_counts = [0] * comm.size
     recv_counts[root] = int(np.prod(local_shape(layout, shape, me))) if me != root else 0
     if me == root:
-        pieces = [np.ascontiguousarray(whole[np.ix_(*owned(layout, shape, r))], dtype=dtype)
+        pieces = [xp.ascontiguousarray(whole[index(xp, *owned(layout, shape, r))], dtype=dtype)
                   for r in range(comm.size)]
         send_counts = [p.size if r != root else 0 for r, p in enumerate(pieces)]
-        send = np.concatenate([p.reshape(-1) for r, p in enumerate(pieces) if r != root] or
-                              [np.empty(0, dtype=dtype)])
+        send = xp.concatenate([p.reshape(-1) for r, p in enumerate(pieces) if r != root] or
+                              [xp.empty(0, dtype=dtype)])
     else:
-        send_counts, send = [0] * comm.size, np.empty(0, dtype=dtype)
+        send_counts, send = [0] * comm.size, xp.empty(0, dtype=dtype)
     recv = comm.alltoallv(send, send_counts, recv_counts)
     if me == root:
         return pieces[root]
