@@ -196,7 +196,8 @@ class Knobs:
 
     dist_backend = _EnvKnob("KGEN_DIST_BACKEND", _one_of("auto", "mpi", "nccl"), lambda: "auto",
                             "kgen.dist's backend when init() names none: mpi (host-memory ranks, NumPy "
-                            "local compute), nccl (GPU ranks: not in this version), auto (mpi)")
+                            "local compute), nccl (GPU ranks: NCCL through CuPy, kgen.gemm), auto (nccl "
+                            "where CuPy sees a GPU and NCCL, else mpi)")
     dist_check = _EnvKnob("KGEN_DIST_CHECK", _parse_bool, lambda: True,
                           "each kgen.dist collective first allgathers a small descriptor of its operands, so "
                           "ranks that disagree all raise the same MismatchError instead of hanging "

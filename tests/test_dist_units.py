@@ -139,13 +139,17 @@ def test_dtypes_supported_and_refused(monkeypatch):
     assert dtypes.supported() == ("float32", "float64", "float16")
 
 
-def test_the_gpu_backend_and_unknown_ones_are_refused(monkeypatch):
-    with pytest.raises(BackendError, match="not in this version"):
+def test_the_gpu_backend_without_a_gpu_and_unknown_backends_are_refused(monkeypatch):
+    from kgen.dist import runtime
+
+    monkeypatch.setattr(runtime, "gpu_backend_missing", lambda: "CUDA sees no GPU")
+    with pytest.raises(BackendError, match="cannot run here: CUDA sees no GPU") as info:
         kd.init("nccl")
+    assert 'init("mpi")' in info.value.remedy
     with pytest.raises(BackendError, match="unknown backend"):
         kd.init("gloo")
     monkeypatch.setenv("KGEN_DIST_BACKEND", "nccl")
-    with pytest.raises(BackendError, match="not in this version"):
+    with pytest.raises(BackendError, match="cannot run here"):
         kd.init()
     with pytest.raises(KgenError, match="not initialized"):
         kd.rank()

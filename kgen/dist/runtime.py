@@ -2,15 +2,16 @@
 and how this process was launched.
 
 Backends: "mpi" (host-memory ranks: mpi4py carries the data, NumPy computes) and "nccl" (GPU
-ranks: NCCL through CuPy, kgen.gemm for local products), which this version does not have
-and refuses with a BackendError rather than pretend. Left out, the backend is
-``KGEN_DIST_BACKEND``, and "auto" means "mpi" while no GPU backend exists.
+ranks: NCCL through CuPy carries the data on the current stream, ``kgen.gemm`` computes each
+local product; one GPU per rank, the rank's local rank choosing it; the ranks are those
+mpiexec started, or this process alone). Left out, the backend is ``KGEN_DIST_BACKEND``, and
+"auto" means "nccl" where CuPy sees a GPU and an NCCL library, else "mpi".
 
 >>> import kgen.dist as kd
->>> kd.init("nccl")
+>>> kd.init("gloo")
 Traceback (most recent call last):
 ...
-kgen.errors.BackendError: the GPU backend (NCCL through CuPy) is not in this version of kgen.dist (remedy: use kgen.dist.init("mpi"): host-memory ranks with NumPy local compute)
+kgen.errors.BackendError: unknown backend 'gloo'; kgen.dist knows mpi, nccl (remedy: use kgen.dist.init("mpi") (host ranks) or kgen.dist.init("nccl") (GPU ranks))
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 
 from kgen.dist.bootstrap import Launch, describe_launch
 from kgen.dist.comm import Communicator, Traffic
-from kgen.dist.compute import HostCompute
+from kgen.dist.compute import DeviceCompute, HostCompute
 from kgen.errors import BackendError, DistError
 from kgen.knobs import knobs
 
@@ -30,7 +31,7 @@ BACKENDS = ("mpi", "nccl")
 class Context:
     backend: str
     comm: Communicator
-    compute: HostCompute
+    compute: HostCompute | DeviceCompute
     launch: Launch
     _grids: dict = field(default_factory=dict)
 
@@ -56,11 +57,12 @@ class Context:
 _context: Context | None = None
 
 
-def _mpi_context() -> Context:
+def _mpi_world(backend: str):
+    """(kgen's own MPI communicator over the ranks mpiexec started, the launch)."""
     try:
         from mpi4py import MPI
     except (ImportError, RuntimeError) as exc:
-        raise BackendError(f"the mpi backend needs mpi4py and an MPI library: {exc}",
+        raise BackendError(f"the {backend} backend needs mpi4py and an MPI library: {exc}",
                            remedy="pip install 'kgen[dist]' (mpi4py and the mpich wheel)") from None
     from kgen.dist.comm_mpi import MpiCommunicator
 
@@ -70,8 +72,61 @@ def _mpi_context() -> Context:
     node.Free()
     launch = describe_launch((world.Get_rank(), world.Get_size(), local_rank),
                              (knobs.launch_rank, knobs.launch_world_size, knobs.launch_local_rank))
-    comm = MpiCommunicator(world.Dup())       # kgen's own communicator: never mixes with the caller's messages
+    return MpiCommunicator(world.Dup()), launch      # a Dup: never mixes with the caller's messages
+
+
+def _mpi_context() -> Context:
+    comm, launch = _mpi_world("mpi")
     return Context("mpi", comm, HostCompute(), launch)
+
+
+def gpu_backend_missing() -> str | None:
+    """Why this process cannot run the nccl backend (no CuPy, no GPU, no NCCL), or None."""
+    try:
+        import cupy
+        from cupy.cuda import nccl
+    except ImportError as exc:
+        return f"CuPy does not import ({exc})"
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:          # no driver, no device: CUDA's own error types
+        return f"CUDA sees no GPU ({type(exc).__name__}: {exc})"
+    if count < 1:
+        return "CUDA sees no GPU"
+    if not nccl.available:
+        return "CuPy finds no NCCL library"
+    return None
+
+
+def _nccl_context() -> Context:
+    import cupy
+
+    from kgen.dist.comm_nccl import NcclCommunicator, SingleRank
+    from kgen.dist.compute import DeviceCompute
+
+    missing = gpu_backend_missing()
+    if missing is not None:
+        raise BackendError(f"the nccl backend cannot run here: {missing}",
+                           remedy="pip install nvidia-nccl-cu13 on a machine with a GPU, or use "
+                                  'kgen.dist.init("mpi") (host ranks)')
+    try:
+        host, launch = _mpi_world("nccl")
+    except BackendError:
+        if knobs.launch_world_size > 1:
+            raise
+        host, launch = SingleRank(), describe_launch((0, 1, 0), (knobs.launch_rank, knobs.launch_world_size,
+                                                                 knobs.launch_local_rank))
+    if launch.world_size == 1 and not isinstance(host, SingleRank):
+        host.free()
+        host = SingleRank()
+    gpus = cupy.cuda.runtime.getDeviceCount()
+    if launch.local_rank >= gpus:
+        raise BackendError(f"rank {launch.rank} is local rank {launch.local_rank} of its host, which has "
+                           f"{gpus} GPU(s): the nccl backend runs one rank per GPU",
+                           remedy=f"start at most {gpus} rank(s) per host, or use kgen.dist.init(\"mpi\")",
+                           rank=launch.rank)
+    cupy.cuda.Device(launch.local_rank).use()
+    return Context("nccl", NcclCommunicator.create(host), DeviceCompute(launch.local_rank), launch)
 
 
 def init(backend: str | None = None) -> Context:
@@ -83,19 +138,16 @@ def init(backend: str | None = None) -> Context:
     global _context
     name = backend if backend is not None else knobs.dist_backend
     if name == "auto":
-        name = "mpi"
+        name = "nccl" if gpu_backend_missing() is None else "mpi"
     if name not in BACKENDS:
         raise BackendError(f"unknown backend {name!r}; kgen.dist knows {', '.join(BACKENDS)}",
-                           remedy='use kgen.dist.init("mpi")')
-    if name == "nccl":
-        raise BackendError("the GPU backend (NCCL through CuPy) is not in this version of kgen.dist",
-                           remedy='use kgen.dist.init("mpi"): host-memory ranks with NumPy local compute')
+                           remedy='use kgen.dist.init("mpi") (host ranks) or kgen.dist.init("nccl") (GPU ranks)')
     if _context is not None:
         if _context.backend != name:
             raise BackendError(f"kgen.dist runs the {_context.backend} backend already",
                                remedy="call kgen.dist.finalize() before init with another backend")
         return _context
-    _context = _mpi_context()
+    _context = _nccl_context() if name == "nccl" else _mpi_context()
     return _context
 
 
@@ -129,7 +181,7 @@ def world_size() -> int:
 
 
 def local_rank() -> int:
-    """This process's rank among the ranks on its host (which GPU a GPU backend would take)."""
+    """This process's rank among the ranks on its host (the GPU the nccl backend takes)."""
     return context().launch.local_rank
 
 
