@@ -76,6 +76,11 @@ class DeviceCompute:
         return kgen.gemm(self.xp.ascontiguousarray(a), self.xp.ascontiguousarray(b), out_dtype=out_dtype)
 
     def asarray(self, x, dtype=None):
+        if np.dtype(dtype if dtype is not None else x.dtype).name == "bfloat16":
+            from kgen.errors import DtypeError
+
+            raise DtypeError("GPU ranks hold float32, float64 and float16 shards (CuPy has no bfloat16)",
+                             remedy='use float16, or kgen.dist.init("mpi") for bfloat16 host ranks')
         return self.xp.ascontiguousarray(self.xp.asarray(x, dtype=dtype))
 
     def to_host(self, x) -> np.ndarray:
