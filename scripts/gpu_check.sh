@@ -41,6 +41,8 @@
 #                                        #   exported to $OUT/tuning_db/<device>_conv2d.jsonl
 #   scripts/gpu_check.sh conv-bench [ARGS] # conv2d beside cuDNN (scripts/bench_conv.py; with $OUT/conv.db's
 #                                        #   records where it exists) -> $OUT/bench_conv.json
+#   scripts/gpu_check.sh dist [ARGS]     # kgen.dist's GEMM algorithms on the nccl backend (world size 1) beside
+#                                        #   kgen.gemm and cuBLAS (scripts/bench_dist.py) -> $OUT/bench_dist.json
 #   scripts/gpu_check.sh shapes [ARGS]   # kgen (untuned; tuned: ARGS --modes) and cuBLAS side by side on random
 #                                        #   shapes nobody tunes for (scripts/bench_shapes.py) -> $OUT/bench_shapes.json
 set -uo pipefail
@@ -145,6 +147,9 @@ fi
 if [ "$what" = conv-bench ]; then
   [ -f "$OUT/conv.db" ] && export KGEN_DB_URL="sqlite:///$OUT/conv.db"
   logged bench_conv.log python3 scripts/bench_conv.py --out "$OUT/bench_conv.json" "$@"
+fi
+if [ "$what" = dist ]; then
+  logged bench_dist.log python3 scripts/bench_dist.py --out "$OUT/bench_dist.json" "$@"
 fi
 if [ "$what" = shapes ]; then
   logged bench_shapes.log python3 scripts/bench_shapes.py --out "$OUT/bench_shapes.json" "$@"

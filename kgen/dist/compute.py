@@ -35,6 +35,15 @@ def index(xp, rows, cols):
     return xp.ix_(xp.asarray(rows), xp.asarray(cols))
 
 
+def finish(acc, alpha: float, beta: float, c, dtype):
+    """alpha * acc + beta * c, rounded to ``dtype`` once, at the end (any array module)."""
+    scalar = np.dtype(acc.dtype).type
+    out = acc if alpha == 1 else acc * scalar(alpha)
+    if c is not None and beta != 0:
+        out = out + scalar(beta) * c.astype(acc.dtype, copy=False)
+    return array_module(out).ascontiguousarray(out.astype(dtype, copy=False))
+
+
 class HostCompute:
     """NumPy local compute for host-memory ranks."""
 
@@ -45,6 +54,11 @@ class HostCompute:
         """a @ b in the accumulator type of a's dtype (float32 for half types)."""
         acc = accumulator(a.dtype)
         return np.matmul(a.astype(acc, copy=False), b.astype(acc, copy=False))
+
+    def product(self, a, b, alpha: float, beta: float, c, dtype):
+        """alpha * a @ b + beta * c in ``dtype``, where a @ b is the whole sum (no other rank
+        adds to it): one rounding at the end."""
+        return finish(self.gemm(a, b), alpha, beta, c, dtype)
 
     def asarray(self, x, dtype=None):
         """``x`` as this compute's array (a copy only where needed)."""
@@ -74,6 +88,18 @@ class DeviceCompute:
             return self.xp.zeros((a.shape[0], b.shape[1]), dtype=acc)
         out_dtype = None if np.dtype(a.dtype) == acc else acc.name
         return kgen.gemm(self.xp.ascontiguousarray(a), self.xp.ascontiguousarray(b), out_dtype=out_dtype)
+
+    def product(self, a, b, alpha: float, beta: float, c, dtype):
+        """As HostCompute.product, in one kgen.gemm (alpha, beta and the rounding fused)."""
+        import kgen
+
+        if 0 in a.shape or 0 in b.shape:
+            return finish(self.gemm(a, b), alpha, beta, c, dtype)
+        out = self.xp.array(c, dtype=dtype, order="C", copy=True) if c is not None and beta != 0 else None
+        a, b = self.xp.ascontiguousarray(a), self.xp.ascontiguousarray(b)
+        if np.dtype(dtype) != np.dtype(a.dtype):
+            return finish(self.gemm(a, b), alpha, beta, c, dtype)
+        return kgen.gemm(a, b, out, alpha, beta if out is not None else 0.0)
 
     def asarray(self, x, dtype=None):
         if np.dtype(dtype if dtype is not None else x.dtype).name == "bfloat16":

@@ -10,19 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from kgen.dist.compute import array_module
+from kgen.dist.compute import array_module, finish
 from kgen.dist.cost import algorithm_layouts, summa_panels
 from kgen.dist.layout import Layout, block_start, coords, local_shape
 from kgen.dist.redistribute import move
-
-
-def _epilogue(acc, alpha: float, beta: float, c, dtype):
-    """alpha * acc + beta * c, rounded to ``dtype`` once, at the end."""
-    scalar = np.dtype(acc.dtype).type
-    out = acc if alpha == 1 else acc * scalar(alpha)
-    if c is not None and beta != 0:
-        out = out + scalar(beta) * c.astype(acc.dtype, copy=False)
-    return array_module(out).ascontiguousarray(out.astype(dtype, copy=False))
 
 
 def _operands(ctx, algorithm: str, A, B, C, beta):
@@ -36,7 +27,7 @@ def _operands(ctx, algorithm: str, A, B, C, beta):
 def allgather(ctx, A, B, C, alpha: float, beta: float, panel: int) -> tuple[Layout, object]:
     """All-gather A, then C's columns = A @ B's columns (1-D tensor parallel)."""
     lc, a, b, c = _operands(ctx, "allgather", A, B, C, beta)
-    return lc, _epilogue(ctx.compute.gemm(a, b), alpha, beta, c, A.dtype)
+    return lc, ctx.compute.product(a, b, alpha, beta, c, A.dtype)
 
 
 def reduce_scatter(ctx, A, B, C, alpha: float, beta: float, panel: int) -> tuple[Layout, object]:
@@ -47,7 +38,7 @@ def reduce_scatter(ctx, A, B, C, alpha: float, beta: float, panel: int) -> tuple
     m, n = A.shape[0], B.shape[1]
     counts = [local_shape(lc, (m, n), r)[0] * n for r in range(ctx.comm.size)]
     mine = ctx.comm.reduce_scatter(partial.reshape(-1), counts, "sum")
-    return lc, _epilogue(mine.reshape(-1, n), alpha, beta, c, A.dtype)
+    return lc, finish(mine.reshape(-1, n), alpha, beta, c, A.dtype)
 
 
 def summa(ctx, A, B, C, alpha: float, beta: float, panel: int) -> tuple[Layout, object]:
@@ -73,7 +64,7 @@ def summa(ctx, A, B, C, alpha: float, beta: float, panel: int) -> tuple[Layout, 
         a_panel = row_comm.bcast(a_panel, root=qa)
         b_panel = col_comm.bcast(b_panel, root=pb)
         acc += ctx.compute.gemm(a_panel, b_panel)
-    return lc, _epilogue(acc, alpha, beta, c, A.dtype)
+    return lc, finish(acc, alpha, beta, c, A.dtype)
 
 
 RUN = {"allgather": allgather, "reduce_scatter": reduce_scatter, "summa": summa}
