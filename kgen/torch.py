@@ -54,6 +54,7 @@ def _gemm(a: Tensor, b: Tensor, bias: Optional[Tensor] = None, activation: Optio
           precision: Optional[str] = None, out_dtype: Optional[torch.dtype] = None, alpha: float = 1.0) -> Tensor:
     from kgen.ops.gemm import gemm as eager
 
+    a, b, bias = _plain(a, b, bias)
     return eager(a, b, alpha=alpha, bias=bias, activation=activation, precision=precision,
                  out_dtype=_dtype_name(out_dtype))
 
@@ -141,9 +142,26 @@ def gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, *, bias=None, acti
 
 # ---- conv2d --------------------------------------------------------------------------------
 
+def _concrete(value):
+    """``value`` (an int, or a list or tuple of them) with torch.compile's symbolic integers made
+    plain ints (a traced call whose stride changed between compiles gets SymInts; the kernel's
+    geometry needs numbers, so the graph specialises on them)."""
+    if isinstance(value, (list, tuple)):
+        return type(value)(int(v) if isinstance(v, torch.SymInt) else v for v in value)
+    return int(value) if isinstance(value, torch.SymInt) else value
+
+
 def _pairs(stride, padding, dilation) -> tuple[list[int], list[int], list[int]]:
     """Stride, padding and dilation as (height, width) lists, checked (typed errors)."""
+    stride, padding, dilation = _concrete(stride), _concrete(padding), _concrete(dilation)
     return list(pair(stride, "stride", 1)), list(pair(padding, "padding", 0)), list(pair(dilation, "dilation", 1))
+
+
+def _plain(*tensors):
+    """The operator's inputs without their autograd history: its implementation hands them to
+    kgen's eager call, which reads them through __cuda_array_interface__ (refused on a
+    tensor that requires grad); the operator's own backward gives the gradients."""
+    return tuple(t.detach() if t is not None else None for t in tensors)
 
 
 @torch.library.custom_op(f"{_LIB}::conv2d", mutates_args=())
@@ -152,6 +170,7 @@ def _conv2d(x: Tensor, w: Tensor, bias: Optional[Tensor], stride: Sequence[int],
             out_dtype: Optional[torch.dtype] = None) -> Tensor:
     from kgen.ops.conv import conv2d as eager
 
+    x, w, bias = _plain(x, w, bias)
     return eager(x, w, bias, tuple(stride), tuple(padding), tuple(dilation), activation,
                  out_dtype=_dtype_name(out_dtype), precision=precision)
 
@@ -254,7 +273,7 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, activation=None, *,
 def _softmax(x: Tensor) -> Tensor:
     from kgen.ops.rownorm import softmax as eager
 
-    return eager(x)
+    return eager(x.detach())
 
 
 @_softmax.register_fake
@@ -279,7 +298,7 @@ _softmax.register_autograd(_softmax_backward, setup_context=_softmax_setup)
 def _rmsnorm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
     from kgen.ops.rownorm import rmsnorm as eager
 
-    return eager(x, weight, eps)
+    return eager(*_plain(x, weight), eps)
 
 
 @_rmsnorm.register_fake
