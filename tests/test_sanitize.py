@@ -3,7 +3,6 @@ answer, with a stand-in for compute-sanitizer (no GPU); the real one on the GPU.
 
 import stat
 import sys
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -13,6 +12,7 @@ from kgen.kernels.gemm.problem import gemm_problem
 from kgen.problem import Target
 from kgen.registry import get_spec
 from kgen.sanitize import command, errors_in, find_sanitizer, sanitize
+from user_family import as_module, with_stray_write
 
 
 def _stand_in(tmp_path, text: str, status: int):
@@ -77,24 +77,14 @@ def test_sanitize_needs_a_gpu_not_a_replay(tmp_path, monkeypatch):
 
 @pytest.mark.gpu
 def test_memcheck_finds_a_stray_write_and_passes_a_clean_kernel(tmp_path):
-    import importlib
-
     if find_sanitizer() is None:
         pytest.skip("compute-sanitizer is not installed")
-    text = (Path(__file__).resolve().parent.parent / "examples" / "vector_add_family.py").read_text().replace('"vadd"', '"vadd_stray"')
-    line = "if (i + j < n) out[i + j] = x[i + j] + y[i + j];"
-    text = text.replace(line, line + " {% if VEC == 4 %}if (i == 0 && j == 0) out[n + 1000] = 0.f;{% endif %}")
-    (tmp_path / "kgen_stray_example.py").write_text(text.replace("1 << 24", "1 << 12"))
-    sys.path.insert(0, str(tmp_path))
-    try:
-        module = importlib.import_module("kgen_stray_example")
+    text = with_stray_write("vadd_stray", "out[n + 1000] = 0.f;").replace("1 << 24", "1 << 12")
+    with as_module(tmp_path, "kgen_stray_example", text) as module:
         spec, problem = module.spec, module.problem
         target = Target.detect(0)
         space = spec.space(problem, target)
         clean = sanitize(spec, problem, space.config(BLOCK=128, VEC=2), target)
         stray = sanitize(spec, problem, space.config(BLOCK=128, VEC=4), target)
-    finally:
-        sys.path.remove(str(tmp_path))
-        sys.modules.pop("kgen_stray_example", None)
     assert clean.ran and clean.errors == 0 and clean.correct is True, clean.detail
     assert stray.errors >= 1 and "Invalid __global__ write" in stray.detail, stray.detail

@@ -1,29 +1,20 @@
 """The user-kernel example (examples/vector_add_family.py, which the README points to) runs as written: a user's template, space, geometry and
 reference go through the same render -> compile -> measure -> tune -> dispatch path."""
 
-import importlib
-import sys
-from pathlib import Path
-
 import pytest
 
 from kgen.compile import compile_source
 from kgen.problem import Target
 from kgen.render import render
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "vector_add_family.py"
+from user_family import EXAMPLE, as_module, with_stray_write
 
 
 @pytest.fixture(scope="module")
 def example(tmp_path_factory):
     """The example as an importable module (spawned GPU workers unpickle its spec)."""
-    folder = tmp_path_factory.mktemp("readme_example")
-    (folder / "kgen_readme_example.py").write_text(EXAMPLE.read_text())
-    sys.path.insert(0, str(folder))
-    module = importlib.import_module("kgen_readme_example")
-    yield vars(module)
-    sys.path.remove(str(folder))
-    sys.modules.pop("kgen_readme_example", None)
+    with as_module(tmp_path_factory.mktemp("readme_example"), "kgen_readme_example", EXAMPLE.read_text()) as module:
+        yield vars(module)
 
 
 def test_example_space_renders_and_compiles(example):
@@ -77,17 +68,9 @@ def test_example_tunes_and_dispatches_on_gpu(example):
 def overrunning(tmp_path_factory):
     """The example's family, renamed, whose VEC=4 configs also write one float 1 MiB past the
     end of their output (as a user's wrong bounds check would)."""
-    text = EXAMPLE.read_text().replace('"vadd"', '"vadd_overrun"')
-    line = "if (i + j < n) out[i + j] = x[i + j] + y[i + j];"
-    assert line in text
-    text = text.replace(line, line + " {% if VEC == 4 %}if (i == 0 && j == 0) out[n - 1 + (1 << 18)] = 0.f;{% endif %}")
-    folder = tmp_path_factory.mktemp("overrun_example")
-    (folder / "kgen_overrun_example.py").write_text(text)
-    sys.path.insert(0, str(folder))
-    module = importlib.import_module("kgen_overrun_example")
-    yield vars(module)
-    sys.path.remove(str(folder))
-    sys.modules.pop("kgen_overrun_example", None)
+    text = with_stray_write("vadd_overrun", "out[n - 1 + (1 << 18)] = 0.f;")
+    with as_module(tmp_path_factory.mktemp("overrun_example"), "kgen_overrun_example", text) as module:
+        yield vars(module)
 
 
 def test_an_overrunning_config_renders_its_stray_write(overrunning):
