@@ -91,3 +91,11 @@ def test_the_communicator_at_one_rank(nccl):
     row, col = ctx.grid_comms(kd.from_global(cupy.ones((4, 4)), "block2d").layout)
     assert (row.size, col.size) == (1, 1)
     assert kd.traffic().sent == 0                          # one rank sends nothing
+
+
+def test_memory_stats_show_the_shards_and_the_pool(nccl):
+    cupy, _ = nccl
+    a = kd.from_global(_rand(cupy, 300, 200), "rows")
+    stats = kd.memory_stats()
+    assert stats["shard_bytes"] >= a.local.nbytes and stats["pool_used_bytes"] >= stats["shard_bytes"]
+    assert stats["pool_held_bytes"] >= stats["pool_used_bytes"] and stats["shard_peak_bytes"] >= stats["shard_bytes"]

@@ -25,6 +25,7 @@ from kgen.dist.check import agree
 from kgen.dist.compute import array_module, index
 from kgen.dist.dtypes import accumulator, resolve_dtype
 from kgen.dist.layout import Layout, local_shape, owned, resolve
+from kgen.dist.memory import track
 from kgen.dist.redistribute import gather, move, scatter
 from kgen.errors import DistError, DtypeError, DistLayoutError, InputError, KgenError, ShapeError
 
@@ -65,6 +66,7 @@ class DistMatrix:
 
     def __init__(self, ctx, layout: Layout, shape: tuple[int, int], dtype: np.dtype, local: np.ndarray):
         self._ctx, self._layout, self._shape, self._dtype, self._local = ctx, layout, shape, dtype, local
+        track(ctx.memory, self, local)
 
     def _new(self, layout: Layout, shape: tuple[int, int], local: np.ndarray, dtype=None) -> DistMatrix:
         return DistMatrix(self._ctx, layout, shape, np.dtype(dtype or self._dtype), local)

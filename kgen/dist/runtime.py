@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from kgen.dist.bootstrap import Launch, describe_launch
 from kgen.dist.comm import Communicator, Traffic
 from kgen.dist.compute import DeviceCompute, HostCompute
+from kgen.dist.memory import Ledger, stats
 from kgen.errors import BackendError, DistError
 from kgen.knobs import knobs
 
@@ -33,6 +34,7 @@ class Context:
     comm: Communicator
     compute: HostCompute | DeviceCompute
     launch: Launch
+    memory: Ledger = field(default_factory=Ledger)
     _grids: dict = field(default_factory=dict)
 
     def grid_comms(self, layout) -> tuple[Communicator, Communicator]:
@@ -193,3 +195,19 @@ def barrier() -> None:
 def traffic() -> Traffic:
     """This rank's counted traffic (bytes sent and received, collectives) since init or reset."""
     return context().comm.traffic
+
+
+def memory_stats(all_ranks: bool = False) -> dict | list[dict]:
+    """This rank's memory figures (``kgen.dist.memory``): ``shard_bytes`` (its DistMatrix shards
+    alive now), ``shard_peak_bytes`` (the most alive at once since init or ``reset_peak``) and,
+    on GPU ranks, ``pool_used_bytes`` / ``pool_held_bytes`` (CuPy's pool). ``all_ranks``:
+    every rank's, in rank order (a collective call)."""
+    ctx = context()
+    mine = stats(ctx.memory, ctx.backend)
+    return ctx.comm.allgather_object(mine) if all_ranks else mine
+
+
+def reset_peak() -> None:
+    """Start the peak over from what is alive now."""
+    ledger = context().memory
+    ledger.peak = ledger.live

@@ -71,3 +71,25 @@ def test_reductions_of_an_empty_block_on_some_ranks(rng):
         assert close(np.asarray(X.sum()), np.asarray(x.sum()), "float32")
         assert X.max() == x.max()
         assert np.array_equal(X.sum(axis=0).to_global(), x)
+
+
+def test_memory_stats_count_each_shard_buffer_once(rng):
+    import gc
+
+    gc.collect()
+    kd.reset_peak()
+    base = kd.memory_stats()["shard_bytes"]
+    x = random(rng, (40, 30), "float64")
+    X = kd.from_global(x, "rows")
+    mine = X.local.nbytes
+    T = X.T                                           # a view of the same buffer: not counted again
+    now = kd.memory_stats()
+    assert now["shard_bytes"] - base == mine and now["shard_peak_bytes"] >= now["shard_bytes"]
+    Y = X.redistribute("cols")
+    assert kd.memory_stats()["shard_bytes"] - base == mine + Y.local.nbytes
+    del X, T, Y
+    gc.collect()
+    after = kd.memory_stats()
+    assert after["shard_bytes"] == base and after["shard_peak_bytes"] >= base + mine
+    every = kd.memory_stats(all_ranks=True)
+    assert len(every) == kd.world_size() and every[kd.rank()]["shard_bytes"] == base
