@@ -198,6 +198,9 @@ class Knobs:
                             "kgen.dist's backend when init() names none: mpi (host-memory ranks, NumPy "
                             "local compute), nccl (GPU ranks: NCCL through CuPy, kgen.gemm), auto (nccl "
                             "where CuPy sees a GPU and NCCL, else mpi)")
+    dist_tuned = _EnvKnob("KGEN_DIST_TUNED", _parse_bool, lambda: True,
+                          "kgen.dist.gemm runs a product's tuned algorithm (kgen tune dist_gemm) where the "
+                          "database has one, else the alpha-beta model's choice")
     dist_check = _EnvKnob("KGEN_DIST_CHECK", _parse_bool, lambda: True,
                           "each kgen.dist collective first allgathers a small descriptor of its operands, so "
                           "ranks that disagree all raise the same MismatchError instead of hanging "

@@ -24,9 +24,11 @@ PEAK_BYTES_PER_S = 2e13     # bytes/s no GPU memory moves
 
 
 def floor_ms(spec, problem) -> float:
-    """The least time (ms) any GPU could take for ``problem`` of ``spec``."""
-    return max(knobs.plausible_floor_us * 1e-3, spec.flops(problem) / PEAK_FLOPS * 1e3,
-               spec.bytes(problem) / PEAK_BYTES_PER_S * 1e3)
+    """The least time (ms) any GPU could take for ``problem`` of ``spec`` (its GPUs together,
+    for a problem spread over several)."""
+    devices = max(1, spec.devices(problem))
+    return max(knobs.plausible_floor_us * 1e-3, spec.flops(problem) / (PEAK_FLOPS * devices) * 1e3,
+               spec.bytes(problem) / (PEAK_BYTES_PER_S * devices) * 1e3)
 
 
 def plausible(time_ms: float, spec, problem) -> bool:

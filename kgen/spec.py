@@ -240,6 +240,11 @@ class KernelSpec:
     def bytes(self, problem: Problem) -> float:
         return 0.0
 
+    def devices(self, problem: Problem) -> int:
+        """How many GPUs (or ranks) one run of ``problem`` spreads over (a distributed family's
+        world size): the physical floor of its time divides by it."""
+        return 1
+
     # --- identity ------------------------------------------------------------------------
     def template_digest(self) -> str:
         """sha256 of the template and every shared piece it includes (first 16 hex)."""

@@ -45,3 +45,31 @@ def test_torchrun_variables_without_mpiexec():
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     env["PYTHONPATH"] = str(ROOT)
     subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, check=True, timeout=60)
+
+
+def test_tune_dist_gemm_on_two_ranks_then_gemm_runs_the_tuned_best(tmp_path, monkeypatch):
+    """`kgen tune dist_gemm` under mpiexec measures every config on both ranks and stores them;
+    kgen.dist.gemm then runs the stored best (rank 0 reads it, both follow)."""
+    monkeypatch.setenv("KGEN_HOME", str(tmp_path))
+    monkeypatch.setenv("KGEN_USE_SHIPPED_DB", "0")
+    out = run_ranks(2, ["-m", "kgen.cli", "tune", "dist_gemm", "--m", "96", "--n", "80", "--k", "72",
+                        "--trials", "8"], timeout_s=120)
+    assert "6 / 0" in out and "dist_" in out, out[-3000:]
+    script = (
+        "import numpy as np, kgen.dist as kd\n"
+        "from kgen.db import open_default\n"
+        "from kgen.dist.tuned import implementation_digest, problem_of, target_of, tuned_choice\n"
+        "ctx = kd.init('mpi')\n"
+        "rng = np.random.default_rng(0)\n"
+        "a, b = rng.standard_normal((96, 72)).astype(np.float32), rng.standard_normal((72, 80)).astype(np.float32)\n"
+        "c = kd.gemm(kd.from_global(a, 'rows'), kd.from_global(b, 'cols')).to_global()\n"
+        "assert np.allclose(c, a @ b, atol=1e-4)\n"
+        "p = problem_of(96, 80, 72, 'float32', 'rows', 'cols', 2, 'mpi')\n"
+        "chosen = tuned_choice(ctx, p)\n"
+        "if kd.rank() == 0:\n"
+        "    best = open_default().best('dist_gemm', p.key, target_of(ctx).name, implementation_digest())\n"
+        "    assert chosen == (best.measurement.config['ALG'], best.measurement.config['PANEL']), (chosen, best)\n"
+        "    print('tuned choice', chosen)\n"
+        "kd.finalize()\n")
+    out = run_ranks(2, ["-c", script], timeout_s=120)
+    assert "tuned choice" in out, out[-3000:]

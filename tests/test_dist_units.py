@@ -174,3 +174,44 @@ def test_nothing_below_kgen_dist_imports_it():
     users = sorted(m for m, deps in graph.items() if not m.startswith("kgen.dist")
                    and any(d == "kgen.dist" or d.startswith("kgen.dist.") for d in deps))
     assert users == [], f"{users} import kgen.dist"
+
+
+def test_dist_gemm_family_space_default_and_record_checks():
+    from kgen.db.validity import Validator
+    from kgen.dist.tuned import device_label, problem_of
+    from kgen.dist.tuning import DistGemm
+    from kgen.problem import Target
+    from kgen.registry import get_spec
+
+    spec = get_spec("dist_gemm")
+    assert isinstance(spec, DistGemm)
+    p = problem_of(4096, 4096, 4096, "float16", "block2d", "block2d", 8, "nccl")
+    space = spec.space(p, Target.h200())
+    assert sorted(c.name for c in space.configs()) == sorted(
+        ["dist_allgather_p0", "dist_reduce_scatter_p0"] + [f"dist_summa_p{w}" for w in (0, 256, 1024, 4096)])
+    assert space.trusted({"ALG": "allgather", "PANEL": 256}) is None      # a panel only SUMMA has
+    assert spec.default_config(p, Target.h200()).name in {c.name for c in space.configs()}
+    assert spec.template_digest() == DistGemm().template_digest() and len(spec.template_digest()) == 16
+    device = device_label("nccl", 8, "NVIDIA H200")
+    why = Validator().why("dist_gemm", p.key, "dist_summa_p256", {"ALG": "summa", "PANEL": 256}, 5.0, device, "9.0",
+                          spec.template_digest())
+    assert why is None, why
+    # eight GPUs together may beat one GPU's floor, not eight GPUs'
+    floor_one = 2 * 4096 ** 3 / 5e15 * 1e3
+    assert Validator().why("dist_gemm", p.key, "dist_summa_p256", {"ALG": "summa", "PANEL": 256}, floor_one / 4,
+                           device, "9.0", spec.template_digest()) is None
+    assert "faster than any GPU" in Validator().why("dist_gemm", p.key, "dist_summa_p256",
+                                                    {"ALG": "summa", "PANEL": 256}, floor_one / 20, device, "9.0",
+                                                    spec.template_digest())
+    assert "is not" in Validator().why("dist_gemm", p.key, "dist_evil", {"ALG": "evil", "PANEL": 0}, 5.0, device,
+                                       "9.0", spec.template_digest())
+
+
+def test_dist_gemm_tune_refuses_single_gpu_options(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from kgen.cli import app
+
+    monkeypatch.setenv("KGEN_HOME", str(tmp_path))
+    result = CliRunner().invoke(app, ["tune", "dist_gemm", "--m", "64", "--n", "64", "--k", "64", "--replay", "x"])
+    assert result.exit_code == 2 and "mpiexec -n N kgen tune dist_gemm" in result.output

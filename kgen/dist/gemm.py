@@ -64,26 +64,51 @@ def _model():
 
 
 def gemm(A, B, C=None, alpha: float = 1.0, beta: float = 0.0, algorithm: str | None = None,
-         layout: str | Layout | None = None):
+         layout: str | Layout | None = None, panel: int | None = None):
     """alpha * A @ B + beta * C as a new DistMatrix (a collective call). ``algorithm``:
-    "allgather", "reduce_scatter", "summa" or None (the cost model's choice). The result is
-    in ``layout`` if given, else in C's layout if C is given, else in the algorithm's own.
-    Half types accumulate in float32 and are rounded once, at the end.
+    "allgather", "reduce_scatter", "summa" or None: the tuned best of this product on these
+    ranks where the database has one (``kgen tune dist_gemm``, kgen.dist.tuning; a product
+    with no C and no layout asked, from operands in layouts made by name), else the cost
+    model's choice. ``panel``: SUMMA's k panel width (default KGEN_DIST_PANEL; 0: as wide as
+    the splits allow). The result is in ``layout`` if given, else in C's layout if C is
+    given, else in the algorithm's own. Half types accumulate in float32 and are rounded once,
+    at the end.
 
     >>> # c = kd.gemm(a, b, c, alpha=2.0, beta=1.0, algorithm="reduce_scatter")
     """
     m, n, k, out = _validate(A, B, C, alpha, beta, algorithm, layout)
+    if panel is not None and (not isinstance(panel, numbers.Integral) or panel < 0):
+        raise InputError(f"panel={panel!r} is not a whole number >= 0", remedy="pass 0 or a width such as 256")
     comm = A._ctx.comm
     agree(comm, "gemm", ("gemm", A.shape, B.shape, A.dtype.name, A.layout, B.layout,
                          None if C is None else (C.layout, C.dtype.name), float(alpha), float(beta),
-                         algorithm, out, knobs.dist_panel))
-    alpha_s, beta_s, panel = _model()
-    name = algorithm or choose(_case(A, B, C, beta, out, m, n, k), alpha_s, beta_s, panel)
+                         algorithm, out, knobs.dist_panel if panel is None else int(panel)))
+    alpha_s, beta_s, model_panel = _model()
+    panel = model_panel if panel is None else int(panel)
+    name = algorithm
+    if name is None:
+        tuned = _tuned(A, B, C, out, m, n, k)
+        if tuned is not None:
+            name, panel = tuned
+        else:
+            name = choose(_case(A, B, C, beta, out, m, n, k), alpha_s, beta_s, panel)
     lc, local = RUN[name](A._ctx, A, B, C, float(alpha), float(beta), panel)
     result = A._new(lc, (m, n), local)
     if out is not None and out != lc:
         result = A._new(out, (m, n), move(comm, lc, out, (m, n), local))
     return result
+
+
+def _tuned(A, B, C, out, m: int, n: int, k: int) -> tuple[str, int] | None:
+    """The tuned (algorithm, panel) of this product on these ranks, or None."""
+    if not knobs.dist_tuned or C is not None or out is not None:
+        return None
+    ctx, world = A._ctx, A._ctx.comm.size
+    if A.layout != resolve(A.layout.kind, world) or B.layout != resolve(B.layout.kind, world):
+        return None                                   # a grid or block of the caller's own: not what was tuned
+    from kgen.dist.tuned import problem_of, tuned_choice
+
+    return tuned_choice(ctx, problem_of(m, n, k, A.dtype.name, A.layout.kind, B.layout.kind, world, ctx.backend))
 
 
 def gemm_costs(A, B, C=None, beta: float = 0.0, layout: str | Layout | None = None) -> list[Estimate]:

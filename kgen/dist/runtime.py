@@ -84,9 +84,10 @@ def _mpi_context() -> Context:
 
 def gpu_backend_missing() -> str | None:
     """Why this process cannot run the nccl backend (no CuPy, no GPU, no NCCL), or None."""
+    import warnings
+
     try:
         import cupy
-        from cupy.cuda import nccl
     except ImportError as exc:
         return f"CuPy does not import ({exc})"
     try:
@@ -95,8 +96,11 @@ def gpu_backend_missing() -> str | None:
         return f"CUDA sees no GPU ({type(exc).__name__}: {exc})"
     if count < 1:
         return "CUDA sees no GPU"
+    with warnings.catch_warnings():   # CuPy warns where it finds no NCCL library: said here instead
+        warnings.simplefilter("ignore")
+        from cupy.cuda import nccl
     if not nccl.available:
-        return "CuPy finds no NCCL library"
+        return "CuPy finds no NCCL library (pip install nvidia-nccl-cu13)"
     return None
 
 

@@ -14,4 +14,5 @@ BUILTIN_FAMILIES = {
     "rmsnorm": "kgen.kernels.memory.rownorm:RmsNorm",
     "conv2d": "kgen.kernels.conv.conv2d:Conv2d",
     "conv2d_wgmma": "kgen.kernels.conv.conv2d_wgmma:Conv2dWgmma",
+    "dist_gemm": "kgen.dist.tuning:DistGemm",
 }
