@@ -41,7 +41,6 @@ from kgen.space import Constraint, Param, Space
 from kgen.spec import KernelSpec
 
 
-
 class DistGemm(KernelSpec):
     """The algorithm (and SUMMA's panel) of one distributed GEMM problem; nothing compiled."""
 
@@ -143,10 +142,11 @@ def measure(ctx, problem: Problem, values: dict, warmup: int, runs: int, operand
     first = gemm(A, B, algorithm=algorithm, panel=panel)
     whole = first.to_global(root=0)
     error = -1.0
-    if ctx.comm.rank == 0:
-        got = ctx.compute.to_host(whole).astype(np.float64)
-        want = a.astype(np.float64) @ b.astype(np.float64)
-        error = float(np.abs(got - want).max() / max(np.abs(want).max(), 1e-300)) if want.size else 0.0
+    if ctx.comm.rank == 0:                           # against float64, on the rank's own device
+        xp = ctx.compute.xp
+        got = whole.astype(np.float64)
+        want = xp.asarray(a, dtype=np.float64) @ xp.asarray(b, dtype=np.float64)
+        error = float(abs(got - want).max() / max(float(abs(want).max()), 1e-300)) if want.size else 0.0
     del first, whole
     times = []
     for i in range(warmup + runs):
