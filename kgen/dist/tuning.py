@@ -46,6 +46,7 @@ class DistGemm(KernelSpec):
 
     family = FAMILY
     shape_params = ("m", "n", "k", "world")
+    export_runtime = ""               # a choice of algorithm, not a kernel: kgen.dist.gemm reads it
     problem_fields = (Field("m", int, "rows of A and C"), Field("n", int, "columns of B and C"),
                       Field("k", int, "columns of A, rows of B"),
                       Field("dtype", str, "element type", "float32", NAMES),
