@@ -26,3 +26,17 @@ def provenance_for(target: Target, template_digest: str) -> Provenance:
                       template_digest=template_digest,
                       host=socket.gethostname() if knobs.record_host else "",
                       created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
+
+
+def cpu_name() -> str:
+    """This host's processor, as /proc/cpuinfo names it (else the platform's word for it)."""
+    import platform
+    from pathlib import Path
+
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown cpu"

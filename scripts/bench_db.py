@@ -36,20 +36,11 @@ from kgen.db.exchange import export, import_file, merge, read_records, read_rows
 from kgen.db.reading import gc_paused  # noqa: E402
 from kgen.knobs import knobs  # noqa: E402
 from kgen.measurement import Measurement, Provenance, Record, Timing  # noqa: E402
+from kgen.provenance import cpu_name  # noqa: E402
 
 IMPORT_TARGET = 25_000     # records/s into SQLite (checked), on 2 CPUs
 VALIDATION_TARGET = 0.10   # of import's time, at most
 WARM_TARGET_US = 50.0      # warm best() lookup
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown cpu"
 
 
 def slug(model: str) -> str:
@@ -172,7 +163,7 @@ def main() -> None:
     parser.add_argument("--commit", default="", help="commit to record (default: read from .git)")
     args = parser.parse_args()
 
-    model = cpu_model()
+    model = cpu_name()
     load_start = os.getloadavg()[0]
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     out = Path(args.out) if args.out else ROOT / "scripts" / "results" / f"{slug(model)}-{cpus}cpu" / "bench_db.json"

@@ -169,6 +169,15 @@ class Communicator(ABC):
             raise ValueError(f"reduction {op!r} is not one of {REDUCE_OPS}")
 
 
+def offsets(counts) -> list[int]:
+    """Where each of consecutive pieces of ``counts`` elements starts."""
+    out, at = [], 0
+    for c in counts:
+        out.append(at)
+        at += c
+    return out
+
+
 def _contiguous(x):
     """``x`` as a C-contiguous array of its own module (NumPy or CuPy)."""
     return array_module(x).ascontiguousarray(x)

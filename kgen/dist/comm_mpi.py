@@ -9,20 +9,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from kgen.dist.comm import Communicator, Traffic
+from kgen.dist.comm import Communicator, Traffic, offsets
 from kgen.dist.dtypes import accumulator
 
 
 def _bytes(x: np.ndarray) -> np.ndarray:
     return x.reshape(-1).view(np.uint8)
-
-
-def _displs(counts: list[int]) -> list[int]:
-    out, at = [], 0
-    for c in counts:
-        out.append(at)
-        at += c
-    return out
 
 
 class MpiCommunicator(Communicator):
@@ -57,7 +49,7 @@ class MpiCommunicator(Communicator):
         sc = [c * item for c in send_counts]
         rc = [c * item for c in recv_counts]
         byte = self._mpi.BYTE
-        self.comm.Alltoallv([_bytes(send), (sc, _displs(sc)), byte], [_bytes(recv), (rc, _displs(rc)), byte])
+        self.comm.Alltoallv([_bytes(send), (sc, offsets(sc)), byte], [_bytes(recv), (rc, offsets(rc)), byte])
         return recv
 
     def _allgatherv(self, send, counts):
@@ -65,7 +57,7 @@ class MpiCommunicator(Communicator):
         recv = np.empty(sum(counts), dtype=send.dtype)
         rc = [c * item for c in counts]
         byte = self._mpi.BYTE
-        self.comm.Allgatherv([_bytes(send), byte], [_bytes(recv), (rc, _displs(rc)), byte])
+        self.comm.Allgatherv([_bytes(send), byte], [_bytes(recv), (rc, offsets(rc)), byte])
         return recv
 
     def _gatherv(self, send, counts, root):
@@ -76,7 +68,7 @@ class MpiCommunicator(Communicator):
             return None
         recv = np.empty(sum(counts), dtype=send.dtype)
         rc = [c * item for c in counts]
-        self.comm.Gatherv([_bytes(send), byte], [_bytes(recv), (rc, _displs(rc)), byte], root=root)
+        self.comm.Gatherv([_bytes(send), byte], [_bytes(recv), (rc, offsets(rc)), byte], root=root)
         return recv
 
     def _bcast(self, buf, root):

@@ -13,7 +13,7 @@ array's own type otherwise; a reduce-scatter of unequal blocks pads each to the 
 
 from __future__ import annotations
 
-from kgen.dist.comm import Communicator, Traffic
+from kgen.dist.comm import Communicator, Traffic, offsets
 from kgen.dist.dtypes import accumulator
 
 
@@ -55,14 +55,6 @@ def _bytes(x):
     import cupy
 
     return x.reshape(-1).view(cupy.uint8)
-
-
-def _offsets(counts: list[int]) -> list[int]:
-    out, at = [], 0
-    for c in counts:
-        out.append(at)
-        at += c
-    return out
 
 
 class NcclCommunicator(Communicator):
@@ -110,7 +102,7 @@ class NcclCommunicator(Communicator):
         bytes from rank s land in ``recv`` (in rank order): grouped sends and receives, this
         rank's own piece copied."""
         nccl, stream, me = _nccl(), _stream(), self.rank
-        send_at, recv_at = _offsets(send_counts), _offsets(recv_counts)
+        send_at, recv_at = offsets(send_counts), offsets(recv_counts)
         if recv_counts[me]:
             recv[recv_at[me]:recv_at[me] + recv_counts[me]] = send[send_at[me]:send_at[me] + send_counts[me]]
         nccl.groupStart()
@@ -194,7 +186,7 @@ class NcclCommunicator(Communicator):
         if self.size == 1 or not block:
             return work[:counts[self.rank]].astype(x.dtype, copy=True)
         padded = cupy.zeros(block * self.size, dtype=work.dtype)
-        for r, at in enumerate(_offsets(counts)):
+        for r, at in enumerate(offsets(counts)):
             padded[r * block:r * block + counts[r]] = work[at:at + counts[r]]
         mine = cupy.empty(block, dtype=work.dtype)
         kind, red = self._type_and_op(work.dtype, op)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from kgen.dist.cost import ALGORITHMS
 from kgen.problem import Problem, Target
+from kgen.provenance import cpu_name
 
 FAMILY = "dist_gemm"
 PANELS = (0, 256, 1024, 4096)               # SUMMA's k panel width (0: as wide as the splits allow)
@@ -47,20 +48,7 @@ def target_of(ctx) -> Target:
     if ctx.backend == "nccl":
         device = Target.detect(ctx.compute.device)
         return dataclasses.replace(device, name=device_label("nccl", ctx.comm.size, device.name))
-    return Target.h200(device_label("mpi", ctx.comm.size, _cpu_name()), nvrtc="")
-
-
-def _cpu_name() -> str:
-    """This host's processor, as /proc/cpuinfo names it (else the platform's word for it)."""
-    import platform
-
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return Target.h200(device_label("mpi", ctx.comm.size, cpu_name()), nvrtc="")
 
 
 def tuned_choice(ctx, problem: Problem) -> tuple[str, int] | None:
