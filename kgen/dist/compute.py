@@ -93,13 +93,11 @@ class DeviceCompute:
         """As HostCompute.product, in one kgen.gemm (alpha, beta and the rounding fused)."""
         import kgen
 
-        if 0 in a.shape or 0 in b.shape:
+        if 0 in a.shape or 0 in b.shape or np.dtype(dtype) != np.dtype(a.dtype):
             return finish(self.gemm(a, b), alpha, beta, c, dtype)
         out = self.xp.array(c, dtype=dtype, order="C", copy=True) if c is not None and beta != 0 else None
         a, b = self.xp.ascontiguousarray(a), self.xp.ascontiguousarray(b)
-        if np.dtype(dtype) != np.dtype(a.dtype):
-            return finish(self.gemm(a, b), alpha, beta, c, dtype)
-        return kgen.gemm(a, b, out, alpha, beta if out is not None else 0.0)
+        return kgen.gemm(a, b, out, alpha, beta if out is not None else 0.0)   # out: C, written in place
 
     def asarray(self, x, dtype=None):
         if np.dtype(dtype if dtype is not None else x.dtype).name == "bfloat16":
