@@ -121,8 +121,9 @@ def test_planted_faults_fail_their_trials_and_the_tune_completes():
 
     spec, target = GemmSimt(), _target()
     problem = gemm_problem(256, 256, 256, "float32", "NN")
-    configs = spec.space(problem, target).sample(3, seed=11)
-    planted = {configs[0].name: "crash", configs[1].name: "hang", configs[2].name: "wrong"}
+    configs = spec.space(problem, target).sample(4, seed=11)
+    planted = {configs[0].name: "crash", configs[1].name: "hang", configs[2].name: "wrong",
+               configs[3].name: "overrun"}
     db = MemoryStore()
     with LocalGPURunner((0,), target.l2_bytes, timeout_s=20, planted=planted) as runner:
         tuner = Tuner(spec, problem, target, runner, db, sampler="random", seed=1, warm_start=False)
@@ -132,5 +133,7 @@ def test_planted_faults_fail_their_trials_and_the_tune_completes():
     assert kinds[configs[0].name] == "runtime"
     assert kinds[configs[1].name] == "timeout"
     assert kinds[configs[2].name] == "correctness"
+    overrun = next(m for m in result.trials if m.config_name == configs[3].name)
+    assert overrun.failure.kind == "runtime" and "out-of-bounds write" in overrun.failure.detail
     assert result.best is not None and result.measured == 10
     assert len(db.records("gemm", problem.key)) == 10
