@@ -136,6 +136,15 @@ class DistLayoutError(DistError):
                       "p x q multiplies to the number of ranks and whose block sizes are positive")
 
 
+class RankLostError(DistError):
+    """Some rank did not reach a collective call within ``KGEN_DIST_TIMEOUT`` seconds: it died
+    or is stuck. The ranks' communicators are unusable after it."""
+
+    default_remedy = ("look at the other ranks' output for the one that failed; start mpiexec with "
+                      "-disable-auto-cleanup (MPICH) to see this error on the surviving ranks, or raise "
+                      "KGEN_DIST_TIMEOUT if a rank is only slow")
+
+
 class MismatchError(DistError):
     """The ranks disagree about a collective call (shape, layout, dtype, operation); every
     rank raises the same one, with what each rank had under ``fields['values']``."""

@@ -211,6 +211,9 @@ class Knobs:
     dist_bandwidth_gbs = _EnvKnob("KGEN_DIST_BANDWIDTH_GBS", float, lambda: 10.0,
                                   "the per-rank bandwidth (GB/s) kgen.dist's cost model charges for the "
                                   "bytes a rank receives")
+    dist_timeout_s = _EnvKnob("KGEN_DIST_TIMEOUT", float, lambda: 300.0,
+                              "seconds a rank waits for the others at the start of a kgen.dist collective "
+                              "before raising RankLostError (a rank died or is stuck; 0: wait for ever)")
     dist_panel = _EnvKnob("KGEN_DIST_PANEL", int, lambda: 256,
                           "the widest k panel one SUMMA step broadcasts (0: whole blocks)")
     launch_rank = _EnvKnob("RANK", int, lambda: -1,

@@ -73,3 +73,37 @@ def test_tune_dist_gemm_on_two_ranks_then_gemm_runs_the_tuned_best(tmp_path, mon
         "kd.finalize()\n")
     out = run_ranks(2, ["-c", script], timeout_s=120)
     assert "tuned choice" in out, out[-3000:]
+
+
+def test_a_rank_that_dies_makes_the_others_raise_within_the_timeout():
+    """One of two ranks exits before a collective: the other raises RankLostError after
+    KGEN_DIST_TIMEOUT (3 s here) instead of waiting for ever. MPICH's mpiexec kills the
+    survivors at once by default; -disable-auto-cleanup lets them run on to see the error."""
+    found = mpiexec()
+    if isinstance(found, str):
+        pytest.skip(found)
+    command, extra = found
+    if "-launcher" not in command:
+        pytest.skip("needs MPICH's mpiexec (Hydra) for -disable-auto-cleanup")
+    script = (
+        "import os, time, numpy as np, kgen.dist as kd\n"
+        "from kgen.errors import RankLostError\n"
+        "kd.init('mpi')\n"
+        "if kd.rank() == 1:\n"
+        "    os._exit(3)\n"
+        "start = time.monotonic()\n"
+        "try:\n"
+        "    kd.from_global(np.ones((4, 4)), 'rows')\n"
+        "except RankLostError as err:\n"
+        "    print(f'RankLostError after {time.monotonic() - start:.1f} s: {err.message}', flush=True)\n"
+        "    os._exit(0)\n"
+        "print('no error', flush=True)\n"
+        "os._exit(1)\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env.update(extra, KGEN_DIST_TIMEOUT="3", PYTHONPATH=str(ROOT))
+    done = subprocess.run([*command, "-disable-auto-cleanup", "-n", "2", sys.executable, "-c", script], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=60)
+    out = done.stdout + done.stderr
+    assert "RankLostError after" in out, out[-3000:]
+    waited = float(out.split("RankLostError after ")[1].split(" s")[0])
+    assert 3.0 <= waited < 10.0 and "within 3 s" in out

@@ -51,6 +51,7 @@ def agree(comm: Communicator, what: str, descriptor, complaint: str | None = Non
     if comm.size == 1 or not knobs.dist_check:
         entries = [(descriptor, complaint)]
     else:
+        comm.alive(knobs.dist_timeout_s)            # a dead or stuck rank: RankLostError, not a hang
         entries = comm.allgather_object((descriptor, complaint))
     message = describe_disagreement(what, entries)
     if message is not None:

@@ -143,6 +143,10 @@ class Communicator(ABC):
     def free(self) -> None:
         """Release what the backend holds for this communicator."""
 
+    def alive(self, timeout_s: float) -> None:
+        """Return once every rank has reached this call, or raise RankLostError after
+        ``timeout_s`` seconds (0: wait for ever); a backend without a way to tell returns."""
+
     # ---- what a backend implements --------------------------------------------------------
 
     @abstractmethod

@@ -7,6 +7,8 @@ type otherwise, and the result comes back in the type it was given.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from kgen.dist.comm import Communicator, Traffic, offsets
@@ -26,6 +28,30 @@ class MpiCommunicator(Communicator):
         from mpi4py import MPI
 
         self._mpi = MPI
+        comm.Set_errhandler(MPI.ERRORS_RETURN)      # a failed peer is an exception here, not an abort
+
+    def alive(self, timeout_s: float) -> None:
+        """A non-blocking barrier, polled until ``timeout_s`` (RankLostError then)."""
+        if self.size == 1:
+            return
+        if timeout_s <= 0:
+            self.comm.Barrier()
+            return
+        from kgen.errors import RankLostError
+
+        start, nap = time.monotonic(), 1e-5
+        try:
+            request = self.comm.Ibarrier()
+            while not request.Test():
+                if time.monotonic() - start > timeout_s:
+                    raise RankLostError(f"rank {self.rank}: not every one of the {self.size} ranks reached a "
+                                        f"collective call within {timeout_s:g} s (KGEN_DIST_TIMEOUT)",
+                                        rank=self.rank, world_size=self.size)
+                time.sleep(nap)
+                nap = min(nap * 2, 1e-3)
+        except self._mpi.Exception as exc:
+            raise RankLostError(f"rank {self.rank}: MPI failed waiting for the other ranks ({exc})",
+                                rank=self.rank, world_size=self.size) from None
 
     def allgather_object(self, obj) -> list:
         return self.comm.allgather(obj)

@@ -34,6 +34,9 @@ class SingleRank:
     def split(self, color: int, key: int) -> SingleRank:
         return SingleRank()
 
+    def alive(self, timeout_s: float) -> None:
+        pass
+
     def free(self) -> None:
         pass
 
@@ -85,6 +88,9 @@ class NcclCommunicator(Communicator):
 
         cupy.cuda.get_current_stream().synchronize()
         self.host.barrier()
+
+    def alive(self, timeout_s: float) -> None:
+        self.host.alive(timeout_s)
 
     def split(self, color: int, key: int) -> NcclCommunicator:
         return NcclCommunicator.create(self.host.split(color, key), self.traffic)
