@@ -99,6 +99,19 @@ def array_kind(obj: Any) -> str:
     return "cai"
 
 
+def one_library(**arrays: Any) -> str:
+    """The array library (``array_kind``) all the given arrays (None: left out) come from; an
+    InputError naming them when they mix libraries (the result's type would be a guess)."""
+    kinds = {name: array_kind(x) for name, x in arrays.items() if x is not None}
+    if len(set(kinds.values())) > 1:
+        from kgen.errors import InputError
+
+        raise InputError("the operands mix array libraries: " + ", ".join(f"{n} is {k}" for n, k in kinds.items()),
+                         remedy="pass arrays of one library (torch.as_tensor / cupy.asarray / jax.dlpack convert "
+                                "without a copy)")
+    return next(iter(kinds.values()), "cai")
+
+
 def describe(obj: Any, name: str = "array") -> ArrayInfo:
     """ArrayInfo of a device array, or an InputError that says what to pass instead."""
     kind = array_kind(obj)

@@ -184,3 +184,19 @@ def test_a_well_formed_setting_is_read_at_access_time(monkeypatch):
 
 def test_a_host_c_is_a_device_error():
     raises(DeviceError, A, B, np.zeros((8, 6), np.float32))
+
+
+class _TorchLike(FakeArray):
+    """A stand-in array that kgen.arrays takes for a PyTorch tensor (no PyTorch needed)."""
+
+    __module__ = "torch.fake"
+
+    def data_ptr(self):
+        return BASE
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_operands_of_two_array_libraries_are_an_input_error(dtype):
+    err = raises(InputError, FakeArray((8, 4), dtype), _TorchLike((4, 6), dtype))
+    assert "mix array libraries" in err.message and "a is cai" in err.message and "b is torch" in err.message
+    assert "one library" in err.remedy

@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from kgen.arrays import ArrayInfo, array_kind, describe
+from kgen.arrays import ArrayInfo, array_kind, describe, one_library
 from kgen.errors import DeviceError, DtypeError, InputError, LayoutError, ShapeError
 from kgen.kernels.gemm import rules
 from kgen.kernels.gemm.operands import check_output, matmul_shape, operand_layout
@@ -56,6 +56,7 @@ def input_dtype(info: ArrayInfo, dtype: str | None, name: str) -> str:
 
 def make_plan(dispatcher, a, b, c, bias, activation, precision, dtype, out_dtype) -> TcPlan:
     """Validate everything (typed errors), then choose and load the kernel."""
+    one_library(a=a, b=b, c=c, bias=bias)
     ai, bi = describe(a, "a"), describe(b, "b")
     m, n, k = matmul_shape(ai, bi)
     in_a, in_b = input_dtype(ai, dtype, "a"), input_dtype(bi, dtype, "b")

@@ -53,9 +53,10 @@ def matmul_shape(ai, bi) -> tuple[int, int, int]:
 
 def problem_from_operands(a, b, c=None) -> tuple[Problem, int]:
     """The GEMM problem of ``a @ b`` (into ``c``) and the device it runs on, from strides."""
-    from kgen.arrays import describe
+    from kgen.arrays import describe, one_library
     from kgen.errors import DeviceError, DtypeError
 
+    one_library(a=a, b=b, c=c)
     ai, bi = describe(a, "a"), describe(b, "b")
     m, n, k = matmul_shape(ai, bi)
     if ai.dtype != bi.dtype or ai.dtype not in DTYPES:
