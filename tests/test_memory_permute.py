@@ -67,7 +67,13 @@ def _is_minimal(shape, axes) -> bool:
 ])
 def test_canonical_forms_of_known_permutations(shape, axes, want):
     assert canonical(shape, axes) == want
-    assert _moves_the_same(shape, check_axes(axes, len(shape)), *want)
+    axes = check_axes(axes, len(shape))
+    if math.prod(shape) > 1 << 16:      # the same structure (which sizes are 1) on a few elements, not GiBs
+        small = tuple(min(size, 3) for size in shape)
+        small_want = canonical(small, axes)
+        assert small_want[1] == want[1]            # the same canonical permutation
+        shape, want = small, small_want
+    assert _moves_the_same(shape, axes, *want)
 
 
 def test_every_permutation_of_random_shapes_canonicalises_to_a_minimal_equivalent():
