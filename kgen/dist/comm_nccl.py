@@ -103,34 +103,35 @@ class NcclCommunicator(Communicator):
 
     # ---- data -----------------------------------------------------------------------------
 
-    def _exchange(self, send, send_counts: list[int], recv, recv_counts: list[int]) -> None:
-        """Rank d gets ``send_counts[d]`` bytes of ``send`` (in rank order); ``recv_counts[s]``
-        bytes from rank s land in ``recv`` (in rank order): grouped sends and receives, this
-        rank's own piece copied."""
-        nccl, stream, me = _nccl(), _stream(), self.rank
-        send_at, recv_at = offsets(send_counts), offsets(recv_counts)
-        if recv_counts[me]:
-            recv[recv_at[me]:recv_at[me] + recv_counts[me]] = send[send_at[me]:send_at[me] + send_counts[me]]
+    def _exchange(self, sends: dict[int, tuple[int, int]], recvs: dict[int, tuple[int, int]]) -> None:
+        """Grouped point-to-point: (address, bytes) sent to each peer in ``sends``, received
+        from each peer in ``recvs`` (this rank's own piece is the caller's copy)."""
+        nccl, stream = _nccl(), _stream()
         nccl.groupStart()
         try:
             for peer in range(self.size):
-                if peer == me:
+                if peer == self.rank:
                     continue
-                if send_counts[peer]:
-                    self.nccl_comm.send(send.data.ptr + send_at[peer], send_counts[peer], nccl.NCCL_UINT8, peer,
-                                        stream)
-                if recv_counts[peer]:
-                    self.nccl_comm.recv(recv.data.ptr + recv_at[peer], recv_counts[peer], nccl.NCCL_UINT8, peer,
-                                        stream)
+                address, count = sends.get(peer, (0, 0))
+                if count:
+                    self.nccl_comm.send(address, count, nccl.NCCL_UINT8, peer, stream)
+                address, count = recvs.get(peer, (0, 0))
+                if count:
+                    self.nccl_comm.recv(address, count, nccl.NCCL_UINT8, peer, stream)
         finally:
             nccl.groupEnd()
 
     def _alltoallv(self, send, send_counts, recv_counts):
         import cupy
 
-        item = send.dtype.itemsize
+        item, me = send.dtype.itemsize, self.rank
         recv = cupy.empty(sum(recv_counts), dtype=send.dtype)
-        self._exchange(_bytes(send), [c * item for c in send_counts], _bytes(recv), [c * item for c in recv_counts])
+        sb, rb = _bytes(send), _bytes(recv)
+        sc, rc = [c * item for c in send_counts], [c * item for c in recv_counts]
+        s_at, r_at = offsets(sc), offsets(rc)
+        rb[r_at[me]:r_at[me] + rc[me]] = sb[s_at[me]:s_at[me] + sc[me]]
+        self._exchange({d: (sb.data.ptr + s_at[d], sc[d]) for d in range(self.size)},
+                       {s: (rb.data.ptr + r_at[s], rc[s]) for s in range(self.size)})
         return recv
 
     def _allgatherv(self, send, counts):
@@ -138,29 +139,28 @@ class NcclCommunicator(Communicator):
 
         item, me = send.dtype.itemsize, self.rank
         recv = cupy.empty(sum(counts), dtype=send.dtype)
-        sends = [counts[me] * item] * self.size
-        self._exchange(_bytes(send), [0 if d == me else c for d, c in enumerate(sends)], _bytes(recv),
-                       [c * item for c in counts])
-        if counts[me]:
-            at = sum(counts[:me])
-            recv[at:at + counts[me]] = send
+        sb, rb = _bytes(send), _bytes(recv)
+        rc = [c * item for c in counts]
+        r_at = offsets(rc)
+        rb[r_at[me]:r_at[me] + rc[me]] = sb
+        self._exchange({d: (sb.data.ptr, rc[me]) for d in range(self.size)},
+                       {s: (rb.data.ptr + r_at[s], rc[s]) for s in range(self.size)})
         return recv
 
     def _gatherv(self, send, counts, root):
         import cupy
 
         item, me = send.dtype.itemsize, self.rank
+        sb = _bytes(send)
         if me != root:
-            sends = [0] * self.size
-            sends[root] = counts[me] * item
-            self._exchange(_bytes(send), sends, cupy.empty(0, dtype=cupy.uint8), [0] * self.size)
+            self._exchange({root: (sb.data.ptr, counts[me] * item)}, {})
             return None
         recv = cupy.empty(sum(counts), dtype=send.dtype)
-        self._exchange(_bytes(send), [0] * self.size, _bytes(recv),
-                       [0 if r == me else c * item for r, c in enumerate(counts)])
-        if counts[me]:
-            at = sum(counts[:me])
-            recv[at:at + counts[me]] = send
+        rb = _bytes(recv)
+        rc = [c * item for c in counts]
+        r_at = offsets(rc)
+        rb[r_at[me]:r_at[me] + rc[me]] = sb
+        self._exchange({}, {s: (rb.data.ptr + r_at[s], rc[s]) for s in range(self.size)})
         return recv
 
     def _bcast(self, buf, root):
