@@ -141,12 +141,13 @@ def tune(ctx: typer.Context,
     if sanitize and replay:
         _fail(KgenError("--sanitize runs the best config on a GPU; a replay has none",
                         remedy="leave out --sanitize or --replay"))
-    if _tunes_on_ranks(ctx.args):
+    on_ranks = _tuned_on_ranks(ctx.args)
+    if on_ranks is not None:
         if replay or from_file or gpus or scheduler or sanitize:
             _fail(KgenError("a distributed family's tune runs on the ranks mpiexec starts, with no --replay, "
                             "--from, --gpus, --scheduler or --sanitize",
                             remedy="mpiexec -n N kgen tune dist_gemm --m M --n N --k K [--dtype --a --b --trials]"))
-        _tune_on_ranks(ctx.args, trials, sampler, seed, db)
+        _tune_on_ranks(on_ranks, ctx.args, trials, sampler, seed, db)
         return
     if from_file or gpus or scheduler:
         _tune_many(ctx.args, trials, timeout, sampler, seed, replay, db, device, from_file, gpus, scheduler, log,
@@ -212,28 +213,27 @@ def _sanitized(results, target, device: int) -> bool:
     return clean
 
 
-def _tunes_on_ranks(words) -> bool:
-    """Whether the family named is tuned by all ranks together (``KernelSpec.tune_on_ranks``)."""
+def _tuned_on_ranks(words):
+    """The family named, if all ranks of a distributed run tune it together (``tunes_on_ranks``);
+    else None (an unknown family included: the usual path says so)."""
     from kgen.registry import get_spec
 
     try:
-        return hasattr(get_spec(_family_words(words)[0]), "tune_on_ranks")
+        spec = get_spec(_family_words(words)[0])
     except KgenError:
-        return False          # an unknown family: the usual path says so
+        return None
+    return spec if spec.tunes_on_ranks else None
 
 
-def _tune_on_ranks(words, trials: int, sampler: str, seed: Optional[int], db: str) -> None:
+def _tune_on_ranks(spec, words, trials: int, sampler: str, seed: Optional[int], db: str) -> None:
     """A distributed family's tune (e.g. ``mpiexec -n 4 kgen tune dist_gemm ...``): every rank
     runs this; rank 0 searches, stores and prints."""
     from kgen.fields import parse_args
-    from kgen.registry import get_spec
 
     try:
         family, rest = _family_words(words)
-        spec = get_spec(family)
-        result = spec.tune_on_ranks(parse_args(spec.fields(), rest, family), trials=trials,
-                                    sampler="exhaustive" if sampler == "kgen" else sampler, seed=seed,
-                                    open_db=lambda: _open_db(db), say=console.print)
+        result = spec.tune_on_ranks(parse_args(spec.fields(), rest, family), trials=trials, sampler=sampler,
+                                    seed=seed, open_db=lambda: _open_db(db), say=console.print)
     except KgenError as exc:
         _fail(exc)
     if result is not None:

@@ -240,6 +240,10 @@ class KernelSpec:
     def bytes(self, problem: Problem) -> float:
         return 0.0
 
+    # a family tuned by all ranks of a distributed run together (kgen.dist.tuning): `kgen tune`
+    # hands its fields to ``tune_on_ranks(values, trials=, sampler=, seed=, open_db=, say=)``
+    tunes_on_ranks: bool = False
+
     def devices(self, problem: Problem) -> int:
         """How many GPUs (or ranks) one run of ``problem`` spreads over (a distributed family's
         world size): the physical floor of its time divides by it."""

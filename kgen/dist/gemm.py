@@ -80,11 +80,11 @@ def gemm(A, B, C=None, alpha: float = 1.0, beta: float = 0.0, algorithm: str | N
     if panel is not None and (not isinstance(panel, numbers.Integral) or panel < 0):
         raise InputError(f"panel={panel!r} is not a whole number >= 0", remedy="pass 0 or a width such as 256")
     comm = A._ctx.comm
-    agree(comm, "gemm", ("gemm", A.shape, B.shape, A.dtype.name, A.layout, B.layout,
-                         None if C is None else (C.layout, C.dtype.name), float(alpha), float(beta),
-                         algorithm, out, knobs.dist_panel if panel is None else int(panel)))
     alpha_s, beta_s, model_panel = _model()
     panel = model_panel if panel is None else int(panel)
+    agree(comm, "gemm", ("gemm", A.shape, B.shape, A.dtype.name, A.layout, B.layout,
+                         None if C is None else (C.layout, C.dtype.name), float(alpha), float(beta),
+                         algorithm, out, panel))
     name = algorithm
     if name is None:
         tuned = _tuned(A, B, C, out, m, n, k)

@@ -280,7 +280,7 @@ def _reduce(x: DistMatrix, op: str, axis: int | None):
     if not x.layout.replicated:
         part = comm.allreduce(part, op)
     if axis is None:                                     # a NumPy scalar, wherever the shards live
-        return (part if xp is np else xp.asnumpy(part)).astype(x.dtype)[0]
+        return x._ctx.compute.to_host(part).astype(x.dtype)[0]
     shape = (1, len(part)) if axis == 0 else (len(part), 1)
     return x._new(resolve("replicated", comm.size), shape, part.reshape(shape).astype(x.dtype))
 

@@ -16,6 +16,7 @@ kgen.errors.BackendError: unknown backend 'gloo'; kgen.dist knows mpi, nccl (rem
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from kgen.dist.bootstrap import Launch, describe_launch
@@ -82,8 +83,10 @@ def _mpi_context() -> Context:
     return Context("mpi", comm, HostCompute(), launch)
 
 
+@functools.lru_cache(maxsize=1)
 def gpu_backend_missing() -> str | None:
-    """Why this process cannot run the nccl backend (no CuPy, no GPU, no NCCL), or None."""
+    """Why this process cannot run the nccl backend (no CuPy, no GPU, no NCCL), or None (asked
+    once per process: ``auto`` and the nccl backend both need it)."""
     import warnings
 
     try:
@@ -108,7 +111,6 @@ def _nccl_context() -> Context:
     import cupy
 
     from kgen.dist.comm_nccl import NcclCommunicator, SingleRank
-    from kgen.dist.compute import DeviceCompute
 
     missing = gpu_backend_missing()
     if missing is not None:

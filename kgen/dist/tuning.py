@@ -47,6 +47,7 @@ class DistGemm(KernelSpec):
     family = FAMILY
     shape_params = ("m", "n", "k", "world")
     export_runtime = ""               # a choice of algorithm, not a kernel: kgen.dist.gemm reads it
+    tunes_on_ranks = True
     problem_fields = (Field("m", int, "rows of A and C"), Field("n", int, "columns of B and C"),
                       Field("k", int, "columns of A, rows of B"),
                       Field("dtype", str, "element type", "float32", NAMES),
@@ -81,10 +82,12 @@ class DistGemm(KernelSpec):
 
     def tune_on_ranks(self, values: dict, *, trials: int, sampler: str, seed: int | None, open_db, say=print):
         """``kgen tune dist_gemm``, run by every rank mpiexec started: joins them, tunes
-        (``tune_gemm``) and leaves; rank 0 gets the TuneResult (the others None)."""
+        (``tune_gemm``) and leaves; rank 0 gets the TuneResult (the others None). The default
+        sampler ("kgen") becomes "exhaustive": the space has six configs."""
         from kgen.dist import runtime
         from kgen.samplers import check_sampler
 
+        sampler = "exhaustive" if sampler == "kgen" else sampler
         check_sampler(sampler)
         ctx = runtime.init()
         try:
