@@ -215,3 +215,5 @@ def test_dist_gemm_tune_refuses_single_gpu_options(tmp_path, monkeypatch):
     monkeypatch.setenv("KGEN_HOME", str(tmp_path))
     result = CliRunner().invoke(app, ["tune", "dist_gemm", "--m", "64", "--n", "64", "--k", "64", "--replay", "x"])
     assert result.exit_code == 2 and "mpiexec -n N kgen tune dist_gemm" in result.output
+    empty = CliRunner().invoke(app, ["tune", "dist_gemm", "--m", "0", "--n", "64", "--k", "64"])
+    assert empty.exit_code == 2 and "m=0 must be an integer >= 1" in empty.output

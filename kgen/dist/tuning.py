@@ -33,6 +33,7 @@ from kgen.dist.cost import ALGORITHMS, GemmCase, choose
 from kgen.dist.dtypes import NAMES, accumulator, resolve_dtype
 from kgen.dist.layout import KINDS, resolve
 from kgen.dist.tuned import CHOSEN, FAMILY, PANELS, implementation_digest, problem_of, target_of
+from kgen.errors import ShapeError
 from kgen.fields import Field
 from kgen.measurement import Failure, Measurement, Timing
 from kgen.problem import Problem, Target
@@ -89,6 +90,7 @@ class DistGemm(KernelSpec):
 
         sampler = "exhaustive" if sampler == "kgen" else sampler
         check_sampler(sampler)
+        _check_sizes(values["m"], values["n"], values["k"])        # before any rank joins
         ctx = runtime.init()
         try:
             if ctx.comm.rank == 0:
@@ -217,6 +219,13 @@ def serve(ctx, warmup: int = 2, runs: int = 5) -> None:
         measure(ctx, Problem.from_key(key), values, warmup, runs, operands)
 
 
+def _check_sizes(m, n, k) -> None:
+    for name, size in (("m", m), ("n", n), ("k", k)):
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ShapeError(f"dist_gemm: {name}={size!r} must be an integer >= 1",
+                             remedy="tune a product of at least one row, column and inner element")
+
+
 def tune_gemm(m: int, n: int, k: int, dtype: str = "float32", a: str = "rows", b: str = "cols", *,
               trials: int = 8, sampler: str = "exhaustive", db=None, warmup: int = 2, runs: int = 5,
               seed: int | None = None, on_progress=None):
@@ -226,6 +235,7 @@ def tune_gemm(m: int, n: int, k: int, dtype: str = "float32", a: str = "rows", b
     from kgen.dist import runtime
     from kgen.search import tune
 
+    _check_sizes(m, n, k)
     ctx = runtime.context()
     problem = problem_of(m, n, k, resolve_dtype(dtype).name, a, b, ctx.comm.size, ctx.backend)
     if ctx.comm.rank != 0:
