@@ -18,7 +18,8 @@ def with_stray_write(family: str, write: str) -> str:
     thread's store past the output)."""
     text = EXAMPLE.read_text().replace('"vadd"', f'"{family}"')
     assert STORE in text
-    return text.replace(STORE, STORE + f" {{% if VEC == 4 %}}if (i == 0 && j == 0) {write}{{% endif %}}")
+    # braces: the store is the loop's only statement, and the stray write must stay in the loop (j)
+    return text.replace(STORE, "{ " + STORE + f" {{% if VEC == 4 %}}if (i == 0 && j == 0) {write}{{% endif %}}}}")
 
 
 @contextlib.contextmanager
