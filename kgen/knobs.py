@@ -132,6 +132,9 @@ class Knobs:
                       "the vendor library (cuBLAS) is a candidate of the GEMM families: measured in every "
                       "tune, stored as config 'cublas', and chosen by dispatch where it is the faster "
                       "measured one or the problem is untuned (0: generated kernels only)")
+    skinny_max = _EnvKnob("KGEN_SKINNY_MAX", int, lambda: 16,
+                          "the largest small side (min(M, N)) of a GEMM the family gemm_skinny runs (CUDA cores "
+                          "streaming the big operand); at most 16, 0: the family is off")
     conv_gradients = _EnvKnob("KGEN_CONV_GRADIENTS", _one_of("kgen", "torch"), lambda: "kgen",
                               "how kgen.torch's conv2d computes gradients: kgen (kgen's forward convolutions and "
                               "GEMMs, kgen.kernels.conv.gradients) or torch (PyTorch's)")

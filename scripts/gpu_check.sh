@@ -45,6 +45,9 @@
 #                                        #   kgen.gemm and cuBLAS (scripts/bench_dist.py) -> $OUT/bench_dist.json
 #   scripts/gpu_check.sh shapes [ARGS]   # kgen (untuned; tuned: ARGS --modes) and cuBLAS side by side on random
 #                                        #   shapes nobody tunes for (scripts/bench_shapes.py) -> $OUT/bench_shapes.json
+#   scripts/gpu_check.sh skinny-study [ARGS] # gemm_skinny's model picks and random configs against measurement, with
+#                                        #   the tile families' untuned call and cuBLAS (scripts/study_skinny.py)
+#                                        #   -> $OUT/skinny_study.jsonl
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu_out}
@@ -153,5 +156,8 @@ if [ "$what" = dist ]; then
 fi
 if [ "$what" = shapes ]; then
   logged bench_shapes.log python3 scripts/bench_shapes.py --out "$OUT/bench_shapes.json" "$@"
+fi
+if [ "$what" = skinny-study ]; then
+  logged skinny_study.log python3 scripts/study_skinny.py --out "$OUT/skinny_study.jsonl" "$@"
 fi
 exit $status

@@ -5,6 +5,7 @@ BUILTIN_FAMILIES = {
     "gemm": "kgen.kernels.gemm.simt:GemmSimt",
     "gemm_mma": "kgen.kernels.gemm.mma:GemmMma",
     "gemm_wgmma": "kgen.kernels.gemm.wgmma:GemmWgmma",
+    "gemm_skinny": "kgen.kernels.gemm.skinny:GemmSkinny",
     "gemm_batched": "kgen.kernels.gemm.batched:GemmBatched",
     "elementwise": "kgen.kernels.memory.elementwise:Elementwise",
     "cast": "kgen.kernels.memory.cast:Cast",

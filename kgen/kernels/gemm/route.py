@@ -1,8 +1,10 @@
-"""Which GEMM family runs a request: CUDA cores (float32) or the tensor-core families.
+"""Which GEMM family runs a request: CUDA cores (float32) or the tensor-core path.
 
 float32 without tf32 and without an epilogue stays on the CUDA-core family ``gemm``;
-float16, bfloat16, float64, tf32 and every fused epilogue go to the tensor cores: the
-Hopper family ``gemm_wgmma`` where it runs the problem, and the portable ``gemm_mma``.
+float16, bfloat16, float64, tf32 and every fused epilogue take the tensor-core path: the
+Hopper family ``gemm_wgmma`` where it runs the problem, the portable ``gemm_mma``, and, for a
+problem with a side of 16 or less, ``gemm_skinny`` (CUDA cores streaming the big operand: such
+a problem is bound by memory, and the tile families waste most of each tile on it).
 
 >>> uses_tensor_cores("float32", None, "none", None)
 False
@@ -18,8 +20,8 @@ from kgen.kernels.gemm.problem import tc_problem
 from kgen.problem import Problem, Target
 from kgen.registry import get_spec
 
-# preferred first; a family missing from the registry is skipped
-TENSOR_CORE_FAMILIES = ("gemm_wgmma", "gemm_mma")
+# the families of the tensor-core path, preferred first; a family missing from the registry is skipped
+TC_PATH_FAMILIES = ("gemm_wgmma", "gemm_mma", "gemm_skinny")
 PRECISIONS = (None, "ieee", "tf32")
 
 
@@ -45,7 +47,7 @@ def tensor_core_specs(problem_args: dict, target: Target) -> list[tuple[object, 
 
     found = []
     known = families()
-    for family in TENSOR_CORE_FAMILIES:
+    for family in TC_PATH_FAMILIES:
         if family not in known:
             continue
         spec = get_spec(family)
@@ -70,7 +72,7 @@ def tensor_core_candidates(problem_args: dict, target: Target) -> list[tuple[obj
     if not knobs.staging:
         return found
     direct = {spec.family for spec, _, _ in found}
-    for family in TENSOR_CORE_FAMILIES:
+    for family in TC_PATH_FAMILIES:
         if family in direct or family not in families():
             continue
         spec = get_spec(family)
@@ -100,8 +102,8 @@ def gemm_request(family: str, m: int, n: int, k: int, dtype: str, layout: str, t
                 align_a=align_a, align_b=align_b)
     if family == "gemm":
         return tensor_core_specs(args, target)
-    if family not in TENSOR_CORE_FAMILIES:
-        raise KgenError(f"{family!r} is not a GEMM family", remedy="use gemm, gemm_mma or gemm_wgmma")
+    if family not in TC_PATH_FAMILIES:
+        raise KgenError(f"{family!r} is not a GEMM family", remedy="use gemm, gemm_mma, gemm_wgmma or gemm_skinny")
     spec = get_spec(family)
     problem = tc_problem(family, **args)
     if not spec.supports(problem, target):

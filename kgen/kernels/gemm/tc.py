@@ -129,7 +129,7 @@ class TensorCoreGemm(GemmFamily, KernelSpec):
     shape_params = ("m", "n", "k")
     outputs = ("c",)
     options = ("--std=c++17",)
-    tf32_rounding = "nearest"     # how the kernels turn float32 operands into tf32 (see to_tf32)
+    tf32_rounding = "nearest"     # how the kernels turn float32 operands into tf32 (see to_tf32; None: they don't)
     export_runtime = "tc_gemm_module.py"     # exact problems, arguments replayed from ``arg_recipe``
 
     def problem(self, m: int, n: int, k: int, dtype: str = "bfloat16", layout: str = "NN",
@@ -221,7 +221,7 @@ class TensorCoreGemm(GemmFamily, KernelSpec):
     def reference(self, problem: Problem, operands: Mapping[str, Any]) -> dict[str, Any]:
         dtype, out = problem["dtype"], problem["out_dtype"]
         a, b = operands["a"], operands["b"]
-        if dtype == "float32":          # the tensor cores see tf32
+        if dtype == "float32" and self.tf32_rounding:      # the tensor cores see tf32
             a, b = to_tf32(a, self.tf32_rounding), to_tf32(b, self.tf32_rounding)
         ref = operands.get("alpha", 1.0) * (as_float64(a, dtype) @ as_float64(b, dtype))
         beta = operands.get("beta", 0.0)

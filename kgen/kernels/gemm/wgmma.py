@@ -434,16 +434,18 @@ def workspace_bytes(problem: Problem, config: Config) -> tuple[int, int]:
     return tiles * split * bm * bn * 4, tiles * groups * 4 * 4
 
 
-def workspace_args(problem: Problem, config: Config, template: str = GemmWgmma.template):
+def workspace_args(problem: Problem, config: Config, template: str = GemmWgmma.template,
+                   sizes: tuple[int, int] | None = None, fill: int = EMPTY_BITS):
     """A function of the launch's stream and device (None: CuPy's current ones) giving the
     (partials, counters) pointer arguments: null without split-K; else a workspace on that
-    device, made on first use with its counters zeroed and its slots empty before the first
-    launch (each launch leaves them so again), one per device, stream, size and ``template``
-    (an older template's kernels, compared side by side, may leave it otherwise), so
-    launches of one plan on two streams never share one. A workspace first needed while the
-    stream is being captured into a CUDA graph is made outside the capture
-    (``_new_workspace``)."""
-    partial_bytes, counter_bytes = workspace_bytes(problem, config)
+    device, made on first use with its counters zeroed and every 32-bit word of its partials
+    ``fill`` (the slots empty) before the first launch (each launch leaves them so again), one
+    per device, stream, size and ``template`` (an older template's kernels, compared side by
+    side, may leave it otherwise), so launches of one plan on two streams never share one. A
+    workspace first needed while the stream is being captured into a CUDA graph is made
+    outside the capture (``_new_workspace``). ``sizes``: (partials, counters) bytes, for a
+    family other than this one (default: ``workspace_bytes``)."""
+    partial_bytes, counter_bytes = sizes if sizes is not None else workspace_bytes(problem, config)
     if not partial_bytes:
         return lambda stream=None, device=None: _NO_WORKSPACE
 
@@ -454,18 +456,18 @@ def workspace_args(problem: Problem, config: Config, template: str = GemmWgmma.t
             device = cupy.cuda.runtime.getDevice()
         if stream is None:
             stream = cupy.cuda.get_current_stream().ptr
-        key = (device, stream, partial_bytes, counter_bytes, template)
+        key = (device, stream, partial_bytes, counter_bytes, template, fill)
         found = _WORKSPACES.get(key)
         if found is None:
-            found = _WORKSPACES[key] = _new_workspace(device, partial_bytes, counter_bytes)
+            found = _WORKSPACES[key] = _new_workspace(device, partial_bytes, counter_bytes, fill)
         return found[2], found[3]
 
     return pointers
 
 
-def _new_workspace(device: int, partial_bytes: int, counter_bytes: int) -> tuple:
+def _new_workspace(device: int, partial_bytes: int, counter_bytes: int, fill: int = EMPTY_BITS) -> tuple:
     """(partials, counters, their pointers): allocated, the counters zeroed and every partial
-    slot emptied (``EMPTY_BITS``) on a private stream that is synchronised, so they are so
+    word ``fill`` (``EMPTY_BITS``: every slot empty) on a private stream that is synchronised, so they are so
     before any launch on any stream. The thread's capture mode is relaxed meanwhile: while a
     stream is captured into a CUDA graph, an allocation is otherwise refused, and the graph
     keeps these buffers, which live on."""
@@ -475,7 +477,7 @@ def _new_workspace(device: int, partial_bytes: int, counter_bytes: int) -> tuple
         side = cupy.cuda.Stream(non_blocking=True)
         with side:
             counters = cupy.zeros(counter_bytes // 4, dtype=cupy.int32)
-            partials = cupy.full(partial_bytes // 4, EMPTY_BITS, dtype=cupy.uint32)   # every slot empty
+            partials = cupy.full(partial_bytes // 4, fill, dtype=cupy.uint32)
         side.synchronize()
     return partials, counters, np.uint64(partials.data.ptr), np.uint64(counters.data.ptr)
 

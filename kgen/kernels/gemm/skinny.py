@@ -1,0 +1,361 @@
+"""GEMM with one small side (min(M, N) <= 16): the big operand streamed from memory on CUDA cores.
+
+A problem such as 8 x 7968 x 2480 or 13128 x 16 x 1253 is bound by reading its big operand once
+(79 MB and 42 MB: 19 and 10 us at the H200's 4.25 TB/s), not by arithmetic. The tile families
+waste most of each tile on it (wgmma's narrowest tile is 64 wide) and leave SMs idle; this
+family streams the big operand in 16-byte vectors straight into registers, several loads in
+flight per thread, splits K over blocks until every SM has work, and does the few FMAs a byte
+needs on the CUDA cores with float32 accumulation (so a float32 problem asked for as tf32 is
+computed exactly). The small side is the kernel's rows: with N the smaller, it computes
+C^T = B^T A^T (``SWAP``). float16, bfloat16 and float32 inputs, any layout and alignment, the
+fused epilogue of ``kgen.kernels.gemm.tc``. Template: ``templates/gemm/skinny.cu.j2``.
+
+Its untuned choice comes from ``predict_seconds``, an analytical model of its own (the big
+operand's bytes over the bandwidth the loads in flight sustain, instruction issue, launch and
+split-K costs), ranked against the tile families' cost-model picks like theirs are.
+
+>>> from kgen.problem import Target
+>>> spec = GemmSkinny()
+>>> p = spec.problem(8, 7968, 2480, "bfloat16", "TN")
+>>> spec.supports(p, Target.h200()), spec.supports(spec.problem(64, 64, 64, "bfloat16", "NN"), Target.h200())
+(True, False)
+>>> spec.model_choice(p, Target.h200())[0].name.startswith("gemm_skinny_bf16_tn_s8_")
+True
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+from typing import Any, Mapping
+
+import numpy as np
+
+from kgen.kernels.gemm.dtypes import ITEMSIZE, TC_INPUTS, TC_OUTPUTS
+from kgen.kernels.gemm.tc import TensorCoreGemm
+from kgen.kernels.gemm.wgmma import workspace_args
+from kgen.problem import Problem, Target
+from kgen.space import Config, Constraint, Param, Space
+from kgen.spec import Launch
+
+SMALL_MAX = 16              # the largest small side the family runs
+MODEL_VERSION = "skinny-analytic-1"
+# The analytical model's constants (H200 / H100 SXM): DRAM rate (the measured copy rate), the
+# memory latency the loads in flight cover, L2 rate for the split-K workspace, the fixed cost
+# of a launch as CUDA events see it (the tile families' fitted launch_us are 4.6-8 us), an SM's
+# issue rate (thread instructions per clock) and clock.
+HW = {"dram_bw": 4.25e12, "latency_s": 0.9e-6, "l2_bw": 9e12, "launch_s": 4.5e-6, "issue_clk": 128.0,
+      "clock_hz": 1.755e9, "split_s": 1.5e-6, "max_threads_sm": 2048}
+
+
+def _pow2_at_least(x: int) -> int:
+    return 1 << max(0, math.ceil(math.log2(max(1, x))))
+
+
+def _cdiv(a, b):
+    return -(-a // b)
+
+
+def roles(problem: Problem) -> dict[str, Any]:
+    """How the kernel sees ``problem``: which side is small (SWAP: N), the small and big sizes,
+    whether X and Y have their unit stride along k, and their alignments (elements)."""
+    m, n, layout = problem["m"], problem["n"], problem["layout"]
+    swap = n < m
+    if swap:       # X = B^T (B N: unit stride along i), Y = A^T (A N: unit stride along k)
+        return dict(swap=1, small=n, big=m, x_kcontig=int(layout[1] == "T"), y_kcontig=int(layout[0] == "N"),
+                    align_x=problem["align_b"], align_y=problem["align_a"])
+    return dict(swap=0, small=m, big=n, x_kcontig=int(layout[0] == "N"), y_kcontig=int(layout[1] == "T"),
+                align_x=problem["align_a"], align_y=problem["align_b"])
+
+
+class GemmSkinny(TensorCoreGemm):
+    family = "gemm_skinny"
+    template = "gemm/skinny.cu.j2"
+    tf32_rounding = None          # float32 is computed in float32, exactly
+
+    def supports(self, problem: Problem, target: Target) -> bool:
+        from kgen.knobs import knobs
+
+        return problem["dtype"] in ("float16", "bfloat16", "float32") and \
+            min(problem["m"], problem["n"]) <= min(SMALL_MAX, knobs.skinny_max)
+
+    # ---- space ------------------------------------------------------------------------
+    def space(self, problem: Problem, target: Target) -> Space:
+        dtype, layout, k = problem["dtype"], problem["layout"], problem["k"]
+        r = roles(problem)
+        elt = ITEMSIZE[dtype]
+        vecs = tuple(v for v in (1, 2, 4, 8) if v <= min(16 // elt, r["align_y"]))
+        y_k = r["y_kcontig"]
+        small_cap, big_cap, k_cap = _pow2_at_least(r["small"]), _pow2_at_least(r["big"]), _pow2_at_least(k)
+
+        def bj(v):
+            return block_columns(y_k, v)
+
+        def kc(v):
+            return chunk(y_k, v)
+
+        def smem(v):
+            return 4 * v["S"] * (kc(v) + bj(v))
+
+        def threads(v):
+            return 32 * v["WJ"] * v["WK"]
+
+        def live_regs(v):
+            """Accumulators and loads in flight (32-bit registers) of one thread."""
+            cols = v["CJ"] if y_k else v["V"]
+            loads = v["U"] * (v["CJ"] if y_k else 1) * max(1, v["V"] * elt // 4)
+            return v["S"] * cols + loads + (v["S"] if y_k else 0)      # (Y k-contiguous: X's values of a k)
+
+        params = [
+            Param("S", (1, 2, 4, 8, 16)),
+            Param("V", vecs),
+            Param("U", (1, 2, 4, 8)),
+            Param("CJ", (1, 2, 4, 8) if y_k else (1,)),
+            Param("WJ", (1, 2, 4, 8, 16)),
+            Param("WK", (1, 2, 4, 8)),
+            Param("KJ", (0,) if y_k else (32, 64, 128, 256)),
+            Param("SPLITK", (1, 2, 4, 8, 16, 32, 64)),
+        ]
+        constraints = [
+            Constraint("small tile fits the small side", lambda v: v["S"] <= small_cap, ("S",)),
+            Constraint("64 to 256 threads", lambda v: 64 <= threads(v) <= 256, ("WJ", "WK")),
+            Constraint("block columns fit the big side", lambda v: bj(v) <= max(32, big_cap),
+                       ("WJ", "CJ", "V")),
+            Constraint("accumulators and loads in flight fit in registers", lambda v: live_regs(v) <= 96
+                       and v["S"] * (v["CJ"] if y_k else v["V"]) <= 64, ("S", "V", "U", "CJ")),
+            Constraint("each warp's k rows are whole unrolled groups",
+                       lambda v: y_k or v["KJ"] % (v["U"] * v["WK"]) == 0, ("U", "WK", "KJ")),
+            Constraint("chunk of k fits the problem", lambda v: kc(v) <= max(k_cap, 32 * v["V"] if y_k else 32),
+                       ("WK", "U", "V", "KJ")),
+            Constraint("every split has a chunk of k", lambda v: _cdiv(k, kc(v)) >= v["SPLITK"],
+                       ("WK", "U", "V", "KJ", "SPLITK")),
+            Constraint("split only while blocks are few",
+                       lambda v: v["SPLITK"] == 1 or _cdiv(r["big"], bj(v)) * _cdiv(r["small"], v["S"]) * v["SPLITK"]
+                       <= 16 * target.sm_count, ("S", "WJ", "CJ", "V", "SPLITK")),
+            Constraint("shared memory fits", lambda v: smem(v) <= min(96 * 1024, target.smem_per_block_optin),
+                       ("S", "V", "U", "WK", "KJ", "WJ", "CJ")),
+        ]
+        derived = {
+            "BJ": bj, "KC": kc, "XV": lambda v: x_vector(problem, v), "SMEM": smem, "THREADS": threads,
+            "SWAP": lambda v: r["swap"], "X_KCONTIG": lambda v: r["x_kcontig"], "Y_KCONTIG": lambda v: y_k,
+        }
+        short = "f32" if dtype == "float32" else TC_INPUTS[dtype][3]
+
+        def namer(v):
+            return (f"gemm_skinny_{short}_{layout.lower()}_s{v['S']}_v{v['V']}_u{v['U']}_c{v['CJ']}"
+                    f"_w{v['WJ']}x{v['WK']}_kc{v['KJ']}_k{v['SPLITK']}")
+
+        return Space(params, constraints, derived, namer)
+
+    def default_config(self, problem: Problem, target: Target) -> Config:
+        picked = self.model_choice(problem, target)
+        if picked is not None:
+            return picked[0]
+        return self.first_valid(self.space(problem, target), (), problem)
+
+    # ---- the untuned choice: an analytical model ---------------------------------------
+    def model_choice(self, problem: Problem, target: Target) -> tuple[Config, float] | None:
+        ranked = self._ranked(problem, target, 1)
+        return ranked[0] if ranked else None
+
+    def model_picks(self, problem: Problem, target: Target, count: int) -> list[Config]:
+        return [config for config, _ in self._ranked(problem, target, count)]
+
+    def _ranked(self, problem: Problem, target: Target, count: int) -> list[tuple[Config, float]]:
+        """Up to ``count`` (config, predicted ms), fastest first, each confirmed valid in the space."""
+        if not self.supports(problem, target):
+            return []
+        cols = candidates(problem, target)
+        if not len(cols["S"]):
+            return []
+        times = predict_seconds(problem, target, cols)
+        space = self.space(problem, target)
+        found = []
+        for i in np.argsort(times, kind="stable"):
+            values = {name: int(cols[name][i]) for name in PARAMS}
+            if space.is_valid(values):
+                found.append((space.make(values), float(times[i]) * 1e3))
+                if len(found) == count:
+                    break
+        return found
+
+    def model_version(self) -> str | None:
+        return MODEL_VERSION
+
+    # ---- launch -----------------------------------------------------------------------
+    def launch(self, problem: Problem, config: Config) -> Launch:
+        r = roles(problem)
+        v = _values(problem, config)
+        return Launch((_cdiv(r["big"], v["BJ"]), v["SPLITK"], _cdiv(r["small"], v["S"])), (v["THREADS"], 1, 1),
+                      v["SMEM"])
+
+    def arg_builder(self, problem: Problem, config: Config, lds: tuple):
+        """(a, b, c, bias pointers, alpha, beta, stream, device) -> arguments: X and Y are A and B,
+        or B and A with SWAP; the split-K workspace is one per device and stream."""
+        r = roles(problem)
+        swap = r["swap"]
+        lda, ldb, ldc = (np.int64(max(ld, 1)) for ld in lds)
+        dims = (np.int32(r["small"]), np.int32(r["big"]), np.int32(problem["k"]))
+        x_ld, y_ld = (ldb, lda) if swap else (lda, ldb)
+        scratch = workspace_args(problem, config, self.template, workspace_sizes(problem, config), fill=0)
+        u64, f32 = np.uint64, np.float32
+
+        def build(pa, pb, pc, pbias, alpha, beta, stream=None, device=None):
+            x, y = (pb, pa) if swap else (pa, pb)
+            return (u64(x), u64(y), u64(pc), u64(pbias), *dims, x_ld, y_ld, ldc, f32(alpha), f32(beta),
+                    *scratch(stream, device))
+
+        return build
+
+    def arg_recipe(self, problem: Problem, config: Config) -> list[dict]:
+        r = roles(problem)
+        x, y = ("b", "a") if r["swap"] else ("a", "b")
+        partial_bytes, counter_bytes = workspace_sizes(problem, config)
+        workspace = ([{"workspace": "partials", "bytes": partial_bytes, "fill": 0},
+                      {"workspace": "counters", "bytes": counter_bytes, "fill": 0}] if partial_bytes else
+                     [{"value": 0, "type": "uint64"}, {"value": 0, "type": "uint64"}])
+        return [{"pointer": x}, {"pointer": y}, {"pointer": "c"}, {"pointer": "bias", "optional": True},
+                {"value": r["small"], "type": "int32"}, {"value": r["big"], "type": "int32"},
+                {"value": problem["k"], "type": "int32"}, {"ld": x, "type": "int64"}, {"ld": y, "type": "int64"},
+                {"ld": "c", "type": "int64"},
+                {"scalar": "alpha", "type": "float32", "default": 1.0},
+                {"scalar": "beta", "type": "float32", "default": 0.0}, *workspace]
+
+
+def block_columns(y_kcontig: int, v) -> int:
+    """BJ: the big side's columns of one block."""
+    return v["WJ"] * v["CJ"] if y_kcontig else v["WJ"] * 32 * v["V"]
+
+
+def chunk(y_kcontig: int, v) -> int:
+    """KC: the values of k one staging of X covers."""
+    return v["WK"] * v["U"] * 32 * v["V"] if y_kcontig else v["KJ"]
+
+
+def x_vector(problem: Problem, v) -> int:
+    """XV: the widest vector X's staging reads along X's unit stride."""
+    r = roles(problem)
+    along = chunk(r["y_kcontig"], v) if r["x_kcontig"] else v["S"]
+    widest = min(16 // ITEMSIZE[problem["dtype"]], r["align_x"], along)
+    return max(x for x in (1, 2, 4, 8) if x <= widest and along % x == 0)
+
+
+def _values(problem: Problem, config: Config) -> dict:
+    """The config's parameters and the derived values launches need (BJ, KC, THREADS, SMEM)."""
+    v = config.as_dict()
+    y_k = roles(problem)["y_kcontig"]
+    bj, kc = block_columns(y_k, v), chunk(y_k, v)
+    return {**v, "BJ": bj, "KC": kc, "THREADS": 32 * v["WJ"] * v["WK"], "SMEM": 4 * v["S"] * (kc + bj)}
+
+
+def workspace_sizes(problem: Problem, config: Config) -> tuple[int, int]:
+    """(partial sums, counters) bytes of a split-K config: each split's float sums of the padded
+    small side by the big side, a counter per tile; (0, 0) without split-K."""
+    split = config["SPLITK"]
+    if split == 1:
+        return 0, 0
+    r = roles(problem)
+    v = _values(problem, config)
+    rows = _cdiv(r["small"], v["S"])
+    return split * rows * v["S"] * r["big"] * 4, rows * _cdiv(r["big"], v["BJ"]) * 4
+
+
+PARAMS = ("S", "V", "U", "CJ", "WJ", "WK", "KJ", "SPLITK")
+SPLITS = (1, 2, 4, 8, 16, 32, 64)
+
+
+@functools.lru_cache(maxsize=64)
+def _cores(dtype: str, y_k: int, align_y: int, smem_limit: int) -> dict[str, np.ndarray]:
+    """Every combination of the parameters but SPLITK that no problem size rules out, as columns
+    (a numpy mirror of the space's size-independent constraints)."""
+    elt = ITEMSIZE[dtype]
+    vecs = [v for v in (1, 2, 4, 8) if v <= min(16 // elt, align_y)]
+    grid = np.array(list(itertools.product((1, 2, 4, 8, 16), vecs, (1, 2, 4, 8), (1, 2, 4, 8) if y_k else (1,),
+                                           (1, 2, 4, 8, 16), (1, 2, 4, 8), (0,) if y_k else (32, 64, 128, 256))),
+                    dtype=np.int64)
+    c = dict(zip(PARAMS[:-1], grid.T))
+    threads = 32 * c["WJ"] * c["WK"]
+    cols = np.where(y_k, c["CJ"], c["V"])
+    live = (c["S"] * cols + c["U"] * np.where(y_k, c["CJ"], 1) * np.maximum(1, c["V"] * elt // 4)
+            + np.where(y_k, c["S"], 0))
+    bj, kc = block_columns(y_k, c), chunk(y_k, c)
+    keep = ((threads >= 64) & (threads <= 256) & (live <= 96) & (c["S"] * cols <= 64)
+            & ((y_k == 1) | (c["KJ"] % np.maximum(c["U"] * c["WK"], 1) == 0))
+            & (4 * c["S"] * (kc + bj) <= smem_limit))
+    return {name: col[keep] for name, col in c.items()}
+
+
+def candidates(problem: Problem, target: Target) -> dict[str, np.ndarray]:
+    """The valid configs of ``problem`` as columns (parameters, BJ, KC, THREADS, SMEM): the
+    space's constraints mirrored in numpy, each core crossed with every split."""
+    r = roles(problem)
+    y_k, k = r["y_kcontig"], max(1, problem["k"])
+    cores = _cores(problem["dtype"], y_k, r["align_y"], min(96 * 1024, target.smem_per_block_optin))
+    size = len(cores["S"])
+    c = {name: np.repeat(col, len(SPLITS)) for name, col in cores.items()}
+    c["SPLITK"] = np.tile(np.array(SPLITS, dtype=np.int64), size)
+    bj, kc = block_columns(y_k, c), chunk(y_k, c)
+    small_cap, big_cap, k_cap = _pow2_at_least(r["small"]), _pow2_at_least(r["big"]), _pow2_at_least(k)
+    blocks = _cdiv(r["big"], bj) * _cdiv(r["small"], c["S"])
+    keep = ((c["S"] <= small_cap) & (bj <= max(32, big_cap))
+            & (kc <= np.maximum(k_cap, 32 * c["V"] if y_k else 32)) & (_cdiv(k, kc) >= c["SPLITK"])
+            & ((c["SPLITK"] == 1) | (blocks * c["SPLITK"] <= 16 * target.sm_count)))
+    out = {name: col[keep] for name, col in c.items()}
+    out.update(BJ=bj[keep], KC=kc[keep], THREADS=32 * out["WJ"] * out["WK"], SMEM=4 * out["S"] * (kc[keep] + bj[keep]))
+    return out
+
+
+def predict_seconds(problem: Problem, target: Target, col: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Predicted seconds of each config (columns: parameters and BJ, KC, THREADS, SMEM) on ``problem``.
+
+    The big operand's bytes go at the rate the loads in flight sustain (Little's law: resident
+    warps x bytes a warp has in flight / latency, at most the DRAM rate), over the waves the
+    blocks run in; instruction issue (FMAs, conversions, shared reads) bounds it from the other
+    side; then the launch, each block's X staging through L2 and split-K's workspace round trip.
+    """
+    m, n, k = problem["m"], problem["n"], max(1, problem["k"])
+    r = roles(problem)
+    elt, out = ITEMSIZE[problem["dtype"]], TC_OUTPUTS[problem["out_dtype"]][1]
+    col = {key: np.asarray(col[key], dtype=np.float64) for key in ("S", "V", "U", "CJ", "BJ", "KC", "SPLITK",
+                                                                      "THREADS", "SMEM")}
+    s, vw, u, cj = col["S"], col["V"], col["U"], col["CJ"]
+    bj, kc, split, threads, smem = col["BJ"], col["KC"], col["SPLITK"], col["THREADS"], col["SMEM"]
+    y_k = r["y_kcontig"]
+    sms = target.sm_count
+    small, big = r["small"], r["big"]
+    rows, tiles_j = np.ceil(small / s), np.ceil(big / bj)
+    blocks = rows * tiles_j * split
+    # residency: threads, shared memory, and registers (live values + 40 of addresses and indices)
+    regs = s * np.where(y_k, cj, vw) + u * np.where(y_k, cj, 1) * np.maximum(1, vw * elt / 4) + 40
+    by_regs = np.floor(target.regs_per_sm / (np.ceil(regs / 8) * 8 * threads))
+    by_smem = np.floor(target.smem_per_sm / (smem + 1024))
+    bps = np.maximum(1, np.minimum.reduce([np.floor(HW["max_threads_sm"] / threads), by_smem, by_regs,
+                                           np.full_like(s, 32)]))
+    slots = sms * bps
+    resident = np.minimum(blocks, slots)
+    waves = np.ceil(blocks / slots)
+    # bytes one warp has in flight: U vector loads per lane (and per column with Y k-contiguous)
+    inflight = 32 * u * vw * elt * np.where(y_k, cj, 1)
+    warps = threads / 32
+    # the k each split really covers (chunks, whole), and the columns each block really reads
+    k_split = np.minimum(k, np.ceil(np.ceil(k / kc) / split) * kc)
+    bytes_y = k * big * elt * rows
+    rate = np.minimum(HW["dram_bw"], resident * warps * inflight / HW["latency_s"])
+    # a last partial wave streams at its own (lower) rate: count waves whole
+    t_stream = bytes_y / rate * np.where(blocks > slots, waves * slots / blocks, 1.0)
+    # issue: per k and output column, S FMAs + a conversion (half inputs) + shared reads of X
+    cvt = 0.0 if problem["dtype"] == "float32" else 1.0
+    lds = np.where(y_k, s / np.minimum(vw, 4), np.ceil(s / 4) / vw)
+    per = s + cvt + lds + np.where(y_k, 1.0 / cj, 1.0) / np.maximum(vw, 1)
+    instructions = per * k * big * rows
+    t_issue = instructions / (np.minimum(blocks, slots) / np.maximum(bps, 1) * HW["issue_clk"] * HW["clock_hz"]
+                              ) * np.where(blocks > slots, waves * slots / blocks, 1.0)
+    # a block's chunks run one after another, each with its X staging round trip (2 barriers)
+    t_chain = np.ceil(k_split / kc) * waves * 2 * HW["latency_s"] * 0.5
+    x_bytes = tiles_j * rows * s * k * elt
+    t_x = x_bytes / HW["l2_bw"]
+    ws_bytes = np.where(split > 1, 2 * split * rows * s * big * 4, 0.0)
+    t_split = np.where(split > 1, HW["split_s"] + ws_bytes / HW["l2_bw"], 0.0)
+    t_out = (m * n * out) / HW["dram_bw"]
+    return HW["launch_s"] + np.maximum(np.maximum(t_stream, t_issue), t_chain) + t_x + t_split + t_out
