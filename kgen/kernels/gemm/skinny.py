@@ -44,9 +44,10 @@ MODEL_VERSION = "skinny-analytic-1"
 # The analytical model's constants (H200 / H100 SXM): DRAM rate (the measured copy rate), the
 # memory latency the loads in flight cover, L2 rate for the split-K workspace, the fixed cost
 # of a launch as CUDA events see it (the tile families' fitted launch_us are 4.6-8 us), an SM's
-# issue rate (thread instructions per clock) and clock.
+# issue rate (thread instructions per clock) and clock, and the most of the DRAM rate one SM
+# draws (sm_share times its fair share: a few SMs cannot saturate the memory).
 HW = {"dram_bw": 4.25e12, "latency_s": 0.9e-6, "l2_bw": 9e12, "launch_s": 4.5e-6, "issue_clk": 128.0,
-      "clock_hz": 1.755e9, "split_s": 1.5e-6, "max_threads_sm": 2048}
+      "clock_hz": 1.755e9, "split_s": 1.5e-6, "max_threads_sm": 2048, "sm_share": 2.5}
 
 
 def _pow2_at_least(x: int) -> int:
@@ -115,6 +116,7 @@ class GemmSkinny(TensorCoreGemm):
             Param("WJ", (1, 2, 4, 8, 16)),
             Param("WK", (1, 2, 4, 8)),
             Param("KJ", (0,) if y_k else (32, 64, 128, 256)),
+            Param("R", (1, 2, 4, 8) if y_k else (1,)),
             Param("SPLITK", (1, 2, 4, 8, 16, 32, 64)),
         ]
         constraints = [
@@ -127,14 +129,14 @@ class GemmSkinny(TensorCoreGemm):
             Constraint("each warp's k rows are whole unrolled groups",
                        lambda v: y_k or v["KJ"] % (v["U"] * v["WK"]) == 0, ("U", "WK", "KJ")),
             Constraint("chunk of k fits the problem", lambda v: kc(v) <= max(k_cap, 32 * v["V"] if y_k else 32),
-                       ("WK", "U", "V", "KJ")),
+                       ("WK", "U", "V", "KJ", "R")),
             Constraint("every split has a chunk of k", lambda v: _cdiv(k, kc(v)) >= v["SPLITK"],
-                       ("WK", "U", "V", "KJ", "SPLITK")),
+                       ("WK", "U", "V", "KJ", "R", "SPLITK")),
             Constraint("split only while blocks are few",
                        lambda v: v["SPLITK"] == 1 or _cdiv(r["big"], bj(v)) * _cdiv(r["small"], v["S"]) * v["SPLITK"]
                        <= 16 * target.sm_count, ("S", "WJ", "CJ", "V", "SPLITK")),
             Constraint("shared memory fits", lambda v: smem(v) <= min(96 * 1024, target.smem_per_block_optin),
-                       ("S", "V", "U", "WK", "KJ", "WJ", "CJ")),
+                       ("S", "V", "U", "WK", "KJ", "R", "WJ", "CJ")),
         ]
         derived = {
             "BJ": bj, "KC": kc, "XV": lambda v: x_vector(problem, v), "SMEM": smem, "THREADS": threads,
@@ -144,7 +146,7 @@ class GemmSkinny(TensorCoreGemm):
 
         def namer(v):
             return (f"gemm_skinny_{short}_{layout.lower()}_s{v['S']}_v{v['V']}_u{v['U']}_c{v['CJ']}"
-                    f"_w{v['WJ']}x{v['WK']}_kc{v['KJ']}_k{v['SPLITK']}")
+                    f"_w{v['WJ']}x{v['WK']}_kc{v['KJ']}_r{v['R']}_k{v['SPLITK']}")
 
         return Space(params, constraints, derived, namer)
 
@@ -230,7 +232,7 @@ def block_columns(y_kcontig: int, v) -> int:
 
 def chunk(y_kcontig: int, v) -> int:
     """KC: the values of k one staging of X covers."""
-    return v["WK"] * v["U"] * 32 * v["V"] if y_kcontig else v["KJ"]
+    return v["R"] * v["WK"] * v["U"] * 32 * v["V"] if y_kcontig else v["KJ"]
 
 
 def x_vector(problem: Problem, v) -> int:
@@ -261,7 +263,7 @@ def workspace_sizes(problem: Problem, config: Config) -> tuple[int, int]:
     return split * rows * v["S"] * r["big"] * 4, rows * _cdiv(r["big"], v["BJ"]) * 4
 
 
-PARAMS = ("S", "V", "U", "CJ", "WJ", "WK", "KJ", "SPLITK")
+PARAMS = ("S", "V", "U", "CJ", "WJ", "WK", "KJ", "R", "SPLITK")
 SPLITS = (1, 2, 4, 8, 16, 32, 64)
 
 
@@ -272,7 +274,8 @@ def _cores(dtype: str, y_k: int, align_y: int, smem_limit: int) -> dict[str, np.
     elt = ITEMSIZE[dtype]
     vecs = [v for v in (1, 2, 4, 8) if v <= min(16 // elt, align_y)]
     grid = np.array(list(itertools.product((1, 2, 4, 8, 16), vecs, (1, 2, 4, 8), (1, 2, 4, 8) if y_k else (1,),
-                                           (1, 2, 4, 8, 16), (1, 2, 4, 8), (0,) if y_k else (32, 64, 128, 256))),
+                                           (1, 2, 4, 8, 16), (1, 2, 4, 8), (0,) if y_k else (32, 64, 128, 256),
+                                           (1, 2, 4, 8) if y_k else (1,))),
                     dtype=np.int64)
     c = dict(zip(PARAMS[:-1], grid.T))
     threads = 32 * c["WJ"] * c["WK"]
@@ -286,12 +289,18 @@ def _cores(dtype: str, y_k: int, align_y: int, smem_limit: int) -> dict[str, np.
     return {name: col[keep] for name, col in c.items()}
 
 
-def candidates(problem: Problem, target: Target) -> dict[str, np.ndarray]:
-    """The valid configs of ``problem`` as columns (parameters, BJ, KC, THREADS, SMEM): the
-    space's constraints mirrored in numpy, each core crossed with every split."""
+def candidates(problem: Problem, target: Target, all_rows: bool = False) -> dict[str, np.ndarray]:
+    """The valid configs of ``problem`` the model ranks, as columns (parameters, BJ, KC, THREADS,
+    SMEM): the space's constraints mirrored in numpy, each core crossed with every split. Only
+    S of the small side's power of two and half of it, unless ``all_rows``: fewer rows a block
+    means more passes over the big operand, which the model never prefers by more."""
     r = roles(problem)
     y_k, k = r["y_kcontig"], max(1, problem["k"])
     cores = _cores(problem["dtype"], y_k, r["align_y"], min(96 * 1024, target.smem_per_block_optin))
+    if not all_rows:
+        rows = min(SMALL_MAX, _pow2_at_least(r["small"]))
+        keep = (cores["S"] == rows) | (cores["S"] * 2 == rows)
+        cores = {name: col[keep] for name, col in cores.items()}
     size = len(cores["S"])
     c = {name: np.repeat(col, len(SPLITS)) for name, col in cores.items()}
     c["SPLITK"] = np.tile(np.array(SPLITS, dtype=np.int64), size)
@@ -341,7 +350,9 @@ def predict_seconds(problem: Problem, target: Target, col: Mapping[str, np.ndarr
     # the k each split really covers (chunks, whole), and the columns each block really reads
     k_split = np.minimum(k, np.ceil(np.ceil(k / kc) / split) * kc)
     bytes_y = k * big * elt * rows
-    rate = np.minimum(HW["dram_bw"], resident * warps * inflight / HW["latency_s"])
+    active_sms = np.minimum(blocks, sms)
+    rate = np.minimum(np.minimum(HW["dram_bw"], resident * warps * inflight / HW["latency_s"]),
+                      active_sms * HW["sm_share"] * HW["dram_bw"] / sms)
     # a last partial wave streams at its own (lower) rate: count waves whole
     t_stream = bytes_y / rate * np.where(blocks > slots, waves * slots / blocks, 1.0)
     # issue: per k and output column, S FMAs + a conversion (half inputs) + shared reads of X
