@@ -192,9 +192,21 @@ def _conv2d_setup(ctx, inputs, output):
 
 
 def data_gradient(x, w, dy, stride=1, padding=0, dilation=1, precision=None):
-    """dx of ``y = conv2d(x, w)`` given ``dy``, by kgen's convolutions of dy, one per phase of the
-    stride (``kgen.kernels.conv.gradients``); channels-last, x's shape."""
+    """dx of ``y = conv2d(x, w)`` given ``dy``, channels-last, x's shape: where the window is 1x1
+    with no padding, one kgen GEMM over the pixels read (``dx[NPQ, C] = dy[NPQ, K] @ W[K, C]``,
+    zeros at the pixels a stride skips); else kgen's convolutions of dy, one per phase of the
+    stride (``kgen.kernels.conv.gradients``)."""
     stride, padding, dilation = _pairs(stride, padding, dilation)
+    if weight_gradient_is_gemm(w.shape[2:], stride, padding):       # 1x1, no padding: a GEMM both ways
+        k, c = w.shape[0], w.shape[1]
+        n, _, p, q = dy.shape
+        pixels = dy.permute(0, 2, 3, 1).reshape(-1, k)
+        out = _gemm(pixels, w.reshape(k, c), None, None, precision, None, 1.0).reshape(n, p, q, c).permute(0, 3, 1, 2)
+        if stride == [1, 1]:
+            return out.contiguous(memory_format=torch.channels_last)
+        grad_x = torch.zeros_like(x, memory_format=torch.channels_last)
+        grad_x[:, :, ::stride[0], ::stride[1]] = out
+        return grad_x
     phases = data_gradient_phases(w.shape[2:], stride, padding, dilation, x.shape[2:], dy.shape[2:])
     dy = dy.contiguous(memory_format=torch.channels_last)
     grad_x = None

@@ -169,15 +169,15 @@ def test_gemm_backward(cpu_kernels, activation, shapes):
                                     (a, b, bias))
 
 
-CONV_CASES = [  # window, stride, padding, dilation, kgen convolutions in the data gradient, weight gradient by GEMM
+CONV_CASES = [  # window, stride, padding, dilation, kgen convolutions in the data gradient, gradients by GEMM
     ((3, 2), (2, 1), 1, (1, 2), 2, False),
     ((3, 2), 1, 1, (1, 2), 1, False),
     ((3, 3), 1, (0, 2), (2, 1), 1, False),
     ((3, 3), 1, 3, 1, 1, False),                # more padding than the window reaches: cropped
     ((3, 3), 2, 1, 1, 4, False),
-    ((1, 1), 1, 0, 1, 1, True),
-    ((1, 1), 2, 0, 1, 1, True),                 # three phases no tap reaches
-    ((1, 1), (2, 3), 0, 1, 1, True),
+    ((1, 1), 1, 0, 1, 0, True),                 # 1x1, no padding: data and weight gradients are GEMMs
+    ((1, 1), 2, 0, 1, 0, True),                 # the pixels the stride skips: zeros
+    ((1, 1), (2, 3), 0, 1, 0, True),
     ((1, 1), 1, 1, 1, 1, False),
 ]
 
@@ -205,7 +205,7 @@ def test_conv2d_backward(cpu_kernels, monkeypatch, activation, window, stride, p
     step(x, w, bias).sum().backward()
     forward_convs = 1 + (activation == "gelu")              # gelu's backward recomputes the pre-activation
     weight_conv = int(not weight_gemm)                      # else the convolution with batch and channels swapped
-    assert (calls["conv"] - forward_convs, calls["gemm"]) == (data_convs + weight_conv, int(weight_gemm))
+    assert (calls["conv"] - forward_convs, calls["gemm"]) == (data_convs + weight_conv, 2 * int(weight_gemm))
     monkeypatch.setenv("KGEN_CONV_GRADIENTS", "torch")
     calls.update(conv=0, gemm=0)
     step(x, w, bias).sum().backward()
