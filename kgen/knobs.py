@@ -135,6 +135,11 @@ class Knobs:
     skinny_max = _EnvKnob("KGEN_SKINNY_MAX", int, lambda: 16,
                           "the largest small side (min(M, N)) of a GEMM the family gemm_skinny runs (CUDA cores "
                           "streaming the big operand); at most 16, 0: the family is off")
+    skinny_route = _EnvKnob("KGEN_SKINNY_ROUTE", _one_of("first", "model"), lambda: "first",
+                            "how an untuned GEMM whose small side gemm_skinny runs picks its family: first "
+                            "(gemm_skinny's pick, before the tile families' cost-model picks; a tuned record "
+                            "of any family still ranks by its time) or model (every family's pick by predicted "
+                            "time)")
     conv_gradients = _EnvKnob("KGEN_CONV_GRADIENTS", _one_of("kgen", "torch"), lambda: "kgen",
                               "how kgen.torch's conv2d computes gradients: kgen (kgen's forward convolutions and "
                               "GEMMs, kgen.kernels.conv.gradients) or torch (PyTorch's)")

@@ -94,6 +94,18 @@ def test_a_candidate_of_the_tensor_core_path_for_a_small_side_only(monkeypatch):
     assert "gemm_skinny" in families(4, 4096) and "gemm_skinny" not in families(5, 4096)
 
 
+def test_an_untuned_skinny_request_goes_to_gemm_skinny_first(monkeypatch):
+    """KGEN_SKINNY_ROUTE=first (the default): a tune of a skinny request searches gemm_skinny;
+    =model: the family whose pick is predicted fastest (the tile family, for this problem)."""
+    from kgen.registry import get_spec
+
+    request = dict(m=8, n=7968, k=2480, dtype="float32", layout="TN", precision="tf32")
+    assert get_spec("gemm").request(TARGET, **request)[0].family == "gemm_skinny"
+    monkeypatch.setenv("KGEN_SKINNY_ROUTE", "model")
+    assert get_spec("gemm").request(TARGET, **request)[0].family == "gemm_wgmma"
+    assert get_spec("gemm").request(TARGET, **dict(request, m=64))[0].family == "gemm_wgmma"
+
+
 def test_float64_is_not_supported():
     assert not SPEC.supports(SPEC.problem(1, 64, 64, "float64", "NN"), TARGET)
 

@@ -17,7 +17,7 @@ from kgen.arrays import ArrayInfo, array_kind, describe, one_library
 from kgen.errors import DeviceError, DtypeError, InputError, LayoutError, ShapeError
 from kgen.kernels.gemm import rules
 from kgen.kernels.gemm.operands import check_output, matmul_shape, operand_layout
-from kgen.kernels.gemm.route import tensor_core_candidates, uses_tensor_cores
+from kgen.kernels.gemm.route import tensor_core_candidates, untuned_group, uses_tensor_cores
 from kgen.kernels.gemm.staging import Staging
 from kgen.kernels.gemm.dtypes import ITEMSIZE, allowed_outputs, epilogue_name
 from kgen.problem import Problem
@@ -105,7 +105,7 @@ def make_plan(dispatcher, a, b, c, bias, activation, precision, dtype, out_dtype
         if choice.vendor and staging is not None:
             continue                    # the library reads the operands as they are
         group, ms = choice.rank
-        rank = (group, ms + (staging.cost_ms() if staging is not None else 0.0), order)
+        rank = (untuned_group(spec.family, group), ms + (staging.cost_ms() if staging is not None else 0.0), order)
         if best is None or rank < best[0]:
             best = (rank, spec, problem, staging)
     _, spec, problem, staging = best

@@ -41,6 +41,19 @@ def uses_tensor_cores(dtype: str, precision: str | None, epilogue: str, out_dtyp
     return True
 
 
+def untuned_group(family: str, group: float) -> float:
+    """The rank group (``kgen.dispatch.Choice.rank``) of a family's choice for a request: an
+    untuned pick of ``gemm_skinny`` ranks before the tile families' untuned picks under
+    KGEN_SKINNY_ROUTE=first (the default): their cost model was fitted on almost no problem with
+    a side of 16 or less, and its predictions there are off by up to an order of magnitude
+    (docs/untuned_gemm.md)."""
+    from kgen.knobs import knobs
+
+    if family == "gemm_skinny" and group >= 2 and knobs.skinny_route == "first":
+        return 1.5
+    return group
+
+
 def tensor_core_specs(problem_args: dict, target: Target) -> list[tuple[object, Problem]]:
     """(spec, problem) of every tensor-core family that can run the request, preferred first."""
     from kgen.registry import families
@@ -128,10 +141,11 @@ def preferred_request(family: str, m: int, n: int, k: int, dtype: str, layout: s
                 epilogue=options.get("epilogue", "none"), align_a=options.get("align_a"),
                 align_b=options.get("align_b"))
 
-    def predicted(candidate) -> float:
+    def predicted(candidate) -> tuple[float, float]:
         spec, problem, stage = candidate
         picked = spec.model_choice(problem, target)
-        return (picked[1] if picked else float("inf")) + staging_ms(m, n, k, layout, dtype, stage)
+        return (untuned_group(spec.family, 2), (picked[1] if picked else float("inf"))
+                + staging_ms(m, n, k, layout, dtype, stage))
 
     spec, problem, _ = min(tensor_core_candidates(args, target), key=predicted)
     return spec, problem
