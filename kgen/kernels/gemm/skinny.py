@@ -335,8 +335,11 @@ def predict_seconds(problem: Problem, target: Target, col: Mapping[str, np.ndarr
     small, big = r["small"], r["big"]
     rows, tiles_j = np.ceil(small / s), np.ceil(big / bj)
     blocks = rows * tiles_j * split
-    # residency: threads, shared memory, and registers (live values + 40 of addresses and indices)
-    regs = s * np.where(y_k, cj, vw) + u * np.where(y_k, cj, 1) * np.maximum(1, vw * elt / 4) + 40
+    # residency: threads, shared memory, and registers: accumulators, loads in flight, a k's X
+    # values and ~60 more (addresses, indices, conversions: 152-191 registers in the cubins of
+    # three picks of 104-146 estimated so)
+    regs = np.minimum(255, s * np.where(y_k, cj, vw) + u * np.where(y_k, cj, 1) * np.maximum(1, vw * elt / 4)
+                      + s + 60)
     by_regs = np.floor(target.regs_per_sm / (np.ceil(regs / 8) * 8 * threads))
     by_smem = np.floor(target.smem_per_sm / (smem + 1024))
     bps = np.maximum(1, np.minimum.reduce([np.floor(HW["max_threads_sm"] / threads), by_smem, by_regs,
