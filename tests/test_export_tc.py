@@ -65,12 +65,12 @@ class _FilledWorkspaces(dict):
 def _cases():
     """(family, problem, config, lds) over the configs' kinds and the layouts."""
     out = []
-    for family in ("gemm_mma", "gemm_wgmma"):
+    for family in ("gemm_mma", "gemm_wgmma", "gemm_skinny"):
         spec = get_spec(family)
         for dtype in ("bfloat16", "float16", "float32"):
             for layout in ("NN", "NT", "TN", "TT"):
                 for m, n, k, epilogue in ((1000, 520, 776, "bias"), (1, 4096, 4096, "none"), (64, 8192, 8192, "relu"),
-                                          (4096, 4096, 4096, "bias_gelu")):
+                                          (4096, 4096, 4096, "bias_gelu"), (3000, 7, 2999, "bias_relu")):
                     problem = spec.problem(m, n, k, dtype, layout, epilogue=epilogue)
                     if not spec.supports(problem, TARGET):
                         continue
