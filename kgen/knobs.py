@@ -132,9 +132,10 @@ class Knobs:
                       "the vendor library (cuBLAS) is a candidate of the GEMM families: measured in every "
                       "tune, stored as config 'cublas', and chosen by dispatch where it is the faster "
                       "measured one or the problem is untuned (0: generated kernels only)")
-    skinny_max = _EnvKnob("KGEN_SKINNY_MAX", int, lambda: 16,
-                          "the largest small side (min(M, N)) of a GEMM the family gemm_skinny runs (CUDA cores "
-                          "streaming the big operand); at most 16, 0: the family is off")
+    skinny_max = _EnvKnob("KGEN_SKINNY_MAX", int, lambda: 0,
+                          "the largest small side (min(M, N)) of a gemm request that may go to the family "
+                          "gemm_skinny (CUDA cores streaming the big operand; it runs up to 16); 0, the default until "
+                          "its kernels have passed their GPU tests: none does (kgen tune gemm_skinny still tunes it)")
     skinny_route = _EnvKnob("KGEN_SKINNY_ROUTE", _one_of("first", "model"), lambda: "first",
                             "how an untuned GEMM whose small side gemm_skinny runs picks its family: first "
                             "(gemm_skinny's pick, before the tile families' cost-model picks; a tuned record "

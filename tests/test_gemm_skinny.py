@@ -80,12 +80,14 @@ def test_predictions_follow_the_bytes():
     assert np.all(np.isfinite(times)) and np.all(times > 0)
 
 
-def test_a_candidate_of_the_tensor_core_path_for_a_small_side_only(monkeypatch):
+def test_a_candidate_of_the_tensor_core_path_up_to_kgen_skinny_max(monkeypatch):
     def families(m, n):
         args = dict(m=m, n=n, k=512, dtype="bfloat16", layout="NN", out_dtype=None, epilogue="none",
                     align_a=None, align_b=None)
         return {spec.family for spec, _, _ in tensor_core_candidates(args, TARGET)}
 
+    assert "gemm_skinny" not in families(16, 4096)              # KGEN_SKINNY_MAX's default: 0
+    monkeypatch.setenv("KGEN_SKINNY_MAX", "16")
     assert "gemm_skinny" in families(16, 4096) and "gemm_skinny" in families(4096, 3)
     assert "gemm_skinny" not in families(17, 4096)
     monkeypatch.setenv("KGEN_SKINNY_MAX", "0")
@@ -99,6 +101,7 @@ def test_an_untuned_skinny_request_goes_to_gemm_skinny_first(monkeypatch):
     =model: the family whose pick is predicted fastest (the tile family, for this problem)."""
     from kgen.registry import get_spec
 
+    monkeypatch.setenv("KGEN_SKINNY_MAX", "16")
     request = dict(m=8, n=7968, k=2480, dtype="float32", layout="TN", precision="tf32")
     assert get_spec("gemm").request(TARGET, **request)[0].family == "gemm_skinny"
     monkeypatch.setenv("KGEN_SKINNY_ROUTE", "model")

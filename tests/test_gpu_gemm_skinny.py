@@ -99,6 +99,7 @@ def test_kgen_gemm_runs_a_skinny_call_on_gemm_skinny(dtype, layout, shape, monke
     from kgen.kernels.gemm.tc import as_float64, to_bf16
 
     monkeypatch.setenv("KGEN_VENDOR", "0")
+    monkeypatch.setenv("KGEN_SKINNY_MAX", "16")
     m, n, k = shape
     rng = cupy.random.default_rng(5)
 

@@ -41,6 +41,14 @@ def uses_tensor_cores(dtype: str, precision: str | None, epilogue: str, out_dtyp
     return True
 
 
+def routed(family: str, problem: Problem) -> bool:
+    """Whether a request for ``gemm`` may go to ``family``: gemm_skinny only up to KGEN_SKINNY_MAX
+    (a family named in the request itself, ``kgen tune gemm_skinny``, runs whatever it supports)."""
+    from kgen.knobs import knobs
+
+    return family != "gemm_skinny" or min(problem["m"], problem["n"]) <= knobs.skinny_max
+
+
 def untuned_group(family: str, group: float) -> float:
     """The rank group (``kgen.dispatch.Choice.rank``) of a family's choice for a request: an
     untuned pick of ``gemm_skinny`` ranks before the tile families' untuned picks under
@@ -65,7 +73,7 @@ def tensor_core_specs(problem_args: dict, target: Target) -> list[tuple[object, 
             continue
         spec = get_spec(family)
         problem = tc_problem(family, **problem_args)
-        if spec.supports(problem, target):
+        if spec.supports(problem, target) and routed(family, problem):
             found.append((spec, problem))
     if not found:
         raise DtypeError(f"no tensor-core GEMM family runs {problem_args['dtype']} on {target.name} "

@@ -76,10 +76,7 @@ class GemmSkinny(TensorCoreGemm):
     tf32_rounding = None          # float32 is computed in float32, exactly
 
     def supports(self, problem: Problem, target: Target) -> bool:
-        from kgen.knobs import knobs
-
-        return problem["dtype"] in ("float16", "bfloat16", "float32") and \
-            min(problem["m"], problem["n"]) <= min(SMALL_MAX, knobs.skinny_max)
+        return problem["dtype"] in ("float16", "bfloat16", "float32") and min(problem["m"], problem["n"]) <= SMALL_MAX
 
     # ---- space ------------------------------------------------------------------------
     def space(self, problem: Problem, target: Target) -> Space:
