@@ -94,7 +94,7 @@ class GemmSkinny(TensorCoreGemm):
             return chunk(y_k, v)
 
         def smem(v):
-            return 4 * v["S"] * (kc(v) + bj(v))
+            return shared_bytes(v["S"], kc(v), bj(v))
 
         def threads(v):
             return 32 * v["WJ"] * v["WK"]
@@ -232,6 +232,11 @@ def chunk(y_kcontig: int, v) -> int:
     return v["R"] * v["WK"] * v["U"] * 32 * v["V"] if y_kcontig else v["KJ"]
 
 
+def shared_bytes(rows, kc, bj):
+    """Dynamic shared memory of a block: X's staged chunk and the block's sums, as float."""
+    return 4 * rows * (kc + bj)
+
+
 def x_vector(problem: Problem, v) -> int:
     """XV: the widest vector X's staging reads along X's unit stride."""
     r = roles(problem)
@@ -245,7 +250,7 @@ def _values(problem: Problem, config: Config) -> dict:
     v = config.as_dict()
     y_k = roles(problem)["y_kcontig"]
     bj, kc = block_columns(y_k, v), chunk(y_k, v)
-    return {**v, "BJ": bj, "KC": kc, "THREADS": 32 * v["WJ"] * v["WK"], "SMEM": 4 * v["S"] * (kc + bj)}
+    return {**v, "BJ": bj, "KC": kc, "THREADS": 32 * v["WJ"] * v["WK"], "SMEM": shared_bytes(v["S"], kc, bj)}
 
 
 def workspace_sizes(problem: Problem, config: Config) -> tuple[int, int]:
@@ -282,7 +287,7 @@ def _cores(dtype: str, y_k: int, align_y: int, smem_limit: int) -> dict[str, np.
     bj, kc = block_columns(y_k, c), chunk(y_k, c)
     keep = ((threads >= 64) & (threads <= 256) & (live <= 96) & (c["S"] * cols <= 64)
             & ((y_k == 1) | (c["KJ"] % np.maximum(c["U"] * c["WK"], 1) == 0))
-            & (4 * c["S"] * (kc + bj) <= smem_limit))
+            & (shared_bytes(c["S"], kc, bj) <= smem_limit))
     return {name: col[keep] for name, col in c.items()}
 
 
@@ -308,7 +313,8 @@ def candidates(problem: Problem, target: Target, all_rows: bool = False) -> dict
             & (kc <= np.maximum(k_cap, 32 * c["V"] if y_k else 32)) & (_cdiv(k, kc) >= c["SPLITK"])
             & ((c["SPLITK"] == 1) | (blocks * c["SPLITK"] <= 16 * target.sm_count)))
     out = {name: col[keep] for name, col in c.items()}
-    out.update(BJ=bj[keep], KC=kc[keep], THREADS=32 * out["WJ"] * out["WK"], SMEM=4 * out["S"] * (kc[keep] + bj[keep]))
+    out.update(BJ=bj[keep], KC=kc[keep], THREADS=32 * out["WJ"] * out["WK"],
+               SMEM=shared_bytes(out["S"], kc[keep], bj[keep]))
     return out
 
 
