@@ -277,6 +277,28 @@ def test_exported_keys_are_kgens(exported):
         module.problem_key(_fake(0x1000, (8, 8), (8, 1)), _fake(0x2000, (9, 8), (8, 1)), dtype="bfloat16")
 
 
+class _CupyLike:
+    """What a call reads of a CuPy array (its own attributes); its array interface refuses."""
+
+    __module__ = "cupy"
+
+    def __init__(self, ptr, shape, strides):
+        self.data = SimpleNamespace(ptr=ptr, device_id=0)
+        self.shape, self.strides, self.dtype = shape, strides, SimpleNamespace(char="H")
+
+    @property
+    def __cuda_array_interface__(self):
+        raise AssertionError("a CuPy array's interface dict is built per read: a call reads attributes")
+
+
+def test_a_cupy_operand_is_read_by_its_attributes(exported):
+    family, out, _ = exported
+    module = _module(out, f"tc_{family}")
+    view, ptr = module._view(_CupyLike(0x1008, (4, 8), (16, 2)))
+    assert ptr == 0x1008 and view == ("cupy", (4, 8), (16, 2), "H", 8, 0)
+    assert module._view(_CupyLike(0x1000, (4, 8), (16, 2)))[0] != view        # the alignment decides the plan
+
+
 @pytest.mark.gpu
 def test_exported_module_gives_kgens_result(exported):
     import cupy

@@ -149,18 +149,22 @@ def _make_plan(a, b, c, bias, activation, out_dtype, precision, dtype):
                                           _replay.template(recipe))}
 
 
-def _pointer(x):
-    if type(x).__module__.startswith("torch"):
-        return x.data_ptr()
-    return x.__cuda_array_interface__["data"][0]
-
-
-def _signature(x):
-    if type(x).__module__.startswith("torch"):
-        return ("torch", tuple(x.shape), x.stride(), x.dtype, x.data_ptr() & 15, x.get_device())
+def _view(x):
+    """(what decides the plan, data pointer) of an operand, as cheaply as its type allows: a CuPy
+    array's and a tensor's own attributes (building ``__cuda_array_interface__``, a dict, costs
+    CuPy a microsecond or two, and a call reads three operands)."""
+    module = type(x).__module__
+    if module.startswith("cupy"):
+        memory = x.data
+        ptr = memory.ptr
+        return ("cupy", x.shape, x.strides, x.dtype.char, ptr & 15, memory.device_id), ptr
+    if module.startswith("torch"):
+        ptr = x.data_ptr()
+        return ("torch", tuple(x.shape), x.stride(), x.dtype, ptr & 15, x.get_device()), ptr
     cai = x.__cuda_array_interface__
-    return ("cai", tuple(cai["shape"]), cai.get("strides"), cai["typestr"], cai["data"][0] & 15,
-            getattr(getattr(x, "device", None), "id", 0))
+    ptr = cai["data"][0]
+    return ("cai", tuple(cai["shape"]), cai.get("strides"), cai["typestr"], ptr & 15,
+            getattr(getattr(x, "device", None), "id", 0)), ptr
 
 
 def _stream_getter(kind, device):
@@ -181,16 +185,17 @@ def _stream_getter(kind, device):
 def gemm(a, b, c=None, alpha=1.0, beta=0.0, *, bias=None, activation=None, out_dtype=None, precision=None,
          dtype=None):
     """C = act(alpha * a @ b + beta * c + bias) with the exported kernel of this problem; returns c."""
-    sig = (_signature(a), _signature(b), None if c is None else _signature(c),
-           None if bias is None else _signature(bias), activation, out_dtype, precision, dtype)
+    (va, pa), (vb, pb) = _view(a), _view(b)
+    vc, pc = _view(c) if c is not None else (None, 0)
+    vbias, pbias = _view(bias) if bias is not None else (None, 0)
+    sig = (va, vb, vc, vbias, activation, out_dtype, precision, dtype)
     plan = _PLANS.get(sig)
     if plan is None:
         plan = _PLANS[sig] = _make_plan(a, b, c, bias, activation, out_dtype, precision, dtype)
     if c is None:
         c = _new_output(a, (plan["m"], plan["n"]), plan["out_dtype"], plan["kind"])
+        pc = _view(c)[1]
         beta = 0.0
-    pa, pb, pc = _pointer(a), _pointer(b), _pointer(c)
-    pbias = 0 if bias is None else _pointer(bias)
     stream = plan["stream"]()
     cached = plan["cached"]
     key = (pa, pb, pc, pbias, alpha, beta, stream)

@@ -21,6 +21,7 @@ from kgen.kernels.gemm.route import tensor_core_candidates, untuned_group, uses_
 from kgen.kernels.gemm.staging import Staging
 from kgen.kernels.gemm.dtypes import ITEMSIZE, allowed_outputs, epilogue_name
 from kgen.problem import Problem
+from kgen.measure.arg_pack import cupy_ndarray
 from kgen.ops.caller import empty_output, to_jax, torch_stream
 
 
@@ -126,7 +127,12 @@ def make_plan(dispatcher, a, b, c, bias, activation, precision, dtype, out_dtype
 
 
 def _view(x) -> tuple[tuple, int]:
-    """(what decides the plan, data pointer) of an operand, as cheaply as its type allows."""
+    """(what decides the plan, data pointer) of an operand, as cheaply as its type allows: a CuPy
+    array's own attributes (its ``__cuda_array_interface__`` is a dict built per read)."""
+    if type(x) is cupy_ndarray():
+        memory = x.data
+        ptr = memory.ptr
+        return ("cupy", x.shape, x.strides, x.dtype.char, ptr & 15, memory.device_id), ptr
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(x, torch.Tensor):
         ptr = x.data_ptr()
