@@ -89,7 +89,8 @@ def test_split_k_runs_twice_and_scales_by_alpha_and_beta():
 
 @pytest.mark.parametrize("dtype,layout,shape", [("bfloat16", "TN", (8, 7968, 2480)),
                                                 ("float16", "NT", (13128, 16, 1253)),
-                                                ("float32", "TT", (510, 8, 1636))])
+                                                ("float32", "TT", (510, 8, 1636)),
+                                                ("float32-exact", "NN", (4, 3001, 2000))])
 def test_kgen_gemm_runs_a_skinny_call_on_gemm_skinny(dtype, layout, shape, monkeypatch):
     """An untuned skinny call (cuBLAS no candidate): dispatch ranks the families' picks and takes
     gemm_skinny; its result matches float64 (float32 asked for as tf32, computed exactly)."""
@@ -100,6 +101,8 @@ def test_kgen_gemm_runs_a_skinny_call_on_gemm_skinny(dtype, layout, shape, monke
 
     monkeypatch.setenv("KGEN_VENDOR", "0")
     monkeypatch.setenv("KGEN_SKINNY_MAX", "16")
+    exact = dtype == "float32-exact"             # float32 with no tf32: the CUDA-core family's call
+    dtype = "float32" if exact else dtype
     m, n, k = shape
     rng = cupy.random.default_rng(5)
 
@@ -109,7 +112,8 @@ def test_kgen_gemm_runs_a_skinny_call_on_gemm_skinny(dtype, layout, shape, monke
         return x.T if transposed else x
 
     a, b = operand(m, k, layout[0] == "T"), operand(k, n, layout[1] == "T")
-    options = dict(dtype="bfloat16") if dtype == "bfloat16" else dict(precision="tf32") if dtype == "float32" else {}
+    options = dict(dtype="bfloat16") if dtype == "bfloat16" else \
+        dict(precision="tf32") if dtype == "float32" and not exact else {}
     choice = kgen.gemm_choice(a, b, **options)
     assert choice.family == "gemm_skinny", choice
     c = kgen.gemm(a, b, **options)

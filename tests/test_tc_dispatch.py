@@ -173,3 +173,25 @@ def test_a_tensor_core_output_that_aliases_an_input_is_refused(fake):
     kgen.gemm(a, b, FakeArray((64, 64), "float16", ptr=BASE + 0x200_0000))
     with pytest.raises(InputError, match="overlaps"):
         kgen.gemm(a, b, FakeArray((64, 64), "float16", ptr=b.ptr + 128))    # the same plan's signature
+
+
+@pytest.mark.parametrize("skinny_max", ["0", "16"])
+def test_a_skinny_float32_call_may_go_to_gemm_skinny(fake, monkeypatch, skinny_max):
+    """float32 with no tf32 is the CUDA-core family's; a small side within KGEN_SKINNY_MAX and no
+    tuned record of it sends the call to gemm_skinny (float32 computed exactly), with X (the
+    small operand) and Y as its first arguments."""
+    monkeypatch.setenv("KGEN_SKINNY_MAX", skinny_max)
+    monkeypatch.setenv("KGEN_VENDOR", "0")
+    a = FakeArray((300, 8), "float32")
+    b = FakeArray((300, 4), "float32", ptr=BASE + 0x100_0000)      # N = 4: the small side
+    c = kgen.gemm(a.T, b)                                                 # (8 x 300) @ (300 x 4)
+    assert c.shape == (8, 4) and c.dtype == np.float32
+    (kernel, launch), = fake.launcher.launches
+    choice = kgen.gemm_choice(a.T, b)
+    if skinny_max == "0":
+        assert kernel.entry.startswith("gemm_simt_f32_tn_") and choice.family == "gemm"
+        return
+    assert kernel.entry.startswith("gemm_skinny_f32_tn_") and choice.family == "gemm_skinny"
+    args = _args(launch)
+    assert args[:3] == [b.ptr, a.ptr, c.ptr]          # N small: X = B^T, Y = A^T
+    assert args[4:7] == [4, 8, 300]                   # small side, big side, k

@@ -86,7 +86,9 @@ def gemm_choice(a, b, c=None, *, bias=None, activation=None, precision=None, dty
     dispatcher = default_dispatcher()
     plan = gemm_tc.make_plan(dispatcher, a, b, c, bias, activation, precision, dtype, out_dtype)
     if plan.simt:
-        plan = gemm_simt.make_plan(dispatcher, a, b, c)
-        return GemmChoice("gemm", plan.config.name if plan.config else "", plan.how)
+        simt = gemm_simt.make_plan(dispatcher, a, b, c)
+        if simt.delegate is None:
+            return GemmChoice("gemm", simt.config.name if simt.config else "", simt.how)
+        plan = simt.delegate
     staged = "".join(x for x, on in zip("ab", plan.staging.stage) if on) if plan.staging is not None else ""
     return GemmChoice(plan.spec.family, plan.config.name if plan.config else "", plan.how, staged)

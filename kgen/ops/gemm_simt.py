@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from kgen.kernels.gemm import rules
+from kgen.kernels.gemm.route import exact_float32_routed
 from kgen.kernels.gemm.simt import argument_dims, scalar_type
 from kgen.kernels.gemm.operands import operand_layout, problem_from_operands
 from kgen.arrays import array_kind
@@ -34,6 +35,7 @@ class _Plan:
     spans: tuple = (0, 0, 0)  # bytes A, B and C reach from their first element (aliasing checks)
     vendor: Any = None        # the vendor library's call, when dispatch chose it
     torch: bool = False       # the caller's arrays are PyTorch tensors: so is a new output
+    delegate: Any = None      # a gemm_tc plan of a family computing float32 exactly (gemm_skinny)
 
 
 def _device_id(x) -> int | None:
@@ -67,6 +69,14 @@ def make_plan(dispatcher, a, b, c) -> _Plan:
     plan.spans = rules.footprints(problem["m"], problem["n"], problem["k"], problem["layout"], lds,
                                   (ai.itemsize,) * 3)
     spec = get_spec("gemm")
+    if exact_float32_routed(problem["m"], problem["n"], problem["dtype"]) and \
+            dispatcher.decide(spec, problem, device).how in ("model", "nearest", "default"):
+        from kgen.ops import gemm_tc       # (gemm_tc imports nothing of this module)
+
+        delegate = gemm_tc.make_plan(dispatcher, a, b, c, None, None, None, None, None, exact=True)
+        if not delegate.simt:
+            plan.delegate, plan.how = delegate, delegate.how
+            return plan
     loaded = dispatcher.prepare(spec, problem, device)
     config = loaded.choice.config
     plan.config, plan.how = config, loaded.choice.how
@@ -112,6 +122,10 @@ def call(dispatcher, a, b, c, alpha: float, beta: float, cupy_arrays: bool, ia):
     plan = dispatcher.plans.get(sig)
     if plan is None:
         plan = dispatcher.plans[sig] = make_plan(dispatcher, a, b, c)
+    if plan.delegate is not None:
+        from kgen.ops import gemm_tc
+
+        return gemm_tc.run(dispatcher, plan.delegate, a, b, c, alpha, beta)
     if c is None:
         problem = plan.problem
         c = empty_output(dispatcher.launcher, plan.torch, a, (problem["m"], problem["n"]), problem["dtype"])

@@ -17,7 +17,7 @@ from kgen.arrays import ArrayInfo, array_kind, describe, one_library
 from kgen.errors import DeviceError, DtypeError, InputError, LayoutError, ShapeError
 from kgen.kernels.gemm import rules
 from kgen.kernels.gemm.operands import check_output, matmul_shape, operand_layout
-from kgen.kernels.gemm.route import tensor_core_candidates, untuned_group, uses_tensor_cores
+from kgen.kernels.gemm.route import EXACT_FLOAT32_FAMILIES, tensor_core_candidates, untuned_group, uses_tensor_cores
 from kgen.kernels.gemm.staging import Staging
 from kgen.kernels.gemm.dtypes import ITEMSIZE, allowed_outputs, epilogue_name
 from kgen.problem import Problem
@@ -55,8 +55,10 @@ def input_dtype(info: ArrayInfo, dtype: str | None, name: str) -> str:
     return info.dtype
 
 
-def make_plan(dispatcher, a, b, c, bias, activation, precision, dtype, out_dtype) -> TcPlan:
-    """Validate everything (typed errors), then choose and load the kernel."""
+def make_plan(dispatcher, a, b, c, bias, activation, precision, dtype, out_dtype, exact: bool = False) -> TcPlan:
+    """Validate everything (typed errors), then choose and load the kernel. ``exact``: a float32
+    call with no tf32 that the CUDA-core path hands over (``gemm_simt``): only families that
+    compute float32 exactly (gemm_skinny) are candidates."""
     one_library(a=a, b=b, c=c, bias=bias)
     ai, bi = describe(a, "a"), describe(b, "b")
     m, n, k = matmul_shape(ai, bi)
@@ -65,8 +67,8 @@ def make_plan(dispatcher, a, b, c, bias, activation, precision, dtype, out_dtype
         raise DtypeError(f"a is {in_a} and b is {in_b}", remedy="cast both to one dtype")
     if ai.device != bi.device:
         raise DeviceError(f"a is on device {ai.device} and b on device {bi.device}")
-    if not uses_tensor_cores(in_a, precision, "none" if bias is None and activation is None else "bias",
-                             out_dtype):
+    if not exact and not uses_tensor_cores(in_a, precision, "none" if bias is None and activation is None else "bias",
+                                           out_dtype):
         return TcPlan(None, None, None, None, None, array_kind(a), ai.device, simt=True)
     out = out_dtype or in_a
     if out not in allowed_outputs(in_a):
@@ -94,7 +96,10 @@ def make_plan(dispatcher, a, b, c, bias, activation, precision, dtype, out_dtype
                 align_a=rules.alignment(ai.ptr, lda, ai.itemsize), align_b=rules.alignment(bi.ptr, ldb, bi.itemsize))
     kind = array_kind(a)
     best = None
-    for order, (spec, problem, stage) in enumerate(tensor_core_candidates(args, target)):
+    candidates = tensor_core_candidates(args, target)
+    if exact:
+        candidates = [found for found in candidates if found[0].family in EXACT_FLOAT32_FAMILIES]
+    for order, (spec, problem, stage) in enumerate(candidates):
         if m == 0 or n == 0:
             return TcPlan(spec, problem, None, None, None, kind, ai.device)
         staging = None
@@ -103,12 +108,14 @@ def make_plan(dispatcher, a, b, c, bias, activation, precision, dtype, out_dtype
                                       rules.storage_shape(m, n, k, la + lb, "b")),
                               in_a, kind)
         choice = dispatcher.decide(spec, problem, ai.device)
-        if choice.vendor and staging is not None:
-            continue                    # the library reads the operands as they are
+        if choice.vendor and (staging is not None or exact):
+            continue                    # the library reads the operands as they are (and float32 as tf32 here)
         group, ms = choice.rank
         rank = (untuned_group(spec.family, group), ms + (staging.cost_ms() if staging is not None else 0.0), order)
         if best is None or rank < best[0]:
             best = (rank, spec, problem, staging)
+    if best is None:                    # (exact: no family computing float32 exactly takes it)
+        return TcPlan(None, None, None, None, None, kind, ai.device, simt=True)
     _, spec, problem, staging = best
     loaded = dispatcher.prepare(spec, problem, ai.device)      # the winner's kernel alone
     ldc = describe(c, "c").strides[0] if c is not None else n
@@ -160,6 +167,14 @@ def call(dispatcher, a, b, c=None, alpha: float = 1.0, beta: float = 0.0, *, bia
         plan = dispatcher.plans[sig] = make_plan(dispatcher, a, b, c, bias, activation, precision, dtype, out_dtype)
     if plan.simt:
         return None
+    return run(dispatcher, plan, a, b, c, alpha, beta, bias, (pa, pb, pc, pbias))
+
+
+def run(dispatcher, plan: TcPlan, a, b, c, alpha: float, beta: float, bias=None, pointers=None):
+    """The launch of ``plan`` on the call's arrays (``pointers``: their data pointers, a, b, c and
+    bias, where the caller has read them), a new output of the caller's type where ``c`` is None."""
+    pa, pb, pc, pbias = pointers if pointers is not None else (
+        _view(a)[1], _view(b)[1], _view(c)[1] if c is not None else 0, _view(bias)[1] if bias is not None else 0)
     problem = plan.problem
     if c is None:
         c = empty_output(dispatcher.launcher, plan.kind == "torch", a, (problem["m"], problem["n"]),

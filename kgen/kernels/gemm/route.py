@@ -23,6 +23,8 @@ from kgen.registry import get_spec
 # the families of the tensor-core path, preferred first; a family missing from the registry is skipped
 TC_PATH_FAMILIES = ("gemm_wgmma", "gemm_mma", "gemm_skinny")
 PRECISIONS = (None, "ieee", "tf32")
+# families of that path that compute float32 exactly: a float32 call with no tf32 may go to them
+EXACT_FLOAT32_FAMILIES = ("gemm_skinny",)
 
 
 def uses_tensor_cores(dtype: str, precision: str | None, epilogue: str, out_dtype: str | None) -> bool:
@@ -47,6 +49,15 @@ def routed(family: str, problem: Problem) -> bool:
     from kgen.knobs import knobs
 
     return family != "gemm_skinny" or min(problem["m"], problem["n"]) <= knobs.skinny_max
+
+
+def exact_float32_routed(m: int, n: int, dtype: str) -> bool:
+    """Whether a float32 call with no tf32 and no epilogue (the CUDA-core family's) may go to a
+    family of ``EXACT_FLOAT32_FAMILIES`` instead: a small side within KGEN_SKINNY_MAX, where
+    KGEN_SKINNY_ROUTE=first (the CUDA-core family's own untuned pick is no better judged)."""
+    from kgen.knobs import knobs
+
+    return dtype == "float32" and min(m, n) <= min(knobs.skinny_max, 16) and knobs.skinny_route == "first"
 
 
 def untuned_group(family: str, group: float) -> float:
