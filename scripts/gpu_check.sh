@@ -45,6 +45,9 @@
 #                                        #   kgen.gemm and cuBLAS (scripts/bench_dist.py) -> $OUT/bench_dist.json
 #   scripts/gpu_check.sh shapes [ARGS]   # kgen (untuned; tuned: ARGS --modes) and cuBLAS side by side on random
 #                                        #   shapes nobody tunes for (scripts/bench_shapes.py) -> $OUT/bench_shapes.json
+#   scripts/gpu_check.sh skinny [ARGS]   # gemm_skinny's GPU tests, bench_shapes routed to it (KGEN_SKINNY_MAX=16,
+#                                        #   ARGS: e.g. --commit SHA), its study, two tunes whose records go to
+#                                        #   $OUT/tuning_db/<device>_gemm_skinny.jsonl; each step time-boxed
 #   scripts/gpu_check.sh skinny-study [ARGS] # gemm_skinny's model picks and random configs against measurement, with
 #                                        #   the tile families' untuned call and cuBLAS (scripts/study_skinny.py)
 #                                        #   -> $OUT/skinny_study.jsonl
@@ -159,5 +162,21 @@ if [ "$what" = shapes ]; then
 fi
 if [ "$what" = skinny-study ]; then
   logged skinny_study.log python3 scripts/study_skinny.py --out "$OUT/skinny_study.jsonl" "$@"
+fi
+if [ "$what" = skinny ]; then   # everything gemm_skinny needs from a GPU, each step time-boxed (~8 min in all)
+  timeout 180 python3 -m pytest -q -rfs --tb=short -m gpu tests/test_gpu_gemm_skinny.py 2>&1 | tee "$OUT/gpu_tests.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  KGEN_SKINNY_MAX=16 timeout 120 python3 scripts/bench_shapes.py --seed 1 --seed2 auto --modes untuned \
+    --out "$OUT/bench_shapes.json" "$@" > "$OUT/bench_shapes.log" 2>&1 || status=1
+  timeout 90 python3 scripts/study_skinny.py --count 8 --seed 7 --out "$OUT/skinny_study.jsonl" \
+    > "$OUT/skinny_study.log" 2>&1
+  mkdir -p "$OUT/tuning_db"
+  slug=$(python3 -c "from kgen.problem import Target; print(Target.detect(0).slug)")
+  for p in "--m 4096 --n 8 --k 4096 --dtype bfloat16 --layout NT" "--m 4 --n 8192 --k 2048 --dtype float16 --layout TN"; do
+    # shellcheck disable=SC2086
+    timeout 40 python3 -m kgen.cli tune gemm_skinny $p --trials 10 --db "sqlite:///$OUT/skinny.db" >> "$OUT/tune.log" 2>&1
+  done
+  python3 -m kgen.cli db export --db "sqlite:///$OUT/skinny.db" --family gemm_skinny \
+    --output "$OUT/tuning_db/${slug}_gemm_skinny.jsonl" || status=1
 fi
 exit $status
