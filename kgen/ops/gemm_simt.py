@@ -15,6 +15,7 @@ from kgen.kernels.gemm.simt import argument_dims, scalar_type
 from kgen.kernels.gemm.operands import operand_layout, problem_from_operands
 from kgen.arrays import array_kind
 from kgen.measure.arg_pack import data_pointer
+from kgen.ops import gemm_tc
 from kgen.ops.caller import empty_output
 from kgen.problem import Problem
 from kgen.registry import get_spec
@@ -71,8 +72,6 @@ def make_plan(dispatcher, a, b, c) -> _Plan:
     spec = get_spec("gemm")
     if exact_float32_routed(problem["m"], problem["n"], problem["dtype"]) and \
             dispatcher.decide(spec, problem, device).how in ("model", "nearest", "default"):
-        from kgen.ops import gemm_tc       # (gemm_tc imports nothing of this module)
-
         delegate = gemm_tc.make_plan(dispatcher, a, b, c, None, None, None, None, None, exact=True)
         if not delegate.simt:
             plan.delegate, plan.how = delegate, delegate.how
@@ -123,8 +122,6 @@ def call(dispatcher, a, b, c, alpha: float, beta: float, cupy_arrays: bool, ia):
     if plan is None:
         plan = dispatcher.plans[sig] = make_plan(dispatcher, a, b, c)
     if plan.delegate is not None:
-        from kgen.ops import gemm_tc
-
         return gemm_tc.run(dispatcher, plan.delegate, a, b, c, alpha, beta)
     if c is None:
         problem = plan.problem

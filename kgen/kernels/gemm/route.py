@@ -57,7 +57,7 @@ def exact_float32_routed(m: int, n: int, dtype: str) -> bool:
     KGEN_SKINNY_ROUTE=first (the CUDA-core family's own untuned pick is no better judged)."""
     from kgen.knobs import knobs
 
-    return dtype == "float32" and min(m, n) <= min(knobs.skinny_max, 16) and knobs.skinny_route == "first"
+    return dtype == "float32" and min(m, n) <= knobs.skinny_max and knobs.skinny_route == "first"
 
 
 def untuned_group(family: str, group: float) -> float:
