@@ -83,8 +83,8 @@ class GemmSkinny(TensorCoreGemm):
         dtype, layout, k = problem["dtype"], problem["layout"], problem["k"]
         r = roles(problem)
         elt = ITEMSIZE[dtype]
-        vecs = tuple(v for v in (1, 2, 4, 8) if v <= min(16 // elt, r["align_y"]))
         y_k = r["y_kcontig"]
+        vecs = vector_choices(elt, y_k, r["align_y"])
         small_cap, big_cap, k_cap = _pow2_at_least(r["small"]), _pow2_at_least(r["big"]), _pow2_at_least(k)
 
         def bj(v):
@@ -94,7 +94,7 @@ class GemmSkinny(TensorCoreGemm):
             return chunk(y_k, v)
 
         def smem(v):
-            return shared_bytes(v["S"], kc(v), bj(v))
+            return shared_bytes(v["S"], kc(v) + halo(y_k, r["align_y"], v), bj(v))
 
         def threads(v):
             return 32 * v["WJ"] * v["WK"]
@@ -137,6 +137,7 @@ class GemmSkinny(TensorCoreGemm):
         ]
         derived = {
             "BJ": bj, "KC": kc, "XV": lambda v: x_vector(problem, v), "SMEM": smem, "THREADS": threads,
+            "PEEL": lambda v: int(halo(y_k, r["align_y"], v) > 0), "HALO": lambda v: halo(y_k, r["align_y"], v),
             "SWAP": lambda v: r["swap"], "X_KCONTIG": lambda v: r["x_kcontig"], "Y_KCONTIG": lambda v: y_k,
         }
         short = "f32" if dtype == "float32" else TC_INPUTS[dtype][3]
@@ -232,6 +233,19 @@ def chunk(y_kcontig: int, v) -> int:
     return v["R"] * v["WK"] * v["U"] * 32 * v["V"] if y_kcontig else v["KJ"]
 
 
+def vector_choices(elt: int, y_kcontig: int, align_y: int) -> tuple[int, ...]:
+    """V: Y's vector widths (elements, up to 16 bytes). Along k, any: rows that are not V-aligned
+    are peeled (``halo``); along the big side, what Y's alignment allows."""
+    widest = 16 // elt if y_kcontig else min(16 // elt, align_y)
+    return tuple(v for v in (1, 2, 4, 8) if v <= widest)
+
+
+def halo(y_kcontig: int, align_y: int, v) -> int:
+    """HALO: X values staged before each chunk where Y's rows are peeled (V wider than their
+    alignment): 8, a whole vector of every XV; else 0."""
+    return 8 if y_kcontig and v["V"] > align_y else 0
+
+
 def shared_bytes(rows, kc, bj):
     """Dynamic shared memory of a block: X's staged chunk and the block's sums, as float."""
     return 4 * rows * (kc + bj)
@@ -240,7 +254,7 @@ def shared_bytes(rows, kc, bj):
 def x_vector(problem: Problem, v) -> int:
     """XV: the widest vector X's staging reads along X's unit stride."""
     r = roles(problem)
-    along = chunk(r["y_kcontig"], v) if r["x_kcontig"] else v["S"]
+    along = chunk(r["y_kcontig"], v) + halo(r["y_kcontig"], r["align_y"], v) if r["x_kcontig"] else v["S"]
     widest = min(16 // ITEMSIZE[problem["dtype"]], r["align_x"], along)
     return max(x for x in (1, 2, 4, 8) if x <= widest and along % x == 0)
 
@@ -248,9 +262,10 @@ def x_vector(problem: Problem, v) -> int:
 def _values(problem: Problem, config: Config) -> dict:
     """The config's parameters and the derived values launches need (BJ, KC, THREADS, SMEM)."""
     v = config.as_dict()
-    y_k = roles(problem)["y_kcontig"]
-    bj, kc = block_columns(y_k, v), chunk(y_k, v)
-    return {**v, "BJ": bj, "KC": kc, "THREADS": 32 * v["WJ"] * v["WK"], "SMEM": shared_bytes(v["S"], kc, bj)}
+    r = roles(problem)
+    bj, kc = block_columns(r["y_kcontig"], v), chunk(r["y_kcontig"], v)
+    return {**v, "BJ": bj, "KC": kc, "THREADS": 32 * v["WJ"] * v["WK"],
+            "SMEM": shared_bytes(v["S"], kc + halo(r["y_kcontig"], r["align_y"], v), bj)}
 
 
 def workspace_sizes(problem: Problem, config: Config) -> tuple[int, int]:
@@ -274,7 +289,7 @@ def _cores(dtype: str, y_k: int, align_y: int, smem_limit: int) -> dict[str, np.
     """Every combination of the parameters but SPLITK that no problem size rules out, as columns
     (a numpy mirror of the space's size-independent constraints)."""
     elt = ITEMSIZE[dtype]
-    vecs = [v for v in (1, 2, 4, 8) if v <= min(16 // elt, align_y)]
+    vecs = vector_choices(elt, y_k, align_y)
     grid = np.array(list(itertools.product((1, 2, 4, 8, 16), vecs, (1, 2, 4, 8), (1, 2, 4, 8) if y_k else (1,),
                                            (1, 2, 4, 8, 16), (1, 2, 4, 8), (0,) if y_k else (32, 64, 128, 256),
                                            (1, 2, 4, 8) if y_k else (1,))),
@@ -285,15 +300,16 @@ def _cores(dtype: str, y_k: int, align_y: int, smem_limit: int) -> dict[str, np.
     live = (c["S"] * cols + c["U"] * np.where(y_k, c["CJ"], 1) * np.maximum(1, c["V"] * elt // 4)
             + np.where(y_k, c["S"], 0))
     bj, kc = block_columns(y_k, c), chunk(y_k, c)
+    c["HALO"] = np.where((y_k == 1) & (c["V"] > align_y), 8, 0)
     keep = ((threads >= 64) & (threads <= 256) & (live <= 96) & (c["S"] * cols <= 64)
             & ((y_k == 1) | (c["KJ"] % np.maximum(c["U"] * c["WK"], 1) == 0))
-            & (shared_bytes(c["S"], kc, bj) <= smem_limit))
+            & (shared_bytes(c["S"], kc + c["HALO"], bj) <= smem_limit))
     return {name: col[keep] for name, col in c.items()}
 
 
 def candidates(problem: Problem, target: Target, all_rows: bool = False) -> dict[str, np.ndarray]:
     """The valid configs of ``problem`` the model ranks, as columns (parameters, BJ, KC, THREADS,
-    SMEM): the space's constraints mirrored in numpy, each core crossed with every split. Only
+    SMEM, HALO): the space's constraints mirrored in numpy, each core crossed with every split. Only
     S of the small side's power of two and half of it, unless ``all_rows``: fewer rows a block
     means more passes over the big operand, which the model never prefers by more."""
     r = roles(problem)
@@ -314,12 +330,13 @@ def candidates(problem: Problem, target: Target, all_rows: bool = False) -> dict
             & ((c["SPLITK"] == 1) | (blocks * c["SPLITK"] <= 16 * target.sm_count)))
     out = {name: col[keep] for name, col in c.items()}
     out.update(BJ=bj[keep], KC=kc[keep], THREADS=32 * out["WJ"] * out["WK"],
-               SMEM=shared_bytes(out["S"], kc[keep], bj[keep]))
+               SMEM=shared_bytes(out["S"], kc[keep] + out["HALO"], bj[keep]))
     return out
 
 
 def predict_seconds(problem: Problem, target: Target, col: Mapping[str, np.ndarray]) -> np.ndarray:
-    """Predicted seconds of each config (columns: parameters and BJ, KC, THREADS, SMEM) on ``problem``.
+    """Predicted seconds of each config (columns: parameters and BJ, KC, THREADS, SMEM, HALO) on
+    ``problem``.
 
     The big operand's bytes go at the rate the loads in flight sustain (Little's law: resident
     warps x bytes a warp has in flight / latency, at most the DRAM rate), over the waves the
@@ -330,7 +347,7 @@ def predict_seconds(problem: Problem, target: Target, col: Mapping[str, np.ndarr
     r = roles(problem)
     elt, out = ITEMSIZE[problem["dtype"]], TC_OUTPUTS[problem["out_dtype"]][1]
     col = {key: np.asarray(col[key], dtype=np.float64) for key in ("S", "V", "U", "CJ", "BJ", "KC", "SPLITK",
-                                                                      "THREADS", "SMEM")}
+                                                                      "THREADS", "SMEM", "HALO")}
     s, vw, u, cj = col["S"], col["V"], col["U"], col["CJ"]
     bj, kc, split, threads, smem = col["BJ"], col["KC"], col["SPLITK"], col["THREADS"], col["SMEM"]
     y_k = r["y_kcontig"]
@@ -363,7 +380,8 @@ def predict_seconds(problem: Problem, target: Target, col: Mapping[str, np.ndarr
     t_stream = bytes_y / rate * np.where(blocks > slots, waves * slots / blocks, 1.0)
     # issue: per k and output column, S FMAs + a conversion (half inputs) + shared reads of X
     cvt = 0.0 if problem["dtype"] == "float32" else 1.0
-    lds = np.where(y_k, s / np.minimum(vw, 4), np.ceil(s / 4) / vw)
+    # (peeled rows read X value by value: a column's vectors start where its row allows)
+    lds = np.where(y_k, np.where(col["HALO"] > 0, s, s / np.minimum(vw, 4)), np.ceil(s / 4) / vw)
     per = s + cvt + lds + np.where(y_k, 1.0 / cj, 1.0) / np.maximum(vw, 1)
     instructions = per * k * big * rows
     t_issue = instructions / (np.minimum(blocks, slots) / np.maximum(bps, 1) * HW["issue_clk"] * HW["clock_hz"]
