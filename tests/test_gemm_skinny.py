@@ -1,7 +1,7 @@
 """gemm_skinny with no GPU: its roles (which side is small, which operand has its unit stride
 along k), the model's numpy mirror of the space, a deterministic and fast ranking, routing
 (a candidate of the tensor-core path for a small side only; KGEN_SKINNY_MAX), its launch and
-arguments, and sampled configs of every dtype, layout and small side compiling for sm_90."""
+arguments, and sampled configs of every dtype, layout and small side compiling for sm_90 (96)."""
 
 from __future__ import annotations
 
@@ -141,7 +141,7 @@ def compiled(tmp_path_factory):
             problem = SPEC.problem(m, n, rng.choice((64, 1000, 5000)), dtype, layout,
                                    out_dtype=rng.choice(allowed_outputs(dtype)), epilogue=rng.choice(EPILOGUES))
             space = SPEC.space(problem, TARGET)
-            for config in space.sample(5, seed=seed) + [SPEC.default_config(problem, TARGET)]:
+            for config in space.sample(3, seed=seed) + [SPEC.default_config(problem, TARGET)]:
                 yield (dtype, layout, side), problem, config, render(SPEC, problem, config, TARGET, space)
 
     return compile_cases(tmp_path_factory, jobs(), "gemm_skinny")
@@ -149,7 +149,7 @@ def compiled(tmp_path_factory):
 
 def test_sampled_configs_compile_for_sm90_without_heavy_spills(compiled):
     rows = compiled_rows(compiled)
-    assert len(rows) >= 3 * 4 * 2 * 6
+    assert len(rows) >= 3 * 4 * 2 * 4
     assert not compile_failures(rows)
     spilled = [c.name for _, c, _, r in rows if r.binary.resources.get("spill_stores", 0) > 16]
     assert len(spilled) <= len(rows) // 20, spilled
