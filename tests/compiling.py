@@ -50,3 +50,17 @@ def compiled_rows(compiled: dict) -> list:
 def compile_failures(rows, detail: int = 300) -> list[tuple[str, str]]:
     """(config name, the start of the compiler's log) of each row that did not compile."""
     return [(c.name, r.failure.detail[:detail]) for _, c, _, r in rows if r.failure is not None]
+
+
+def gpu_kernels(cases, workers: int = 16) -> list:
+    """The (problem, config, kernel) of each (problem, config, source) case, compiled through one
+    pool of ``workers`` and loaded on the GPU; a case that does not compile fails the test."""
+    from kgen.measure.launch import CupyKernel
+
+    with CompilePool(workers) as pool:
+        results = list(pool.map([src for _, _, src in cases]))
+    out = []
+    for (problem, config, _), result in zip(cases, results):
+        assert result.failure is None, f"{config.name}: {result.failure}"
+        out.append((problem, config, CupyKernel(result.binary.cubin, result.binary.entry, result.binary.path)))
+    return out

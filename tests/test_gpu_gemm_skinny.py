@@ -9,6 +9,8 @@ import pytest
 
 from kgen.kernels.gemm.dtypes import EPILOGUES, allowed_outputs
 
+from compiling import gpu_kernels
+
 pytestmark = pytest.mark.gpu
 
 SHAPES = [(1, 4097, 129), (7, 1000, 777), (16, 33, 5000), (1000, 3, 1023), (4099, 16, 64), (13, 13, 13),
@@ -28,16 +30,10 @@ def _check(spec, cases, seed: int = 0, beta: float = 0.0, twice: bool = False) -
     (with ``beta``: C random first, alpha 0.75); ``twice``: launched a second time first."""
     import cupy
 
-    from kgen.compile import CompilePool
-    from kgen.measure.launch import CupyKernel
     from kgen.measure.verify import verify
 
-    with CompilePool(16) as pool:
-        results = list(pool.map([src for _, _, src in cases]))
     failures = []
-    for index, ((problem, config, _), result) in enumerate(zip(cases, results)):
-        assert result.failure is None, f"{config.name}: {result.failure}"
-        kernel = CupyKernel(result.binary.cubin, result.binary.entry, result.binary.path)
+    for index, (problem, config, kernel) in enumerate(gpu_kernels(cases)):
         operands = spec.inputs(problem, seed=seed + index)
         if twice:
             spec.run(kernel, problem, config, operands)

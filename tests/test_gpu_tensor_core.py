@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from kgen.compile import CompilePool
+from compiling import gpu_kernels
 from kgen.kernels.gemm.dtypes import EPILOGUES, allowed_outputs
 from kgen.measure.verify import verify
 from kgen.render import render
@@ -38,14 +38,8 @@ def _cases(spec, dtype, target, per_shape=2):
 def _check_cases(spec, cases, seed_of) -> None:
     """Compile (problem, config, source) cases and check each against the reference, on
     inputs of seed ``seed_of(index, failures so far)``."""
-    from kgen.measure.launch import CupyKernel
-
-    with CompilePool(16) as pool:
-        results = list(pool.map([src for _, _, src in cases]))
     failures = []
-    for index, ((problem, config, _), result) in enumerate(zip(cases, results)):
-        assert result.failure is None, f"{config.name}: {result.failure}"
-        kernel = CupyKernel(result.binary.cubin, result.binary.entry, result.binary.path)
+    for index, (problem, config, kernel) in enumerate(gpu_kernels(cases)):
         operands = spec.inputs(problem, seed=seed_of(index, failures))
         check = verify(spec, problem, config, kernel, operands, spec.reference(problem, operands))
         if not check.ok:

@@ -100,10 +100,7 @@ class GemmSkinny(TensorCoreGemm):
             return 32 * v["WJ"] * v["WK"]
 
         def live_regs(v):
-            """Accumulators and loads in flight (32-bit registers) of one thread."""
-            cols = v["CJ"] if y_k else v["V"]
-            loads = v["U"] * (v["CJ"] if y_k else 1) * max(1, v["V"] * elt // 4)
-            return v["S"] * cols + loads + (v["S"] if y_k else 0)      # (Y k-contiguous: X's values of a k)
+            return live_registers(y_k, elt, v)
 
         params = [
             Param("S", (1, 2, 4, 8, 16)),
@@ -223,6 +220,14 @@ class GemmSkinny(TensorCoreGemm):
                 {"scalar": "beta", "type": "float32", "default": 0.0}, *workspace]
 
 
+def live_registers(y_kcontig: int, elt: int, v):
+    """Accumulators, loads in flight and (Y k-contiguous) a k's X values: 32-bit registers of one
+    thread, for one config's values or numpy columns of many."""
+    cols = v["CJ"] if y_kcontig else v["V"]
+    loads = v["U"] * (v["CJ"] if y_kcontig else 1) * np.maximum(1, v["V"] * elt // 4)
+    return v["S"] * cols + loads + (v["S"] if y_kcontig else 0)
+
+
 def block_columns(y_kcontig: int, v) -> int:
     """BJ: the big side's columns of one block."""
     return v["WJ"] * v["CJ"] if y_kcontig else v["WJ"] * 32 * v["V"]
@@ -297,8 +302,7 @@ def _cores(dtype: str, y_k: int, align_y: int, smem_limit: int) -> dict[str, np.
     c = dict(zip(PARAMS[:-1], grid.T))
     threads = 32 * c["WJ"] * c["WK"]
     cols = np.where(y_k, c["CJ"], c["V"])
-    live = (c["S"] * cols + c["U"] * np.where(y_k, c["CJ"], 1) * np.maximum(1, c["V"] * elt // 4)
-            + np.where(y_k, c["S"], 0))
+    live = live_registers(y_k, elt, c)
     bj, kc = block_columns(y_k, c), chunk(y_k, c)
     c["HALO"] = np.where((y_k == 1) & (c["V"] > align_y), 8, 0)
     keep = ((threads >= 64) & (threads <= 256) & (live <= 96) & (c["S"] * cols <= 64)
@@ -358,8 +362,7 @@ def predict_seconds(problem: Problem, target: Target, col: Mapping[str, np.ndarr
     # residency: threads, shared memory, and registers: accumulators, loads in flight, a k's X
     # values and ~60 more (addresses, indices, conversions: 152-191 registers in the cubins of
     # three picks of 104-146 estimated so)
-    regs = np.minimum(255, s * np.where(y_k, cj, vw) + u * np.where(y_k, cj, 1) * np.maximum(1, vw * elt / 4)
-                      + s + 60)
+    regs = np.minimum(255, live_registers(y_k, elt, col) + (0 if y_k else s) + 60)
     by_regs = np.floor(target.regs_per_sm / (np.ceil(regs / 8) * 8 * threads))
     by_smem = np.floor(target.smem_per_sm / (smem + 1024))
     bps = np.maximum(1, np.minimum.reduce([np.floor(HW["max_threads_sm"] / threads), by_smem, by_regs,
