@@ -209,9 +209,10 @@ def data_gradient(x, w, dy, stride=1, padding=0, dilation=1, precision=None):
         return grad_x
     phases = data_gradient_phases(w.shape[2:], stride, padding, dilation, x.shape[2:], dy.shape[2:])
     dy = dy.contiguous(memory_format=torch.channels_last)
+    flipped = w.flip((2, 3))
     grad_x = None
     for phase in phases:
-        taps = w[:, :, list(phase.taps[0])][:, :, :, list(phase.taps[1])]
+        taps = flipped[(slice(None), slice(None)) + phase.flipped_slices(w.shape[2:])]
         sub = taps.transpose(0, 1).contiguous(memory_format=torch.channels_last)
         out = _conv2d(dy, sub, None, [1, 1], list(phase.padding), list(phase.dilation), None, precision, None)
         (top, left), (rows, cols) = phase.crop, phase.size

@@ -50,7 +50,10 @@ def from_phases(dy, w, x_shape, stride, padding, dilation):
     phases = data_gradient_phases(w.shape[2:], stride, padding, dilation, (h, wd), dy.shape[2:])
     dx = np.full(x_shape, np.nan) if covers_every_pixel(phases, stride) else np.zeros(x_shape)
     for ph in phases:
-        sub = w[:, :, list(ph.taps[0]), :][:, :, :, list(ph.taps[1])].transpose(1, 0, 2, 3)
+        sub = w[:, :, list(ph.taps[0]), :][:, :, :, list(ph.taps[1])]
+        rows, cols = ph.flipped_slices(w.shape[2:])          # what kgen.torch takes, with no index array
+        assert np.array_equal(w[:, :, ::-1, ::-1][:, :, rows, cols], sub)
+        sub = sub.transpose(1, 0, 2, 3)
         out = conv(dy, sub, (1, 1), ph.padding, ph.dilation)
         (top, left), (rows, cols) = ph.crop, ph.size
         assert out.shape[2] >= top + rows and out.shape[3] >= left + cols

@@ -22,6 +22,8 @@ step D (stride D), padded by P: ``weight_gradient_conv`` gives that convolution,
 Phase(offset=(0, 0), taps=((2, 1, 0), (2, 1, 0)), padding=(1, 1), dilation=(1, 1), crop=(0, 0), size=(8, 8))
 >>> [p.taps for p in data_gradient_phases((3, 3), (2, 2), (1, 1), (1, 1), (8, 8), (4, 4))]
 [((1,), (1,)), ((1,), (2, 0)), ((2, 0), (1,)), ((2, 0), (2, 0))]
+>>> data_gradient_phases((3, 3), (2, 2), (1, 1), (1, 1), (8, 8), (4, 4))[3].flipped_slices((3, 3))
+(slice(0, 3, 2), slice(0, 3, 2))
 >>> weight_gradient_is_gemm((1, 1), (2, 2), (0, 0))
 True
 >>> weight_gradient_conv((3, 3), (2, 2), (1, 1), (1, 1), (56, 56), (28, 28))
@@ -48,6 +50,20 @@ class Phase:
     dilation: tuple[int, int]
     crop: tuple[int, int]
     size: tuple[int, int]
+
+    def flipped_slices(self, window: Sequence[int]) -> tuple[slice, slice]:
+        """The taps as basic slices of the window flipped along both axes (``w.flip((2, 3))[:, :,
+        rows, cols]`` is ``w[:, :, taps[0]][:, :, :, taps[1]]``): a phase's taps are evenly spaced
+        and descending, so no index array is needed (on a GPU tensor, indexing with a list copies
+        the list from the host and waits for the device)."""
+        return tuple(_flipped_slice(taps, size) for taps, size in zip(self.taps, window))
+
+
+def _flipped_slice(taps: tuple[int, ...], window: int) -> slice:
+    step = taps[0] - taps[1] if len(taps) > 1 else 1
+    if any(a - b != step for a, b in zip(taps, taps[1:])) or step < 1:
+        raise ValueError(f"taps {taps} are not evenly spaced and descending")
+    return slice(window - 1 - taps[0], window - taps[-1], step)
 
 
 def _axis_phase(a: int, window: int, stride: int, pad: int, dilation: int, in_size: int, out_size: int):
