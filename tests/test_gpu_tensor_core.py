@@ -208,7 +208,7 @@ def test_split_k_plans_keep_one_workspace_per_stream():
     """Two PyTorch streams running one split-K plan at once each sum into their own workspace."""
     torch = _torch()
     import kgen
-    from kgen.kernels.gemm import wgmma as gemm_wgmma
+    from kgen.kernels.gemm import workspace
 
     a = torch.randn(64, 4096, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
@@ -224,7 +224,7 @@ def test_split_k_plans_keep_one_workspace_per_stream():
     with torch.cuda.stream(s2):
         kgen.gemm(a, b, c2)
     torch.cuda.synchronize()
-    streams = {key[1] for key in gemm_wgmma._WORKSPACES}
+    streams = {key[1] for key in workspace.WORKSPACES}
     assert {s1.cuda_stream, s2.cuda_stream} <= streams
     for c in (c1, c2):
         assert ((c.float() - want).abs().max() / want.abs().max()).item() < 1e-2
@@ -248,7 +248,7 @@ def test_split_k_plan_in_a_cuda_graph_captured_on_a_new_stream():
     """The first split-K launch on a stream being captured makes that stream's workspace."""
     torch = _torch()
     import kgen
-    from kgen.kernels.gemm import wgmma as gemm_wgmma
+    from kgen.kernels.gemm import workspace
 
     a = torch.randn(64, 4096, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
@@ -260,7 +260,7 @@ def test_split_k_plan_in_a_cuda_graph_captured_on_a_new_stream():
     stream, graph = torch.cuda.Stream(), torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, stream=stream):
         kgen.gemm(a, b, c)
-    assert stream.cuda_stream in {key[1] for key in gemm_wgmma._WORKSPACES}
+    assert stream.cuda_stream in {key[1] for key in workspace.WORKSPACES}
     for _ in range(2):       # the counters are back at zero after each replay
         graph.replay()
         torch.cuda.synchronize()

@@ -848,13 +848,15 @@ def test_gpu_cluster_configs_share_b_and_are_correct(gpu, shape, layout):
 def test_gpu_split_k_adds_every_part_launch_after_launch(gpu, shape, layout):
     """Each config three times on fresh inputs: right every time, counters back at zero and
     every partial slot empty again (both ways of meeting: by polling and by the counters)."""
-    from kgen.kernels.gemm import wgmma as gemm_wgmma
+    from kgen.kernels.gemm import wgmma as gemm_wgmma, workspace
 
     problem, configs = _job_or_skip(gpu, ("splitk", shape, layout))
     assert configs and all(c["SPLITK"] > 1 for c in configs)
     for launch in range(3):
         _verify_all(gpu, ("splitk", shape, layout), first_seed=10 * launch)
-    for partials, counters, *_ in gemm_wgmma._WORKSPACES.values():
+    for key, (partials, counters, *_) in workspace.WORKSPACES.items():
+        if key[4] != gemm_wgmma.GemmWgmma.template:
+            continue
         assert int(counters.max()) == 0 == int(counters.min())
         assert bool((partials == gemm_wgmma.EMPTY_BITS).all())
 

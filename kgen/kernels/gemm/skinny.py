@@ -34,7 +34,7 @@ import numpy as np
 
 from kgen.kernels.gemm.dtypes import ITEMSIZE, TC_INPUTS, TC_OUTPUTS
 from kgen.kernels.gemm.tc import TensorCoreGemm
-from kgen.kernels.gemm.wgmma import workspace_args
+from kgen.kernels.gemm.workspace import split_k_workspace
 from kgen.problem import Problem, Target
 from kgen.space import Config, Constraint, Param, Space
 from kgen.spec import Launch
@@ -195,7 +195,7 @@ class GemmSkinny(TensorCoreGemm):
         lda, ldb, ldc = (np.int64(max(ld, 1)) for ld in lds)
         dims = (np.int32(r["small"]), np.int32(r["big"]), np.int32(problem["k"]))
         x_ld, y_ld = (ldb, lda) if swap else (lda, ldb)
-        scratch = workspace_args(problem, config, self.template, workspace_sizes(problem, config), fill=0)
+        scratch = split_k_workspace(workspace_sizes(problem, config), self.template, fill=0)
         u64, f32 = np.uint64, np.float32
 
         def build(pa, pb, pc, pbias, alpha, beta, stream=None, device=None):

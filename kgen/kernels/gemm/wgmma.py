@@ -56,7 +56,6 @@ Launch(grid=(132, 1, 1), block=(384, 1, 1), shared_mem=230480)
 
 from __future__ import annotations
 
-import contextlib
 import math
 
 import numpy as np
@@ -64,6 +63,7 @@ import numpy as np
 from kgen import tma
 from kgen.kernels.gemm.dtypes import ITEMSIZE, allowed_outputs
 from kgen.kernels.gemm.tc import TensorCoreGemm, modelled_time
+from kgen.kernels.gemm.workspace import split_k_workspace
 from kgen.kernels.gemm.wgmma_geometry import (BK, DEFAULT_SM_COUNT, DTYPES, EMPTY_BITS, MAX_ACC_FLOATS,
                                               RS_FRAGMENT_REGS, SPLITS, STAGE_CHOICES, STORE_ROWS, SWIZZLE,
                                               block_k, copied_transposed, register_choices, smem_bytes,
@@ -434,71 +434,11 @@ def workspace_bytes(problem: Problem, config: Config) -> tuple[int, int]:
     return tiles * split * bm * bn * 4, tiles * groups * 4 * 4
 
 
-def workspace_args(problem: Problem, config: Config, template: str = GemmWgmma.template,
-                   sizes: tuple[int, int] | None = None, fill: int = EMPTY_BITS):
-    """A function of the launch's stream and device (None: CuPy's current ones) giving the
-    (partials, counters) pointer arguments: null without split-K; else a workspace on that
-    device, made on first use with its counters zeroed and every 32-bit word of its partials
-    ``fill`` (the slots empty) before the first launch (each launch leaves them so again), one
-    per device, stream, size and ``template`` (an older template's kernels, compared side by
-    side, may leave it otherwise), so launches of one plan on two streams never share one. A
-    workspace first needed while the stream is being captured into a CUDA graph is made
-    outside the capture (``_new_workspace``). ``sizes``: (partials, counters) bytes, for a
-    family other than this one (default: ``workspace_bytes``)."""
-    partial_bytes, counter_bytes = sizes if sizes is not None else workspace_bytes(problem, config)
-    if not partial_bytes:
-        return lambda stream=None, device=None: _NO_WORKSPACE
-
-    def pointers(stream=None, device=None):
-        import cupy
-
-        if device is None:
-            device = cupy.cuda.runtime.getDevice()
-        if stream is None:
-            stream = cupy.cuda.get_current_stream().ptr
-        key = (device, stream, partial_bytes, counter_bytes, template, fill)
-        found = _WORKSPACES.get(key)
-        if found is None:
-            found = _WORKSPACES[key] = _new_workspace(device, partial_bytes, counter_bytes, fill)
-        return found[2], found[3]
-
-    return pointers
-
-
-def _new_workspace(device: int, partial_bytes: int, counter_bytes: int, fill: int = EMPTY_BITS) -> tuple:
-    """(partials, counters, their pointers): allocated, the counters zeroed and every partial
-    word ``fill`` (``EMPTY_BITS``: every slot empty) on a private stream that is synchronised, so they are so
-    before any launch on any stream. The thread's capture mode is relaxed meanwhile: while a
-    stream is captured into a CUDA graph, an allocation is otherwise refused, and the graph
-    keeps these buffers, which live on."""
-    import cupy
-
-    with cupy.cuda.Device(device), _capture_relaxed():
-        side = cupy.cuda.Stream(non_blocking=True)
-        with side:
-            counters = cupy.zeros(counter_bytes // 4, dtype=cupy.int32)
-            partials = cupy.full(partial_bytes // 4, fill, dtype=cupy.uint32)
-        side.synchronize()
-    return partials, counters, np.uint64(partials.data.ptr), np.uint64(counters.data.ptr)
-
-
-@contextlib.contextmanager
-def _capture_relaxed():
-    """This thread's stream-capture mode set to relaxed, and restored afterwards."""
-    from cuda.bindings import runtime
-
-    err, previous = runtime.cudaThreadExchangeStreamCaptureMode(
-        runtime.cudaStreamCaptureMode.cudaStreamCaptureModeRelaxed)
-    if err != runtime.cudaError_t.cudaSuccess:
-        raise RuntimeError(f"cudaThreadExchangeStreamCaptureMode: {err}")
-    try:
-        yield
-    finally:
-        runtime.cudaThreadExchangeStreamCaptureMode(previous)
-
-
-_WORKSPACES: dict[tuple, tuple] = {}
-_NO_WORKSPACE = (np.uint64(0), np.uint64(0))
+def workspace_args(problem: Problem, config: Config, template: str = GemmWgmma.template):
+    """The split-K workspace pointers of a launch of ``config`` (``kgen.kernels.gemm.workspace``):
+    null without split-K; else partials whose slots start empty (``EMPTY_BITS``) and zeroed
+    counters, of ``workspace_bytes``."""
+    return split_k_workspace(workspace_bytes(problem, config), template, EMPTY_BITS)
 _EMPTY_MAP = np.zeros((), tma.TMA_DESC_DTYPE)[()]   # the map argument (numpy.void) of an operand cp.async copies
 
 
