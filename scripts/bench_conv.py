@@ -172,7 +172,9 @@ def bench_gradient(case: dict, args, torch, kgen, flush, log) -> dict:
                suite=case["suite"], baselines={}, ok=None, config="", how="")
     flops = _flops(case)
     try:
+        before = _loaded_kernels()
         got = ours()
+        row["kernels"] = sorted(_loaded_kernels() - before)    # what the gradient ran (first loads only)
         want = (torch.nn.grad.conv2d_input(x.shape, w.double(), dy.double(), **kw) if dgrad else
                 torch.nn.grad.conv2d_weight(x.double(), w.shape, dy.double(), **kw))
         err = float((got.double() - want).abs().max() / want.abs().max().clamp(min=1e-30))
@@ -183,6 +185,16 @@ def bench_gradient(case: dict, args, torch, kgen, flush, log) -> dict:
         row["error"] = f"{type(exc).__name__}: {exc}"[:500]
         log(f"  kgen failed: {row['error']}")
     return _with_baseline(row, "cudnn", theirs, flops, args, flush)
+
+
+def _loaded_kernels() -> set:
+    """(family, problem key, config, how) of every kernel the default dispatcher has loaded."""
+    from kgen.dispatch import default_dispatcher
+    from kgen.registry import families
+
+    dispatcher = default_dispatcher()
+    return {(f, problem.key, choice.config.name if choice.config is not None else "", choice.how)
+            for f in families() for problem, choice in dispatcher.loaded(f)}
 
 
 def _problem(case: dict):

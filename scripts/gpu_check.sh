@@ -164,17 +164,22 @@ if [ "$what" = skinny-study ]; then
   logged skinny_study.log python3 scripts/study_skinny.py --out "$OUT/skinny_study.jsonl" "$@"
 fi
 if [ "$what" = skinny ]; then   # everything gemm_skinny needs from a GPU, each step time-boxed (~8 min in all)
-  timeout 180 python3 -m pytest -q -rfs --tb=short -m gpu tests/test_gpu_gemm_skinny.py 2>&1 | tee "$OUT/gpu_tests.log"
+  # time boxes in seconds: SKINNY_TESTS_S, SKINNY_SHAPES_S, SKINNY_STUDY_S (0: no study), SKINNY_TUNE_S (each tune)
+  timeout "${SKINNY_TESTS_S:-180}" python3 -m pytest -q -rfs --tb=short -m gpu tests/test_gpu_gemm_skinny.py 2>&1 \
+    | tee "$OUT/gpu_tests.log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
-  KGEN_SKINNY_MAX=16 timeout 120 python3 scripts/bench_shapes.py --seed 1 --seed2 auto --modes untuned \
-    --out "$OUT/bench_shapes.json" "$@" > "$OUT/bench_shapes.log" 2>&1 || status=1
-  timeout 90 python3 scripts/study_skinny.py --count 8 --seed 7 --out "$OUT/skinny_study.jsonl" \
-    > "$OUT/skinny_study.log" 2>&1
+  KGEN_SKINNY_MAX=16 timeout "${SKINNY_SHAPES_S:-120}" python3 scripts/bench_shapes.py --seed 1 --seed2 auto \
+    --modes untuned --out "$OUT/bench_shapes.json" "$@" > "$OUT/bench_shapes.log" 2>&1 || status=1
+  if [ "${SKINNY_STUDY_S:-90}" != 0 ]; then
+    timeout "${SKINNY_STUDY_S:-90}" python3 scripts/study_skinny.py --count 8 --seed 7 --out "$OUT/skinny_study.jsonl" \
+      > "$OUT/skinny_study.log" 2>&1
+  fi
   mkdir -p "$OUT/tuning_db"
   slug=$(python3 -c "from kgen.problem import Target; print(Target.detect(0).slug)")
   for p in "--m 4096 --n 8 --k 4096 --dtype bfloat16 --layout NT" "--m 4 --n 8192 --k 2048 --dtype float16 --layout TN"; do
     # shellcheck disable=SC2086
-    timeout 40 python3 -m kgen.cli tune gemm_skinny $p --trials 10 --db "sqlite:///$OUT/skinny.db" >> "$OUT/tune.log" 2>&1
+    timeout "${SKINNY_TUNE_S:-40}" python3 -m kgen.cli tune gemm_skinny $p --trials 10 --db "sqlite:///$OUT/skinny.db" \
+      >> "$OUT/tune.log" 2>&1
   done
   python3 -m kgen.cli db export --db "sqlite:///$OUT/skinny.db" --family gemm_skinny \
     --output "$OUT/tuning_db/${slug}_gemm_skinny.jsonl" || status=1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Iterable
 
@@ -9,6 +10,12 @@ import pytest
 
 from kgen.compile import CompilePool
 from kgen.sass import disassembler, sass_of
+
+
+def per_case(ci: int, full: int) -> int:
+    """Sampled configs compiled per case: ``ci`` in a plain run (what CI affords on 2 cores),
+    ``full`` with ``KGEN_TEST_COMPILES=full`` (the deeper sweep, e.g. before shipping a template)."""
+    return full if os.environ.get("KGEN_TEST_COMPILES") == "full" else ci
 
 
 def compile_cases(tmp_path_factory, jobs: Iterable[tuple], label: str) -> dict:

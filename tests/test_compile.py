@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
@@ -15,11 +14,10 @@ from kgen.kernels.gemm.simt import GemmSimt
 from kgen.problem import Target
 from kgen.render import Source, render
 
-from compiling import compile_cases, sass_or_skip
+from compiling import compile_cases, per_case, sass_or_skip
 
-# CI compiles 50 sampled configs of every dtype x layout (600 compiles, ~5 min on 2 cores);
-# KGEN_FULL_COMPILE=1 compiles 200 of each.
-PER_CASE = 200 if os.environ.get("KGEN_FULL_COMPILE") == "1" else 50
+# 20 sampled configs of every dtype x layout (KGEN_TEST_COMPILES=full: 200)
+PER_CASE = per_case(20, 200)
 SPEC = GemmSimt()
 CASES = [(d, l) for d in DTYPES for l in LAYOUTS]
 
@@ -33,7 +31,7 @@ def target():
 
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory, target):
-    """Every (dtype, layout) x 50 sampled configs, compiled once through one pool of 2."""
+    """Every (dtype, layout) x PER_CASE sampled configs, compiled once through one pool of 2."""
     def jobs():
         for seed, (dtype, layout) in enumerate(CASES):
             problem = gemm_problem(1000, 1000, 1000, dtype, layout)

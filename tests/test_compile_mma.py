@@ -15,9 +15,9 @@ from kgen.kernels.gemm.dtypes import EPILOGUES, allowed_outputs
 from kgen.problem import Target
 from kgen.render import render
 
-from compiling import compile_cases, sass_or_skip
+from compiling import compile_cases, per_case, sass_or_skip
 
-PER_CASE = int(__import__("os").environ.get("KGEN_MMA_PER_CASE", "50"))
+PER_CASE = per_case(20, 50)      # sampled configs of every dtype x layout (KGEN_TEST_COMPILES=full: 50)
 DTYPES = ("float16", "bfloat16", "float32", "float64")
 LAYOUTS = ("NN", "NT", "TN", "TT")
 CASES = [(d, l) for d in DTYPES for l in LAYOUTS]
