@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 from kgen.cli import app
 from kgen.export_runtime import replay
-from kgen.kernels.gemm import wgmma as wgmma_module
+from kgen.kernels.gemm import wgmma as wgmma_module, workspace as workspace_module
 from kgen.problem import Target
 from kgen.registry import get_spec
 
@@ -41,7 +41,7 @@ def fake_driver(monkeypatch):
     replay._MAPS.clear()
     monkeypatch.setattr(tma, "_driver_encode", lambda *a: _fake_encode(*a))
     monkeypatch.setattr(tma_encode, "encode_tiled", _fake_encode)
-    monkeypatch.setattr(wgmma_module, "_WORKSPACES", _FilledWorkspaces())
+    monkeypatch.setattr(workspace_module, "WORKSPACES", _FilledWorkspaces())
     monkeypatch.setattr(replay, "_WORKSPACES", _FilledWorkspaces(replay=True))
     yield
     tma.clear_cache()
