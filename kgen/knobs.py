@@ -125,7 +125,7 @@ class Knobs:
                       "dispatch raises instead of compiling or falling back to an untuned config")
     record_host = _EnvKnob("KGEN_RECORD_HOST", _parse_bool, lambda: False,
                            "store this machine's host name with each measurement")
-    dist_timeout_s = _EnvKnob("KGEN_DIST_TIMEOUT", float, lambda: 2 * knobs.trial_timeout_s + 30,
+    dask_timeout_s = _EnvKnob("KGEN_DASK_TIMEOUT", float, lambda: 2 * knobs.trial_timeout_s + 30,
                               "seconds a measurement sent to a Dask worker may take before that worker "
                               "is restarted and the trial stored as a timeout")
     vendor = _EnvKnob("KGEN_VENDOR", _parse_bool, lambda: True,

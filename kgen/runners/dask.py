@@ -140,7 +140,7 @@ class DaskRunner(Runner):
         self.needs_binaries = getattr(owner, "needs_binaries", True)
         self._measurable = getattr(owner, "measurable", None)
         self.slots = slots or self.gpu_workers()
-        self.timeout_s = timeout_s or knobs.dist_timeout_s
+        self.timeout_s = timeout_s or knobs.dask_timeout_s
         self.max_retries = knobs.dist_retries if retries is None else retries
         self.retries = self.timeouts = self.lost = 0
         self.where: dict[tuple[str, str], tuple[str, float, float]] = {}   # (problem, config) -> worker, start, end
