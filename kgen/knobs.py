@@ -232,6 +232,16 @@ class Knobs:
     launch_local_rank = _EnvKnob("LOCAL_RANK", int, lambda: -1,
                                  "this process's rank on its host, as torchrun-style launchers set it "
                                  "(-1: not set)")
+    launch_master_addr = _EnvKnob("MASTER_ADDR", str, lambda: "",
+                                  "the host where ranks a torchrun-style launcher started meet (rank 0's), "
+                                  "for the nccl backend's TCPStore")
+    launch_master_port = _EnvKnob("MASTER_PORT", int, lambda: -1,
+                                  "the port of that meeting point (-1: not set)")
+    launch_agent_store = _EnvKnob("TORCHELASTIC_USE_AGENT_STORE", _parse_bool, lambda: False,
+                                  "torchrun's agent serves the store at MASTER_ADDR:MASTER_PORT (every rank "
+                                  "a client); else rank 0 serves it")
+    launch_restart_count = _EnvKnob("TORCHELASTIC_RESTART_COUNT", int, lambda: 0,
+                                    "how often torchrun restarted the ranks (their store keys are kept apart)")
 
     @classmethod
     def describe(cls) -> list[tuple[str, str, str]]:

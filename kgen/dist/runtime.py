@@ -4,7 +4,8 @@ and how this process was launched.
 Backends: "mpi" (host-memory ranks: mpi4py carries the data, NumPy computes) and "nccl" (GPU
 ranks: NCCL through CuPy carries the data on the current stream, ``kgen.gemm`` computes each
 local product; one GPU per rank, the rank's local rank choosing it; the ranks are those
-mpiexec started, or this process alone). Left out, the backend is ``KGEN_DIST_BACKEND``, and
+mpiexec started, those torchrun started (joined through PyTorch's TCPStore), or this process
+alone). Left out, the backend is ``KGEN_DIST_BACKEND``, and
 "auto" means "nccl" where CuPy sees a GPU and an NCCL library, else "mpi".
 
 >>> import kgen.dist as kd
@@ -73,9 +74,12 @@ def _mpi_world(backend: str):
     node = world.Split_type(MPI.COMM_TYPE_SHARED, key=world.Get_rank())
     local_rank = node.Get_rank()
     node.Free()
-    launch = describe_launch((world.Get_rank(), world.Get_size(), local_rank),
-                             (knobs.launch_rank, knobs.launch_world_size, knobs.launch_local_rank))
+    launch = describe_launch((world.Get_rank(), world.Get_size(), local_rank), _launch_env(), backend)
     return MpiCommunicator(world.Dup()), launch      # a Dup: never mixes with the caller's messages
+
+
+def _launch_env() -> tuple[int, int, int]:
+    return knobs.launch_rank, knobs.launch_world_size, knobs.launch_local_rank
 
 
 def _mpi_context() -> Context:
@@ -107,6 +111,23 @@ def gpu_backend_missing() -> str | None:
     return None
 
 
+def _store_channel(launch: Launch):
+    """The host channel of ranks torchrun started: PyTorch's TCPStore (``kgen.dist.comm_store``),
+    its keys apart from those of an earlier attempt (torchrun's restarts) and of an earlier
+    ``init`` of these processes (every rank counts its inits alike)."""
+    from kgen.dist.comm_store import StoreChannel, torchrun_store
+
+    global _store_inits
+    _store_inits += 1
+    store = torchrun_store(launch.rank, launch.world_size, knobs.launch_master_addr, knobs.launch_master_port,
+                           knobs.launch_agent_store, knobs.dist_timeout_s)
+    prefix = f"kgen.dist/restart{knobs.launch_restart_count}/init{_store_inits}"
+    return StoreChannel(store, launch.rank, launch.world_size, prefix, knobs.dist_timeout_s)
+
+
+_store_inits = 0
+
+
 def _nccl_context() -> Context:
     import cupy
 
@@ -119,14 +140,13 @@ def _nccl_context() -> Context:
                                   'kgen.dist.init("mpi") (host ranks)')
     try:
         host, launch = _mpi_world("nccl")
-    except BackendError:
-        if knobs.launch_world_size > 1:
-            raise
-        host, launch = SingleRank(), describe_launch((0, 1, 0), (knobs.launch_rank, knobs.launch_world_size,
-                                                                 knobs.launch_local_rank))
-    if launch.world_size == 1 and not isinstance(host, SingleRank):
+    except BackendError:              # no mpi4py: not started by mpiexec
+        host, launch = SingleRank(), describe_launch((0, 1, 0), _launch_env(), "nccl")
+    if (launch.world_size == 1 or launch.how == "torchrun") and not isinstance(host, SingleRank):
         host.free()
         host = SingleRank()
+    if launch.how == "torchrun" and launch.world_size > 1:
+        host = _store_channel(launch)
     gpus = cupy.cuda.runtime.getDeviceCount()
     if launch.local_rank >= gpus:
         raise BackendError(f"rank {launch.rank} is local rank {launch.local_rank} of its host, which has "
