@@ -35,6 +35,20 @@ def _one_of(*options: str) -> Callable[[str], str]:
     return parse
 
 
+def _some_of(*options: str) -> Callable[[str], tuple[str, ...]]:
+    """A parser of a comma-separated list of ``options`` (any case; ``none``: none of them)."""
+    def parse(text: str) -> tuple[str, ...]:
+        if text.strip().lower() == "none":
+            return ()
+        chosen = tuple(part.strip().lower() for part in text.split(",") if part.strip())
+        unknown = [c for c in chosen if c not in options]
+        if unknown:
+            raise ValueError(f"unknown {', '.join(unknown)}; expected some of {', '.join(options)}")
+        return chosen
+
+    return parse
+
+
 @dataclass(frozen=True)
 class _EnvKnob(Generic[T]):
     env: str
@@ -132,10 +146,14 @@ class Knobs:
                       "the vendor library (cuBLAS) is a candidate of the GEMM families: measured in every "
                       "tune, stored as config 'cublas', and chosen by dispatch where it is the faster "
                       "measured one or the problem is untuned (0: generated kernels only)")
-    skinny_max = _EnvKnob("KGEN_SKINNY_MAX", int, lambda: 0,
+    skinny_max = _EnvKnob("KGEN_SKINNY_MAX", int, lambda: 16,
                           "the largest small side (min(M, N)) of a gemm request that may go to the family "
-                          "gemm_skinny (CUDA cores streaming the big operand; it runs up to 16); 0, the default until "
-                          "its kernels have passed their GPU tests: none does (kgen tune gemm_skinny still tunes it)")
+                          "gemm_skinny (CUDA cores streaming the big operand; it runs up to 16; 0: none does, "
+                          "kgen tune gemm_skinny still tunes it)")
+    skinny_dtypes = _EnvKnob("KGEN_SKINNY_DTYPES", _some_of("float32", "float16", "bfloat16"), lambda: ("float32",),
+                             "the input dtypes whose gemm requests may go to gemm_skinny (comma-separated, or "
+                             "none; float32 covers exact and tf32). Its untuned picks beat the tile families' on "
+                             "float32 and lost on float16/bfloat16 (docs/untuned_gemm.md)")
     skinny_route = _EnvKnob("KGEN_SKINNY_ROUTE", _one_of("first", "model"), lambda: "first",
                             "how an untuned GEMM whose small side gemm_skinny runs picks its family: first "
                             "(gemm_skinny's pick, before the tile families' cost-model picks; a tuned record "

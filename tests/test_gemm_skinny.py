@@ -80,20 +80,27 @@ def test_predictions_follow_the_bytes():
     assert np.all(np.isfinite(times)) and np.all(times > 0)
 
 
-def test_a_candidate_of_the_tensor_core_path_up_to_kgen_skinny_max(monkeypatch):
-    def families(m, n):
-        args = dict(m=m, n=n, k=512, dtype="bfloat16", layout="NN", out_dtype=None, epilogue="none",
-                    align_a=None, align_b=None)
+def test_a_candidate_of_the_tensor_core_path_up_to_kgen_skinny_max_for_kgen_skinny_dtypes(monkeypatch):
+    def families(m, n, dtype="bfloat16"):
+        args = dict(m=m, n=n, k=512, dtype=dtype, layout="NN", out_dtype=None, epilogue="none",
+                    align_a=None, align_b=None)                 # float32 on this path: tf32
         return {spec.family for spec, _, _ in tensor_core_candidates(args, TARGET)}
 
-    assert "gemm_skinny" not in families(16, 4096)              # KGEN_SKINNY_MAX's default: 0
-    monkeypatch.setenv("KGEN_SKINNY_MAX", "16")
+    # the defaults: a side of 16 or less, float32 inputs only (tf32 here)
+    assert "gemm_skinny" in families(16, 4096, "float32") and "gemm_skinny" not in families(17, 4096, "float32")
+    assert "gemm_skinny" not in families(16, 4096) and "gemm_skinny" not in families(16, 4096, "float16")
+    monkeypatch.setenv("KGEN_SKINNY_DTYPES", "float32, BFloat16")
     assert "gemm_skinny" in families(16, 4096) and "gemm_skinny" in families(4096, 3)
-    assert "gemm_skinny" not in families(17, 4096)
+    assert "gemm_skinny" not in families(17, 4096) and "gemm_skinny" not in families(16, 4096, "float16")
     monkeypatch.setenv("KGEN_SKINNY_MAX", "0")
     assert "gemm_skinny" not in families(16, 4096)
     monkeypatch.setenv("KGEN_SKINNY_MAX", "4")
     assert "gemm_skinny" in families(4, 4096) and "gemm_skinny" not in families(5, 4096)
+    monkeypatch.setenv("KGEN_SKINNY_DTYPES", "none")
+    assert "gemm_skinny" not in families(4, 4096, "float32")
+    monkeypatch.setenv("KGEN_SKINNY_DTYPES", "float64")
+    with pytest.raises(Exception, match="float64"):
+        families(4, 4096)
 
 
 def test_an_untuned_skinny_request_goes_to_gemm_skinny_first(monkeypatch):
@@ -101,7 +108,6 @@ def test_an_untuned_skinny_request_goes_to_gemm_skinny_first(monkeypatch):
     =model: the family whose pick is predicted fastest (the tile family, for this problem)."""
     from kgen.registry import get_spec
 
-    monkeypatch.setenv("KGEN_SKINNY_MAX", "16")
     request = dict(m=8, n=7968, k=2480, dtype="float32", layout="TN", precision="tf32")
     assert get_spec("gemm").request(TARGET, **request)[0].family == "gemm_skinny"
     monkeypatch.setenv("KGEN_SKINNY_ROUTE", "model")

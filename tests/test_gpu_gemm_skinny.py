@@ -102,6 +102,7 @@ def test_kgen_gemm_runs_a_skinny_call_on_gemm_skinny(dtype, layout, shape, monke
 
     monkeypatch.setenv("KGEN_VENDOR", "0")
     monkeypatch.setenv("KGEN_SKINNY_MAX", "16")
+    monkeypatch.setenv("KGEN_SKINNY_DTYPES", "float32,float16,bfloat16")
     exact = dtype == "float32-exact"             # float32 with no tf32: the CUDA-core family's call
     dtype = "float32" if exact else dtype
     m, n, k = shape

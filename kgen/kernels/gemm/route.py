@@ -45,10 +45,16 @@ def uses_tensor_cores(dtype: str, precision: str | None, epilogue: str, out_dtyp
 
 def routed(family: str, problem: Problem) -> bool:
     """Whether a request for ``gemm`` may go to ``family``: gemm_skinny only up to KGEN_SKINNY_MAX
-    (a family named in the request itself, ``kgen tune gemm_skinny``, runs whatever it supports)."""
+    and for the dtypes of KGEN_SKINNY_DTYPES (a family named in the request itself, ``kgen tune
+    gemm_skinny``, runs whatever it supports)."""
+    return family != "gemm_skinny" or skinny_routed(problem["m"], problem["n"], problem["dtype"])
+
+
+def skinny_routed(m: int, n: int, dtype: str) -> bool:
+    """Whether a gemm request of this shape and input dtype may go to gemm_skinny."""
     from kgen.knobs import knobs
 
-    return family != "gemm_skinny" or min(problem["m"], problem["n"]) <= knobs.skinny_max
+    return min(m, n) <= knobs.skinny_max and dtype in knobs.skinny_dtypes
 
 
 def exact_float32_routed(m: int, n: int, dtype: str) -> bool:
@@ -57,7 +63,7 @@ def exact_float32_routed(m: int, n: int, dtype: str) -> bool:
     KGEN_SKINNY_ROUTE=first (the CUDA-core family's own untuned pick is no better judged)."""
     from kgen.knobs import knobs
 
-    return dtype == "float32" and min(m, n) <= knobs.skinny_max and knobs.skinny_route == "first"
+    return dtype == "float32" and skinny_routed(m, n, dtype) and knobs.skinny_route == "first"
 
 
 def untuned_group(family: str, group: float) -> float:
