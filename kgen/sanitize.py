@@ -65,9 +65,14 @@ def find_sanitizer() -> str | None:
 
 
 def command(tool: str, job: Path) -> list[str]:
-    """The command line that runs ``job`` (a pickled request) under memcheck."""
+    """The command line that runs ``job`` (a pickled request) under memcheck, every allocation
+    followed by ``KGEN_GUARD_BYTES`` of padding: the driver places small allocations side by
+    side, so a write just past one lands in the next, which memcheck would take for valid."""
+    from kgen.knobs import knobs
+
     return [tool, "--tool", "memcheck", "--error-exitcode", str(_ERROR_EXIT), "--print-limit", "20",
-            "--leak-check", "no", sys.executable, "-m", "kgen.sanitize", str(job)]
+            "--leak-check", "no", "--padding", str(max(knobs.guard_bytes, 0)),
+            sys.executable, "-m", "kgen.sanitize", str(job)]
 
 
 def sanitize(spec, problem, config, target, device: int = 0, timeout_s: float = 900.0) -> SanitizeReport:

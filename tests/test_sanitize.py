@@ -37,6 +37,7 @@ def test_the_command_runs_this_module_under_memcheck(tmp_path):
     cmd = command("/x/compute-sanitizer", tmp_path / "job.pkl")
     assert cmd[:3] == ["/x/compute-sanitizer", "--tool", "memcheck"] and "--error-exitcode" in cmd
     assert cmd[-4:] == [sys.executable, "-m", "kgen.sanitize", str(tmp_path / "job.pkl")]
+    assert cmd[cmd.index("--padding") + 1] == str(2 << 20)      # KGEN_GUARD_BYTES after each allocation
     assert errors_in("x\n========= ERROR SUMMARY: 0 errors\n") == 0 and errors_in("no summary") is None
 
 
