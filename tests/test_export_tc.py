@@ -325,17 +325,17 @@ def test_exported_module_gives_kgens_result(exported):
     assert bool((got == again).all())
 
 
-SKINNY = ("gemm_skinny|align_a=4|align_b=4|dtype=float32|epilogue=none|k=2480|layout=TN|m=8|n=7968|"
+SKINNY = ("gemm_skinny|align_a=4|align_b=4|dtype=float32|epilogue=none|k=4096|layout=NT|m=4096|n=8|"
           "out_dtype=float32|precision=tf32")
 
 
 def test_exported_gemm_skinny_keys_float32_as_kgen_does(tmp_path):
     _export("gemm_skinny", SKINNY, tmp_path, "tc_skinny", "NVIDIA H100 80GB HBM3")
     entry = json.loads((tmp_path / "tc_skinny" / "table.json").read_text())["problems"][SKINNY]
-    assert entry["config"].startswith("gemm_skinny_f32_tn_")
+    assert entry["config"].startswith("gemm_skinny_f32_nt_")
     assert (tmp_path / "tc_skinny" / "kernels" / f"{entry['config']}.cubin").stat().st_size > 1000
     module = _module(tmp_path, "tc_skinny")
-    a, b = _fake(0x1000, (8, 2480), (1, 8), "<f4"), _fake(0x2000, (2480, 7968), (7968, 1), "<f4")
+    a, b = _fake(0x1000, (4096, 4096), (4096, 1), "<f4"), _fake(0x2000, (4096, 8), (1, 4096), "<f4")
     assert module.problem_key(a, b, precision="tf32") == SKINNY
     sys.modules.pop("tc_skinny", None)
 
@@ -347,10 +347,10 @@ def test_exported_gemm_skinny_gives_the_exact_float32_product(tmp_path):
     _export("gemm_skinny", SKINNY, tmp_path, "gpu_skinny", "NVIDIA H100 80GB HBM3")
     module = _module(tmp_path, "gpu_skinny")
     rng = cupy.random.default_rng(4)
-    a = rng.random((2480, 8), dtype=cupy.float32) - 0.5             # read transposed: layout TN
-    b = rng.random((2480, 7968), dtype=cupy.float32) - 0.5
-    exact = a.T.astype(cupy.float64) @ b.astype(cupy.float64)
-    got = module.gemm(a.T, b, cupy.full((8, 7968), cupy.nan, dtype=cupy.float32), precision="tf32")
+    a = rng.random((4096, 4096), dtype=cupy.float32) - 0.5
+    b = rng.random((8, 4096), dtype=cupy.float32) - 0.5               # read transposed: layout NT
+    exact = a.astype(cupy.float64) @ b.T.astype(cupy.float64)
+    got = module.gemm(a, b.T, cupy.full((4096, 8), cupy.nan, dtype=cupy.float32), precision="tf32")
     cupy.cuda.runtime.deviceSynchronize()
     assert float(cupy.abs(got - exact).max() / cupy.abs(exact).max()) < 1e-5     # computed in float32
     sys.modules.pop("gpu_skinny", None)
