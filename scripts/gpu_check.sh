@@ -176,12 +176,12 @@ if [ "$what" = skinny ]; then   # everything gemm_skinny needs from a GPU, each 
   fi
   mkdir -p "$OUT/tuning_db"
   slug=$(python3 -c "from kgen.problem import Target; print(Target.detect(0).slug)")
-  for p in "--m 4096 --n 8 --k 4096 --dtype bfloat16 --layout NT" "--m 4 --n 8192 --k 2048 --dtype float16 --layout TN"; do
+  for p in "--m 4096 --n 8 --k 4096 --dtype float32 --layout NT" "--m 4 --n 8192 --k 2048 --dtype float32 --layout TN --precision tf32"; do
     # shellcheck disable=SC2086
-    timeout "${SKINNY_TUNE_S:-40}" python3 -m kgen.cli tune gemm_skinny $p --trials 10 --db "sqlite:///$OUT/skinny.db" \
+    timeout "${SKINNY_TUNE_S:-40}" python3 -m kgen.cli tune gemm_skinny $p --trials 10 --db "sqlite:////tmp/kgen-skinny.db" \
       >> "$OUT/tune.log" 2>&1
   done
-  python3 -m kgen.cli db export --db "sqlite:///$OUT/skinny.db" --family gemm_skinny \
+  python3 -m kgen.cli db export --db "sqlite:////tmp/kgen-skinny.db" --family gemm_skinny \
     --output "$OUT/tuning_db/${slug}_gemm_skinny.jsonl" || status=1
 fi
 exit $status
