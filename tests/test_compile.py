@@ -16,8 +16,8 @@ from kgen.render import Source, render
 
 from compiling import compile_cases, per_case, sass_or_skip
 
-# 20 sampled configs of every dtype x layout (KGEN_TEST_COMPILES=full: 200)
-PER_CASE = per_case(20, 200)
+# 12 sampled configs of every dtype x layout (KGEN_TEST_COMPILES=full: 200)
+PER_CASE = per_case(12, 200)
 SPEC = GemmSimt()
 CASES = [(d, l) for d in DTYPES for l in LAYOUTS]
 

@@ -17,7 +17,7 @@ from kgen.render import render
 
 from compiling import compile_cases, per_case, sass_or_skip
 
-PER_CASE = per_case(20, 50)      # sampled configs of every dtype x layout (KGEN_TEST_COMPILES=full: 50)
+PER_CASE = per_case(12, 50)      # sampled configs of every dtype x layout (KGEN_TEST_COMPILES=full: 50)
 DTYPES = ("float16", "bfloat16", "float32", "float64")
 LAYOUTS = ("NN", "NT", "TN", "TT")
 CASES = [(d, l) for d in DTYPES for l in LAYOUTS]
