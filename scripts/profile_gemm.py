@@ -3,8 +3,9 @@
     ncu --clock-control none --csv --page raw --metrics ... python3 scripts/profile_gemm.py \\
         bfloat16:NN:1x4096x4096:gemm_wgmma_bf16_nn_64x128x64_s4_c2_g1_pp_k4 ...
 
-Each argument names a problem and a config of gemm_wgmma or gemm_mma (the family is the
-config name's prefix); the script launches that kernel,
+Each argument names a problem and a config of a tensor-core GEMM family (gemm_wgmma, gemm_mma,
+gemm_skinny: the family is the config name's prefix), or the family's name alone for its
+default config; the script launches that kernel,
 then torch.matmul on the same operands, each twice (ncu profiles every launch; the second of
 each is the one to read). `scripts/gpu_check.sh ncu ARGS` runs it with the metrics that say
 where the time goes (duration, DRAM bytes and throughput, L2 hit rate, SM throughput).
@@ -23,23 +24,30 @@ def main(argv: list[str]) -> None:
 
     from kgen.compile import compile_source
     from kgen.kernels.gemm.tc import torch_baseline
-    from kgen.kernels.gemm.mma import GemmMma
-    from kgen.kernels.gemm.wgmma import GemmWgmma
     from kgen.measure.launch import CupyKernel
     from kgen.problem import Target
+    from kgen.registry import families, get_spec
     from kgen.render import render
 
     target = Target.detect(0)
     for arg in argv:
         dtype, layout, shape, name = arg.split(":")
-        spec = GemmMma() if name.startswith("gemm_mma_") else GemmWgmma()
+        family = max((f for f in families() if name == f or name.startswith(f + "_")), key=len,
+                     default=None)
+        if family is None:
+            raise SystemExit(f"{arg}: no family's name begins {name!r}")
+        spec = get_spec(family)
         m, n, k = (int(x) for x in shape.split("x"))
         problem = spec.problem(m, n, k, dtype, layout)
         space = spec.space(problem, target)
-        found = space.find([name])
-        if name not in found:
-            raise SystemExit(f"{arg}: {name} is not a valid config of this problem's space")
-        config = found[name]
+        if name == family:
+            config = spec.default_config(problem, target)
+            name = config.name
+        else:
+            found = space.find([name])
+            if name not in found:
+                raise SystemExit(f"{arg}: {name} is not a valid config of this problem's space")
+            config = found[name]
         binary = compile_source(render(spec, problem, config, target, space)).binary
         kernel = CupyKernel(binary.cubin, binary.entry, binary.path)
         ops = spec.inputs(problem, seed=1)
