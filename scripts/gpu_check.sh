@@ -125,6 +125,7 @@ fi
 tune_keys() {   # tune_keys PREFIX DB TRIALS SECONDS: each PREFIX.FAMILY.txt's problems tuned into $OUT/DB, and
                 #   each family's records exported to $OUT/tuning_db/<device>_<family>.jsonl
   local prefix=$1 db=$2 trials=$3 seconds=$4 keys family slug
+  [ "${SKINNY_TUNE_S:-40}" = 0 ] && exit $status
   mkdir -p "$OUT/tuning_db"
   slug=$(python3 -c "from kgen.problem import Target; print(Target.detect(0).slug)")
   for keys in "$prefix".*.txt; do
@@ -164,16 +165,19 @@ if [ "$what" = skinny-study ]; then
   logged skinny_study.log python3 scripts/study_skinny.py --out "$OUT/skinny_study.jsonl" "$@"
 fi
 if [ "$what" = skinny ]; then   # everything gemm_skinny needs from a GPU, each step time-boxed (~8 min in all)
-  # time boxes in seconds: SKINNY_TESTS_S, SKINNY_SHAPES_S, SKINNY_STUDY_S (0: no study), SKINNY_TUNE_S (each tune)
+  # time boxes in seconds: SKINNY_TESTS_S, SKINNY_SHAPES_S, SKINNY_STUDY_S (0: no study), SKINNY_TUNE_S (each
+  # tune; 0: no tunes); bench_shapes routes every dtype KGEN_SKINNY_DTYPES names (default: all three)
   timeout "${SKINNY_TESTS_S:-180}" python3 -m pytest -q -rfs --tb=short -m gpu tests/test_gpu_gemm_skinny.py 2>&1 \
     | tee "$OUT/gpu_tests.log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
-  KGEN_SKINNY_MAX=16 timeout "${SKINNY_SHAPES_S:-120}" python3 scripts/bench_shapes.py --seed 1 --seed2 auto \
+  KGEN_SKINNY_MAX=16 KGEN_SKINNY_DTYPES=${KGEN_SKINNY_DTYPES:-float32,float16,bfloat16} \
+    timeout "${SKINNY_SHAPES_S:-120}" python3 scripts/bench_shapes.py --seed 1 --seed2 auto \
     --modes untuned --out "$OUT/bench_shapes.json" "$@" > "$OUT/bench_shapes.log" 2>&1 || status=1
   if [ "${SKINNY_STUDY_S:-90}" != 0 ]; then
     timeout "${SKINNY_STUDY_S:-90}" python3 scripts/study_skinny.py --count 8 --seed 7 --out "$OUT/skinny_study.jsonl" \
       > "$OUT/skinny_study.log" 2>&1
   fi
+  [ "${SKINNY_TUNE_S:-40}" = 0 ] && exit $status
   mkdir -p "$OUT/tuning_db"
   slug=$(python3 -c "from kgen.problem import Target; print(Target.detect(0).slug)")
   for p in "--m 4096 --n 8 --k 4096 --dtype float32 --layout NT" "--m 4 --n 8192 --k 2048 --dtype float32 --layout TN --precision tf32"; do

@@ -184,8 +184,8 @@ class GemmSkinny(TensorCoreGemm):
     def launch(self, problem: Problem, config: Config) -> Launch:
         r = roles(problem)
         v = _values(problem, config)
-        return Launch((_cdiv(r["big"], v["BJ"]), v["SPLITK"], _cdiv(r["small"], v["S"])), (v["THREADS"], 1, 1),
-                      v["SMEM"])
+        return Launch((column_tiles(r["y_kcontig"], r["align_y"], v, r["big"]), v["SPLITK"], _cdiv(r["small"], v["S"])),
+                      (v["THREADS"], 1, 1), v["SMEM"])
 
     def arg_builder(self, problem: Problem, config: Config, lds: tuple):
         """(a, b, c, bias pointers, alpha, beta, stream, device) -> arguments: X and Y are A and B,
@@ -233,6 +233,16 @@ def block_columns(y_kcontig: int, v) -> int:
     return v["WJ"] * v["CJ"] if y_kcontig else v["WJ"] * 32 * v["V"]
 
 
+def column_tiles(y_kcontig: int, align_y: int, v, big):
+    """Blocks along the big side: cdiv(big, BJ); where Y's rows are peeled, each warp's CJ columns
+    lie V apart (so they share one alignment offset), sets of them WJ to a block:
+    cdiv(cdiv(big, V CJ) V, WJ). Numbers or numpy columns."""
+    peeled = _cdiv(_cdiv(big, v["V"] * v["CJ"]) * v["V"], v["WJ"])
+    whole = _cdiv(big, block_columns(y_kcontig, v))
+    return np.where(halo(y_kcontig, align_y, v) > 0, peeled, whole) if isinstance(v["V"], np.ndarray) else (
+        peeled if halo(y_kcontig, align_y, v) else whole)
+
+
 def chunk(y_kcontig: int, v) -> int:
     """KC: the values of k one staging of X covers."""
     return v["R"] * v["WK"] * v["U"] * 32 * v["V"] if y_kcontig else v["KJ"]
@@ -245,9 +255,11 @@ def vector_choices(elt: int, y_kcontig: int, align_y: int) -> tuple[int, ...]:
     return tuple(v for v in (1, 2, 4, 8) if v <= widest)
 
 
-def halo(y_kcontig: int, align_y: int, v) -> int:
+def halo(y_kcontig: int, align_y: int, v):
     """HALO: X values staged before each chunk where Y's rows are peeled (V wider than their
-    alignment): 8, a whole vector of every XV; else 0."""
+    alignment): 8, a whole vector of every XV; else 0. Numbers or numpy columns."""
+    if isinstance(v["V"], np.ndarray):
+        return np.where((y_kcontig == 1) & (v["V"] > align_y), 8, 0)
     return 8 if y_kcontig and v["V"] > align_y else 0
 
 
@@ -282,7 +294,7 @@ def workspace_sizes(problem: Problem, config: Config) -> tuple[int, int]:
     r = roles(problem)
     v = _values(problem, config)
     rows = _cdiv(r["small"], v["S"])
-    return split * rows * v["S"] * r["big"] * 4, rows * _cdiv(r["big"], v["BJ"]) * 4
+    return split * rows * v["S"] * r["big"] * 4, rows * column_tiles(r["y_kcontig"], r["align_y"], v, r["big"]) * 4
 
 
 PARAMS = ("S", "V", "U", "CJ", "WJ", "WK", "KJ", "R", "SPLITK")
@@ -304,7 +316,7 @@ def _cores(dtype: str, y_k: int, align_y: int, smem_limit: int) -> dict[str, np.
     cols = np.where(y_k, c["CJ"], c["V"])
     live = live_registers(y_k, elt, c)
     bj, kc = block_columns(y_k, c), chunk(y_k, c)
-    c["HALO"] = np.where((y_k == 1) & (c["V"] > align_y), 8, 0)
+    c["HALO"] = halo(y_k, align_y, c)
     keep = ((threads >= 64) & (threads <= 256) & (live <= 96) & (c["S"] * cols <= 64)
             & ((y_k == 1) | (c["KJ"] % np.maximum(c["U"] * c["WK"], 1) == 0))
             & (shared_bytes(c["S"], kc + c["HALO"], bj) <= smem_limit))
@@ -350,14 +362,16 @@ def predict_seconds(problem: Problem, target: Target, col: Mapping[str, np.ndarr
     m, n, k = problem["m"], problem["n"], max(1, problem["k"])
     r = roles(problem)
     elt, out = ITEMSIZE[problem["dtype"]], TC_OUTPUTS[problem["out_dtype"]][1]
-    col = {key: np.asarray(col[key], dtype=np.float64) for key in ("S", "V", "U", "CJ", "BJ", "KC", "SPLITK",
+    col = {key: np.asarray(col[key], dtype=np.float64) for key in ("S", "V", "U", "CJ", "WJ", "KC", "SPLITK",
                                                                       "THREADS", "SMEM", "HALO")}
     s, vw, u, cj = col["S"], col["V"], col["U"], col["CJ"]
-    bj, kc, split, threads, smem = col["BJ"], col["KC"], col["SPLITK"], col["THREADS"], col["SMEM"]
+    kc, split, threads, smem = col["KC"], col["SPLITK"], col["THREADS"], col["SMEM"]
     y_k = r["y_kcontig"]
     sms = target.sm_count
     small, big = r["small"], r["big"]
-    rows, tiles_j = np.ceil(small / s), np.ceil(big / bj)
+    rows = np.ceil(small / s)
+    tiles_j = column_tiles(y_k, r["align_y"], {key: col[key].astype(np.int64) for key in ("V", "CJ", "WJ")},
+                           big).astype(np.float64)
     blocks = rows * tiles_j * split
     # residency: threads, shared memory, and registers: accumulators, loads in flight, a k's X
     # values and ~60 more (addresses, indices, conversions: 152-191 registers in the cubins of
@@ -383,8 +397,8 @@ def predict_seconds(problem: Problem, target: Target, col: Mapping[str, np.ndarr
     t_stream = bytes_y / rate * np.where(blocks > slots, waves * slots / blocks, 1.0)
     # issue: per k and output column, S FMAs + a conversion (half inputs) + shared reads of X
     cvt = 0.0 if problem["dtype"] == "float32" else 1.0
-    # (peeled rows read X value by value: a column's vectors start where its row allows)
-    lds = np.where(y_k, np.where(col["HALO"] > 0, s, s / np.minimum(vw, 4)), np.ceil(s / 4) / vw)
+    # (Y k-contiguous: a scalar read of X per k and row serves the warp's CJ columns)
+    lds = np.where(y_k, s / cj, np.ceil(s / 4) / vw)
     per = s + cvt + lds + np.where(y_k, 1.0 / cj, 1.0) / np.maximum(vw, 1)
     instructions = per * k * big * rows
     t_issue = instructions / (np.minimum(blocks, slots) / np.maximum(bps, 1) * HW["issue_clk"] * HW["clock_hz"]
