@@ -109,7 +109,8 @@ def main(argv: list[str]) -> None:
                        "values": configs[name].as_dict(), "predicted_ms": predicted.get(name),
                        "model_rank": order.get(name), "ms": statistics.median(ts), "cublas_ms": cublas,
                        "tiles_ms": tiles, "tiles_choice": tile_choice}
-                print(f"{head:28s} {name:56s} {row['ms']:8.4f} ms (predicted {row['predicted_ms']:.4f}, "
+                guess = "-" if row["predicted_ms"] is None else f"{row['predicted_ms']:.4f}"   # a row count the model skips
+                print(f"{head:28s} {name:56s} {row['ms']:8.4f} ms (predicted {guess}, "
                       f"rank {row['model_rank']}) cuBLAS {cublas}", flush=True)
                 with args.out.open("a") as f:
                     f.write(json.dumps(row) + "\n")

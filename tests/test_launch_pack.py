@@ -68,3 +68,34 @@ def test_bound_launch_calls_the_driver_with_the_written_arguments(monkeypatch):
     assert [v.item() for v in seen[0][1][1:]] == [0x7F00_0000_0000, 9, 0.25]
     assert [v.item() for v in seen[1][1][1:]] == [0x7F00_0000_0100, 9, 0.5]
     assert seen[1][1][0].tobytes() == bytes(range(128))
+
+
+class _Function:
+    """The attributes of a CuPy Function that the launcher reads and sets, recording launches."""
+
+    def __init__(self, static_shared: int):
+        self.shared_size_bytes = static_shared
+        self.max_dynamic_shared_size_bytes = 48 * 1024 - static_shared
+        self.set_to, self.launched = [], []
+
+    def __setattr__(self, name, value):
+        if name == "max_dynamic_shared_size_bytes" and hasattr(self, "set_to"):
+            self.set_to.append(value)
+        object.__setattr__(self, name, value)
+
+    def __call__(self, grid, block, args, shared_mem=0):
+        self.launched.append(shared_mem)
+
+
+@pytest.mark.parametrize("static,dynamic,opts_in", [(0, 48 * 1024, False), (4, 48 * 1024, True),
+                                                    (4, 48 * 1024 - 4, False), (0, 48 * 1024 + 16, True)])
+def test_a_launch_opts_in_once_its_static_and_dynamic_shared_memory_pass_48_kib(static, dynamic, opts_in):
+    from kgen.measure.launch import CupyKernel, dynamic_shared_default
+
+    kernel = object.__new__(CupyKernel)          # no module to load: the function is a stand-in
+    kernel.function = _Function(static)
+    kernel._smem_limit = dynamic_shared_default(kernel.function)     # what __init__ sets
+    for _ in range(2):
+        kernel.launch((1, 1, 1), (32, 1, 1), (), shared_mem=dynamic)
+    assert kernel.function.set_to == ([dynamic] if opts_in else [])
+    assert kernel.function.launched == [dynamic, dynamic]

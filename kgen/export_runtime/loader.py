@@ -13,11 +13,15 @@ def kernel(folder, arch, name, shared_mem=0):
     import cupy
 
     device = cupy.cuda.Device()
-    fn = _FUNCTIONS.get((folder, device.id, name))
-    if fn is None:
+    key = (folder, device.id, name)
+    loaded = _FUNCTIONS.get(key)
+    if loaded is None:
         kind = "cubin" if "sm_" + device.compute_capability == arch else "ptx"
         fn = cupy.RawModule(path=os.path.join(folder, "kernels", f"{name}.{kind}")).get_function(name)
-        _FUNCTIONS[(folder, device.id, name)] = fn
-    if shared_mem > 48 * 1024 and fn.max_dynamic_shared_size_bytes < shared_mem:
+        # [function, dynamic shared bytes allowed]: 48 KiB less its static shared memory until opted in
+        loaded = _FUNCTIONS[key] = [fn, 48 * 1024 - int(fn.shared_size_bytes)]
+    fn = loaded[0]
+    if shared_mem > loaded[1]:
         fn.max_dynamic_shared_size_bytes = shared_mem
+        loaded[1] = shared_mem
     return fn

@@ -12,6 +12,7 @@ from kgen.measure.arg_pack import BoundLaunch, scale_output
 
 
 _scratch: tempfile.TemporaryDirectory | None = None
+DEFAULT_SHARED_BYTES = 48 * 1024     # a block's shared memory without the opt-in attribute
 
 
 def _scratch_dir() -> str:
@@ -19,6 +20,12 @@ def _scratch_dir() -> str:
     if _scratch is None:
         _scratch = tempfile.TemporaryDirectory(prefix="kgen-cubins-")
     return _scratch.name
+
+
+def dynamic_shared_default(function: Any) -> int:
+    """The dynamic shared memory a launch of ``function`` may ask for before opting in: 48 KiB
+    less its static shared memory (a block's two together may not pass 48 KiB)."""
+    return DEFAULT_SHARED_BYTES - int(function.shared_size_bytes)
 
 
 class _StreamRef:
@@ -43,7 +50,7 @@ class CupyKernel:
         self._module = cupy.RawModule(path=path)
         self.entry = entry
         self.function = self._module.get_function(entry)
-        self._smem_limit = 48 * 1024
+        self._smem_limit = dynamic_shared_default(self.function)
 
     def _allow_shared(self, shared_mem: int) -> None:
         if shared_mem > self._smem_limit:
