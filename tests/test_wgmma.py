@@ -629,6 +629,10 @@ def _splitk_jobs(target):
             ways = [c for c in split if split_parts_poll(problem, c, target.sm_count) == polls]
             if ways and not any(split_parts_poll(problem, c, target.sm_count) == polls for c in picks):
                 picks.append(rng.choice(ways))
+        # and a split into parts of unequal k-block counts (a count that is no power of two)
+        odd = [c for c in split if c["SPLITK"] & (c["SPLITK"] - 1)]
+        if odd and not any(c["SPLITK"] & (c["SPLITK"] - 1) for c in picks):
+            picks.append(rng.choice(odd))
         jobs[("splitk", shape, layout)] = (problem, picks)
     return jobs
 
@@ -914,6 +918,7 @@ def test_split_k_tests_take_both_ways_the_parts_meet(target):
     jobs = _splitk_jobs(target)
     ways = {split_parts_poll(problem, c, target.sm_count) for problem, configs in jobs.values() for c in configs}
     assert ways == {True, False}
+    assert all(any(c["SPLITK"] in (3, 6, 12, 24) for c in configs) for _, configs in jobs.values())
     problem = SPEC.problem(64, 4096, 4096, "bfloat16", "NN")
     space = SPEC.space(problem, target)
     one_wave = space.find(["gemm_wgmma_bf16_nn_64x64x64_s8_c1_g1_k2_ts"])["gemm_wgmma_bf16_nn_64x64x64_s8_c1_g1_k2_ts"]
@@ -924,16 +929,18 @@ def test_split_k_tests_take_both_ways_the_parts_meet(target):
 
 def test_split_k_is_offered_only_where_tiles_leave_sms_idle(target):
     from kgen.kernels.gemm.wgmma import default_splitk, splitk_useful, workspace_bytes
+    from kgen.kernels.gemm.wgmma_geometry import SPLITS
 
     decode = SPEC.problem(1, 4096, 4096, "bfloat16", "NN")
     space = SPEC.space(decode, target)
     splits = {c["SPLITK"] for c in space.configs()}
-    assert splits == {1, 2, 4, 8}
+    assert splits == set(SPLITS) and {3, 12, 32} <= splits
     c = space.config(BM=64, BN=64, BK=64, STAGES=6, CONSUMERS=1, GM=1, PINGPONG=0, SPLITK=4)
     assert c.name == "gemm_wgmma_bf16_nn_64x64x64_s6_c1_g1_k4"
     assert SPEC.launch(decode, c).grid == (132, 1, 1)                    # 64 tiles x 4 parts, persistent
     assert workspace_bytes(decode, c) == (64 * 4 * 64 * 64 * 4, 64 * 1 * 4 * 4)
     assert default_splitk(1, 4096, 4096, 64, 64, 132) == 2                # 128 units: one wave
+    assert default_splitk(576, 64, 200704, 64, 64, 132) == 12             # 9 tiles: 108 units (16: two waves)
     assert not splitk_useful(4096, 4096, 4096, 128, 256, 2, 132)          # 512 tiles fill the GPU
     assert not splitk_useful(1, 4096, 192, 64, 64, 2, 132)                # 3 k-blocks: too few to share
     big = SPEC.problem(4096, 4096, 4096, "bfloat16", "NN")

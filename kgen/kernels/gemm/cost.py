@@ -44,7 +44,7 @@ import numpy as np
 
 from kgen.kernels.gemm.dtypes import DTYPES
 from kgen.kernels.gemm.mma_geometry import ATOMS
-from kgen.kernels.gemm.wgmma_geometry import (BK, MAX_ACC_FLOATS, RS_FRAGMENT_REGS, STAGE_CHOICES, block_k,
+from kgen.kernels.gemm.wgmma_geometry import (BK, MAX_ACC_FLOATS, RS_FRAGMENT_REGS, SPLITS, STAGE_CHOICES, block_k,
                                               copied_transposed, register_choices, smem_bytes, staging_choices)
 from kgen.problem import Problem, Target
 from kgen.space import Config, Space
@@ -473,13 +473,14 @@ def valid_mask(family: str, problem: Problem, target: Target, c: Mapping[str, np
             rpc = np.where(pp > 0, bm, bm // np.maximum(cons, 1))
             ok &= np.isin(bm, (64, 128, 256)) & np.isin(bn, (64, 128, 192, 256)) & (c["BK"] == bk)
             ok &= np.isin(st, STAGE_CHOICES) & np.isin(cons, (1, 2)) & np.isin(gm, (1, 8)) & np.isin(pp, (0, 1))
-            ok &= np.isin(split, (1, 2, 4, 8)) & np.isin(ts, (0, 1)) & np.isin(cl, (1, 2))
+            ok &= np.isin(split, SPLITS) & np.isin(ts, (0, 1)) & np.isin(cl, (1, 2))
             ok &= np.isin(xs, staging_choices(problem)) & np.isin(rs, register_choices(problem))
             ok &= smem_bytes(bm, bn, st, cons, ts, xs) <= target.smem_per_block_optin
             ok &= (pp == 0) | (cons == 2)
             ok &= np.isin(rpc, (64, 128))
             ok &= (bn // 2 + RS_FRAGMENT_REGS * rs) * (rpc // 64) <= MAX_ACC_FLOATS + RS_FRAGMENT_REGS * rs
             ok &= (rs == 0) | ((ts == 0) & (xs == 0))
+            ok &= (xs == 0) | (bm < 256) | (bn > 64)
             ok &= (cl == 1) | ((not copied_transposed(dtype, layout)[1]) & (rs == 0))
         if shp:
             swap = rs * int(layout == "NN")
@@ -589,7 +590,8 @@ def expand(family: str, problem: Problem, cores: np.ndarray) -> np.ndarray:
         if dtype not in ("float16", "bfloat16", "float32"):
             return np.zeros((0, len(names)), dtype=np.int64)
         bk = block_k(dtype)
-        knobs = [(split, cl, gm, ts, xs, rs) for split in (1, 2, 4, 8) for cl in (1, 2) for gm in (1, 8)
+        splits = [split for split in SPLITS if split == 1 or _cdiv(_shape(problem)[2], bk) >= 2 * split]
+        knobs = [(split, cl, gm, ts, xs, rs) for split in splits for cl in (1, 2) for gm in (1, 8)
                  for ts in (0, 1) for xs in staging_choices(problem) for rs in register_choices(problem)
                  if not (rs and (ts or xs or cl > 1))]
         for bm, bn, stages, cons, pp in cores:

@@ -187,6 +187,8 @@ class GemmWgmma(TensorCoreGemm):
                        lambda v: v["SPLITK"] == 1 or splitk_useful(*rows(v), k, v["BM"], v["BN"], v["SPLITK"],
                                                                     target.sm_count, bk),
                        ("BM", "BN", "SPLITK", "RS")),
+            Constraint("B staged in XS buffers: not with 256 x 64 tiles (8 bytes spill with any epilogue)",
+                       lambda v: not v["XS"] or v["BM"] < 256 or v["BN"] > 64, ("BM", "BN", "XS")),
             Constraint("RS: stored from registers (a warp's rows are no 16-row band), B not staged",
                        lambda v: not v["RS"] or (v["TMA_STORE"] == 0 and v["XS"] == 0), ("RS", "TMA_STORE", "XS")),
         ]

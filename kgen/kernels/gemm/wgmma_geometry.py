@@ -7,7 +7,9 @@ from kgen.kernels.gemm.dtypes import ITEMSIZE
 from kgen.problem import Problem
 
 DTYPES = ("float16", "bfloat16", "float32")   # float32: tf32 tensor cores
-SPLITS = (1, 2, 4, 8)         # split-K choices
+# split-K choices: counts that are no power of two too, so that a few tiles can fill the SMs
+# (9 tiles x 12 parts = 108 units of 132 SMs, where 16 parts would run two waves)
+SPLITS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
 STAGE_CHOICES = (2, 3, 4, 5, 6, 8, 10, 12)   # deep rings keep a skinny problem's B streaming
 SWIZZLE = 128                 # bytes: every tile row spans one 128-byte swizzle span
 BK = SWIZZLE // 2             # k per stage for 16-bit inputs (64); tf32 takes 32 (``block_k``)
