@@ -590,8 +590,8 @@ def expand(family: str, problem: Problem, cores: np.ndarray) -> np.ndarray:
         if dtype not in ("float16", "bfloat16", "float32"):
             return np.zeros((0, len(names)), dtype=np.int64)
         bk = block_k(dtype)
-        splits = [split for split in SPLITS if split == 1 or _cdiv(_shape(problem)[2], bk) >= 2 * split]
-        knobs = [(split, cl, gm, ts, xs, rs) for split in splits for cl in (1, 2) for gm in (1, 8)
+        # (the rows are cached per problem class: nothing here may depend on the problem's size)
+        knobs = [(split, cl, gm, ts, xs, rs) for split in SPLITS for cl in (1, 2) for gm in (1, 8)
                  for ts in (0, 1) for xs in staging_choices(problem) for rs in register_choices(problem)
                  if not (rs and (ts or xs or cl > 1))]
         for bm, bn, stages, cons, pp in cores:
