@@ -108,3 +108,17 @@ def test_dispatch_runs_the_models_pick_for_an_untuned_problem(monkeypatch):
     assert choice.how == "model" and choice.config.name == gc.pick(spec, problem, TARGET)[0].name
     monkeypatch.setenv("KGEN_UNTUNED", "default")
     assert dispatcher.choose(spec, problem, TARGET).how == "default"
+
+
+def test_a_pick_does_not_depend_on_the_problems_ranked_before_it():
+    """Candidates are cached per problem class (dtype, layout, alignment, target): nothing
+    cached may follow one problem's size, or the next problem of the class inherits it."""
+    spec, target = get_spec("gemm_wgmma"), TARGET
+    small_k = tc_problem("gemm_wgmma", 352, 8, 24, "float16", "TN")
+    deep = tc_problem("gemm_wgmma", 352, 8, 13824, "float16", "TN")
+    gc._CLASSES.clear()
+    alone = gc.choose(spec, deep, target)
+    gc._CLASSES.clear()
+    gc.choose(spec, small_k, target)
+    assert gc.choose(spec, deep, target).name == alone.name
+    assert alone["SPLITK"] > 1          # a few tiles over a deep k: split
