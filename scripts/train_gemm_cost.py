@@ -66,13 +66,14 @@ HW = {
     "gemm_wgmma": dict(HW_COMMON, tc16_flops_clk=4096.0, tf32_flops_clk=2048.0, load_latency_us=1.0,
                        epilogue_us=0.3, ts_hide=0.8, pp_hide=0.7, split_sync_us=1.0, tf32_copy=1.42,
                        tf32_staged=1.35, tile_us=0.3, cluster_us=0.1, wgmma_gap_clk=6.0),
-    # (sm_store_bytes_clk: the rate an SM's mma epilogue, 4-byte register stores, wrote a problem
-    # whose output is all its time: 8192 x 8192 x 16 f16 in 128 x 256 tiles, 134 MB in 143 us on an
-    # H100 under ncu, 3.6 bytes a clock, where wgmma's TMA stores took 54 us. The recordings rank
-    # configs within a problem, so they cannot tell this level from the other family's)
+    # (store16_bytes_clk: the rate an SM's mma epilogue writes a 16-bit output, 4-byte register
+    # stores a thread: 8192 x 8192 x 16 f16 in 128 x 256 tiles, whose output is all its time, wrote
+    # 134 MB in 143 us on an H100 under ncu, 3.6 bytes a clock, where wgmma's TMA stores took 54 us.
+    # The recordings rank configs within a problem, so they cannot set this level against the other
+    # family's; 32-bit outputs, not measured so, keep sm_store_bytes_clk)
     "gemm_mma": dict(HW_COMMON, tc16_flops_clk=2800.0, tf32_flops_clk=1400.0, f64_flops_clk=256.0,
                      load_latency_us=1.0, epilogue_us=0.3, copy8=1.3, copy4=1.8, copy2=4.0, lp_gain=0.92,
-                     mma_sat_warps=8.0, sm_store_bytes_clk=4.0),
+                     mma_sat_warps=8.0, store16_bytes_clk=4.0),
     "gemm": dict(HW_COMMON, fma_flops_clk=256.0, f64_fma_flops_clk=128.0, load_latency_us=1.0, epilogue_us=0.3,
                  copy8=1.2, copy4=1.5, copy2=3.0, lds_cost=2.0, simt_sat_warps=16.0, split_sync_us=2.0,
                  atomic_bw=2.0e12),

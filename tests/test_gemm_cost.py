@@ -122,3 +122,15 @@ def test_a_pick_does_not_depend_on_the_problems_ranked_before_it():
     gc.choose(spec, small_k, target)
     assert gc.choose(spec, deep, target).name == alone.name
     assert alone["SPLITK"] > 1          # a few tiles over a deep k: split
+
+
+def test_an_output_bound_16_bit_problem_goes_to_the_tma_store_family():
+    """K of 8-32 and a large 16-bit output: the time is the epilogue's, where mma.sync's 4-byte
+    register stores wrote 3.6 bytes a clock an SM and wgmma's TMA stores 2.6x that (ncu,
+    8192x8192x16 f16), so the untuned request runs gemm_wgmma."""
+    from kgen.kernels.gemm.route import preferred_request
+
+    for m, n, k, dtype, layout in ((7616, 6832, 8, "bfloat16", "NN"), (4096, 4096, 16, "float16", "NT"),
+                                   (2880, 3072, 32, "bfloat16", "NT")):
+        spec, _ = preferred_request("gemm", m, n, k, dtype, layout, TARGET)
+        assert spec.family == "gemm_wgmma", (m, n, k)

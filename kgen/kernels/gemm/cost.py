@@ -258,7 +258,9 @@ def _mma(problem: Problem, target: Target, c: Mapping[str, np.ndarray], hw: Mapp
     # a block alone cannot beat its loads' latency over its pipeline depth
     t_lat = hw["load_latency_us"] * 1e-6 / np.maximum(stages - 1, 1)
     t_chain = waves * kb * t_lat
-    t_epi = waves * (per_sm * bm * bn * out / (hw["sm_store_bytes_clk"] * clock) + hw["epilogue_us"] * 1e-6)
+    # a 16-bit output leaves in 4-byte stores a thread (half a sector a quad): its own rate
+    store = hw.get("store16_bytes_clk", hw["sm_store_bytes_clk"]) if out == 2 else hw["sm_store_bytes_clk"]
+    t_epi = waves * (per_sm * bm * bn * out / (store * clock) + hw["epilogue_us"] * 1e-6)
     t_sm = np.maximum(t_total, t_chain) + t_epi + hw["fill_us"] * 1e-6
     a_bytes, b_bytes = m * k * elt, n * k * elt
     t_l2 = (a_bytes * tn + b_bytes * tm) / hw["l2_bw"]
