@@ -125,7 +125,6 @@ fi
 tune_keys() {   # tune_keys PREFIX DB TRIALS SECONDS: each PREFIX.FAMILY.txt's problems tuned into $OUT/DB, and
                 #   each family's records exported to $OUT/tuning_db/<device>_<family>.jsonl
   local prefix=$1 db=$2 trials=$3 seconds=$4 keys family slug
-  [ "${SKINNY_TUNE_S:-40}" = 0 ] && exit $status
   mkdir -p "$OUT/tuning_db"
   slug=$(python3 -c "from kgen.problem import Target; print(Target.detect(0).slug)")
   for keys in "$prefix".*.txt; do
