@@ -19,8 +19,9 @@
 #   scripts/gpu_check.sh extend SET OLD [ARGS] # OLD (a sampled recording) and what a search meets first: the
 #                                        #   model picks' neighbourhoods, live kgen tunes (record_space.py
 #                                        #   --extend) -> $OUT/$(basename OLD)
-#   scripts/gpu_check.sh ncu CASES       # Nsight Compute counters of gemm_wgmma configs and cuBLAS on the
-#                                        #   same problems (CASES: see scripts/profile_gemm.py) -> $OUT/ncu.csv;
+#   scripts/gpu_check.sh ncu CASES       # Nsight Compute counters of named configs (a GEMM shape, or any family's
+#                                        #   problem key) and their baselines on the same operands (CASES: see
+#                                        #   scripts/profile_gemm.py) -> $OUT/ncu.csv;
 #                                        #   NCU_FLAGS replaces the metrics (e.g. "--set full --page details")
 #   scripts/gpu_check.sh flush           # the best kernels, cuBLAS and a plain read, after a dirty and
 #                                        #   a clean L2 sweep (scripts/bench_flush.py) -> $OUT/bench_flush.json

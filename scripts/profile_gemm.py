@@ -5,9 +5,10 @@
 
 Each argument names a problem and a config of a tensor-core GEMM family (gemm_wgmma, gemm_mma,
 gemm_skinny: the family is the config name's prefix), or the family's name alone for its
-default config; the script launches that kernel,
-then torch.matmul on the same operands, each twice (ncu profiles every launch; the second of
-each is the one to read). `scripts/gpu_check.sh ncu ARGS` runs it with the metrics that say
+default config; or, for any family, ``KEY@NAME``: a problem key as the database writes it
+(``conv2d_wgmma|c=64|...``) and a config name or the family's name. The script launches that
+kernel, then the family's baseline (torch.matmul for GEMM, cuDNN for convolutions) on the same
+operands, each twice (ncu profiles every launch; the second of each is the one to read). `scripts/gpu_check.sh ncu ARGS` runs it with the metrics that say
 where the time goes (duration, DRAM bytes and throughput, L2 hit rate, SM throughput).
 """
 
@@ -19,18 +20,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
-def main(argv: list[str]) -> None:
-    import cupy
-
-    from kgen.compile import compile_source
-    from kgen.kernels.gemm.tc import torch_baseline
-    from kgen.measure.launch import CupyKernel
-    from kgen.problem import Target
+def resolve(arg: str, target):
+    """(spec, problem, space, config) an argument names (see the module's doc)."""
+    from kgen.problem import Problem
     from kgen.registry import families, get_spec
-    from kgen.render import render
 
-    target = Target.detect(0)
-    for arg in argv:
+    if "@" in arg:
+        key, name = arg.rsplit("@", 1)
+        problem = Problem.from_key(key)
+        spec = get_spec(problem.family)
+    else:
         dtype, layout, shape, name = arg.split(":")
         family = max((f for f in families() if name == f or name.startswith(f + "_")), key=len,
                      default=None)
@@ -39,24 +38,37 @@ def main(argv: list[str]) -> None:
         spec = get_spec(family)
         m, n, k = (int(x) for x in shape.split("x"))
         problem = spec.problem(m, n, k, dtype, layout)
-        space = spec.space(problem, target)
-        if name == family:
-            config = spec.default_config(problem, target)
-            name = config.name
-        else:
-            found = space.find([name])
-            if name not in found:
-                raise SystemExit(f"{arg}: {name} is not a valid config of this problem's space")
-            config = found[name]
+    space = spec.space(problem, target)
+    if name == spec.family:
+        return spec, problem, space, spec.default_config(problem, target)
+    found = space.find([name])
+    if name not in found:
+        raise SystemExit(f"{arg}: {name} is not a valid config of this problem's space")
+    return spec, problem, space, found[name]
+
+
+def main(argv: list[str]) -> None:
+    import cupy
+
+    from kgen.compile import compile_source
+    from kgen.measure.launch import CupyKernel
+    from kgen.problem import Target
+    from kgen.render import render
+
+    target = Target.detect(0)
+    for arg in argv:
+        spec, problem, space, config = resolve(arg, target)
         binary = compile_source(render(spec, problem, config, target, space)).binary
         kernel = CupyKernel(binary.cubin, binary.entry, binary.path)
         ops = spec.inputs(problem, seed=1)
-        cublas = torch_baseline(problem, ops)
-        for run in (lambda: spec.run(kernel, problem, config, ops), cublas):
+        baseline = spec.baseline(problem, ops)
+        for run in (lambda: spec.run(kernel, problem, config, ops), baseline):
+            if run is None:
+                continue
             for _ in range(2):
                 run()
             cupy.cuda.Device().synchronize()
-        print(f"profiled {name} and torch.matmul on {m}x{n}x{k}", flush=True)
+        print(f"profiled {config.name} and {spec.baseline_name} on {problem.key}", flush=True)
 
 
 if __name__ == "__main__":
