@@ -299,6 +299,34 @@ def test_a_cupy_operand_is_read_by_its_attributes(exported):
     assert module._view(_CupyLike(0x1000, (4, 8), (16, 2)))[0] != view        # the alignment decides the plan
 
 
+class _CupyArray:
+    """What the repeated call's key reads of a CuPy array."""
+
+    def __init__(self, ptr, shape, strides, contiguous):
+        self.data = SimpleNamespace(ptr=ptr, device_id=0)
+        self.shape, self.strides, self.dtype, self._c_contiguous = shape, strides, "bf16", contiguous
+
+
+def test_the_repeated_call_key_tells_apart_what_changes_a_launch(exported, monkeypatch):
+    family, out, _ = exported
+    module = _module(out, f"tc_{family}")
+    monkeypatch.setattr(module, "_CUPY_STREAM", lambda: SimpleNamespace(ptr=7))
+    a, b, c = (_CupyArray(0x1000 * i, (64, 64), (128, 2), True) for i in (1, 2, 3))
+
+    def key(a, b=b, c=c, alpha=1.0):
+        return module._call_key(a, b, c, (alpha, 0.0, None, None, None, "bfloat16"))
+
+    assert key(a) == key(_CupyArray(0x1000, (64, 64), (128, 2), True))
+    assert key(a)[6] == 0                                          # contiguous: strides follow from the shape
+    assert key(a) != key(_CupyArray(0x1000, (64, 64), (2, 128), False))      # its transposed view
+    assert key(a) != key(_CupyArray(0x1000, (32, 128), (256, 2), True))      # reshaped in place
+    assert key(a) != key(_CupyArray(0x1008, (64, 64), (128, 2), True))       # another alignment
+    assert key(a) != key(a, alpha=2.0)
+    row, wider = _CupyArray(0x1000, (1, 64), (128, 2), True), _CupyArray(0x1000, (1, 64), (136, 2), True)
+    assert key(row) != key(wider)                                  # an extent of 1: the strides are kept
+    assert key(a)[-1] == 7                                         # the caller's stream
+
+
 @pytest.mark.gpu
 def test_exported_module_gives_kgens_result(exported):
     import cupy
@@ -323,6 +351,14 @@ def test_exported_module_gives_kgens_result(exported):
         err = float(cupy.abs(from_bf16(result) - exact).max() / cupy.abs(exact).max())
         assert err < 1e-2
     assert bool((got == again).all())
+    calls = len(module._CALLS)
+    again.fill(0xFFFF)                                # NaN: the repeated call must write every element
+    module.gemm(a, b, again, dtype="bfloat16")        # served by the repeated call's lookup
+    doubled = module.gemm(a, b, cupy.full((m, n), 0xFFFF, dtype=cupy.uint16), alpha=2.0, dtype="bfloat16")
+    cupy.cuda.runtime.deviceSynchronize()
+    assert len(module._CALLS) == calls + 1            # the first repeated, the other a new key
+    assert bool((got == again).all())
+    assert bool((from_bf16(doubled) == 2 * from_bf16(got)).all())   # alpha is part of the key
 
 
 SKINNY = ("gemm_skinny|align_a=4|align_b=4|dtype=float32|epilogue=none|k=4096|layout=NT|m=4096|n=8|"

@@ -25,6 +25,10 @@ with open(os.path.join(_HERE, "table.json")) as _f:
     TABLE = json.load(_f)
 _PLANS = {}
 ARGUMENT_CACHE = 16          # argument tuples kept per plan, by the call's pointers and scalars
+_CALLS = {}                  # CuPy calls: everything that decides a launch -> (launch, arguments)
+CALL_CACHE = 64
+_CUPY_NDARRAY = None         # cupy.ndarray, once seen loaded
+_CUPY_STREAM = None          # cupy.cuda.get_current_stream
 
 
 class ExportedError(Exception):
@@ -182,9 +186,31 @@ def _stream_getter(kind, device):
     return lambda: current().ptr
 
 
+def _call_key(a, b, c, options):
+    """All that decides the launch of a call on three CuPy arrays: pointers, shapes, strides,
+    dtypes, devices, the call's options and CuPy's current stream (last). A C-contiguous
+    operand with no extent below 2 stands for its strides with 0 (they follow from its shape
+    and dtype): CuPy reads the flag in a third of the time it builds the strides tuple."""
+    ma, mb, mc = a.data, b.data, c.data
+    sa, sb, sc = a.shape, b.shape, c.shape
+    return (ma.ptr, mb.ptr, mc.ptr, sa, sb, sc,
+            0 if a._c_contiguous and 1 not in sa and 0 not in sa else a.strides,
+            0 if b._c_contiguous and 1 not in sb and 0 not in sb else b.strides,
+            0 if c._c_contiguous and 1 not in sc and 0 not in sc else c.strides,
+            a.dtype, b.dtype, c.dtype, ma.device_id, mb.device_id, mc.device_id, options, _CUPY_STREAM().ptr)
+
+
 def gemm(a, b, c=None, alpha=1.0, beta=0.0, *, bias=None, activation=None, out_dtype=None, precision=None,
          dtype=None):
     """C = act(alpha * a @ b + beta * c + bias) with the exported kernel of this problem; returns c."""
+    nd = _CUPY_NDARRAY or _cupy_ndarray()
+    hot = None
+    if type(a) is nd and type(b) is nd and type(c) is nd and bias is None:   # the repeated call's path
+        hot = _call_key(a, b, c, (alpha, beta, activation, out_dtype, precision, dtype))
+        found = _CALLS.get(hot)
+        if found is not None:
+            found[0](found[1], hot[-1])
+            return c
     (va, pa), (vb, pb) = _view(a), _view(b)
     vc, pc = _view(c) if c is not None else (None, 0)
     vbias, pbias = _view(bias) if bias is not None else (None, 0)
@@ -208,4 +234,25 @@ def gemm(a, b, c=None, alpha=1.0, beta=0.0, *, bias=None, activation=None, out_d
             cached.clear()
         cached[key] = args
     plan["launch"](args, stream)
+    if hot is not None and plan["kind"] == "cupy":
+        if len(_CALLS) >= CALL_CACHE:
+            _CALLS.clear()
+        _CALLS[hot] = (plan["launch"], args)
     return c
+
+
+def _cupy_ndarray():
+    """cupy.ndarray once the caller has imported CuPy (then kept), else a type no operand has."""
+    global _CUPY_NDARRAY, _CUPY_STREAM
+    found = _launch.cupy_ndarray()
+    if found is None or not hasattr(found, "_c_contiguous"):
+        return _NoType
+    import cupy
+
+    _CUPY_STREAM = cupy.cuda.get_current_stream
+    _CUPY_NDARRAY = found
+    return found
+
+
+class _NoType:
+    """The type of no operand: the hot path's type check fails until CuPy is loaded."""
