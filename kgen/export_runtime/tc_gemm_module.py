@@ -188,15 +188,9 @@ def _stream_getter(kind, device):
 
 def _call_key(a, b, c, options):
     """All that decides the launch of a call on three CuPy arrays: pointers, shapes, strides,
-    dtypes, devices, the call's options and CuPy's current stream (last). A C-contiguous
-    operand with no extent below 2 stands for its strides with 0 (they follow from its shape
-    and dtype): CuPy reads the flag in a third of the time it builds the strides tuple."""
+    dtypes, devices, the call's options and CuPy's current stream (last)."""
     ma, mb, mc = a.data, b.data, c.data
-    sa, sb, sc = a.shape, b.shape, c.shape
-    return (ma.ptr, mb.ptr, mc.ptr, sa, sb, sc,
-            0 if a._c_contiguous and 1 not in sa and 0 not in sa else a.strides,
-            0 if b._c_contiguous and 1 not in sb and 0 not in sb else b.strides,
-            0 if c._c_contiguous and 1 not in sc and 0 not in sc else c.strides,
+    return (ma.ptr, mb.ptr, mc.ptr, a.shape, b.shape, c.shape, a.strides, b.strides, c.strides,
             a.dtype, b.dtype, c.dtype, ma.device_id, mb.device_id, mc.device_id, options, _CUPY_STREAM().ptr)
 
 
@@ -245,7 +239,7 @@ def _cupy_ndarray():
     """cupy.ndarray once the caller has imported CuPy (then kept), else a type no operand has."""
     global _CUPY_NDARRAY, _CUPY_STREAM
     found = _launch.cupy_ndarray()
-    if found is None or not hasattr(found, "_c_contiguous"):
+    if found is None:
         return _NoType
     import cupy
 

@@ -6,7 +6,8 @@ For the weight gradient of the 56x56 3x3 layer (64 channels in and out, batch 64
 the data gradient of the 56x56 3x3 stride-2 layer, runs ``kgen.torch``'s gradient and cuDNN's
 under ``torch.profiler`` and prints: the call's time with CUDA events (L2 not flushed, median of
 20), its host time per call (``perf_counter`` with the GPU synchronised before and after, and
-without the final synchronisation), and every GPU kernel it ran with its duration.
+without the final synchronisation), every GPU kernel it ran with its duration, and for kgen's
+the host functions of most cumulative time (cProfile, 20 calls).
 """
 
 from __future__ import annotations
@@ -84,6 +85,22 @@ def kernels(torch, fn):
     return out
 
 
+def host_profile(fn, calls=20, top=30) -> list:
+    """The functions with the most cumulative host time over ``calls`` calls (cProfile)."""
+    import cProfile
+    import io
+    import pstats
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(calls):
+        fn()
+    profiler.disable()
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(top)
+    return [line.strip()[:160] for line in text.getvalue().splitlines() if line.strip()][-top:]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="")
@@ -110,6 +127,9 @@ def main() -> None:
             row = {"case": case, "who": who, "event_ms": round(event_ms(torch, fn), 4),
                    "host_us_synced": round(synced, 1), "host_us_queued": round(queued, 1),
                    "kernels": kernels(torch, fn)}
+            if who == "kgen":
+                row["host_profile"] = host_profile(fn)
+                torch.cuda.synchronize()
             rows.append(row)
             print(json.dumps(row), flush=True)
     if args.out:
