@@ -1,5 +1,5 @@
 """kgen's operations as PyTorch custom operators: ``torch.ops.kgen.gemm``, ``conv2d``,
-``softmax`` and ``rmsnorm``, each with a fake (meta) implementation giving its output's
+``softmax``, ``rmsnorm`` and ``permute`` (the weight gradient's layout change), each with a fake (meta) implementation giving its output's
 shape, dtype and strides, and a backward.
 
 Importing this module registers them; ``kgen.gemm`` and the others hand a call to them (and
@@ -14,8 +14,9 @@ Backward: ``gemm`` by two GEMMs through kgen (dA = dC Bᵀ, dB = Aᵀ dC, each s
 through the activation's derivative; dbias = the column sums); ``softmax`` and ``rmsnorm`` by
 their closed forms in PyTorch ops; ``conv2d``'s data gradient by kgen's convolutions of dy, one
 per phase of the stride (``kgen.kernels.conv.gradients``), its weight gradient by a kgen GEMM
-where it is one (1x1 windows, no padding), else by PyTorch's (cuDNN) ``torch.nn.grad``
-(all of them with ``KGEN_CONV_GRADIENTS=torch``).
+where it is one (1x1 windows, no padding), else by kgen's convolution of x's channels with dy's
+(batch and channels swapped by ``permute``); by PyTorch's (cuDNN) ``torch.nn.grad`` with
+``KGEN_CONV_GRADIENTS=torch``.
 
 >>> # import torch, kgen, kgen.torch
 >>> # f = torch.compile(lambda a, b: kgen.gemm(a, b, activation="relu"), fullgraph=True)
@@ -234,14 +235,41 @@ def weight_gradient(x, w, dy, stride=1, padding=0, dilation=1, precision=None):
     k, c = w.shape[0], w.shape[1]
     if not weight_gradient_is_gemm(w.shape[2:], stride, padding):
         plan = weight_gradient_conv(w.shape[2:], stride, padding, dilation, x.shape[2:], dy.shape[2:])
-        images = x.transpose(0, 1).contiguous(memory_format=torch.channels_last)     # (C, N, H, W)
-        filters = dy.transpose(0, 1).contiguous(memory_format=torch.channels_last)   # (K, N, P, Q)
+        images = _batch_and_channels_swapped(x)                                    # (C, N, H, W)
+        filters = _batch_and_channels_swapped(dy)                                  # (K, N, P, Q)
         out = _conv2d(images, filters, None, list(plan.stride), list(plan.padding), list(plan.dilation), None,
                       precision, None)
         return out[:, :, :w.shape[2], :w.shape[3]].transpose(0, 1).contiguous()
     pixels_x = x[:, :, ::stride[0], ::stride[1]].permute(0, 2, 3, 1).reshape(-1, c)
     pixels_g = dy.permute(0, 2, 3, 1).reshape(-1, k)
     return _gemm(pixels_g.t(), pixels_x, None, None, precision, None, 1.0).reshape(k, c, 1, 1)
+
+
+def _batch_and_channels_swapped(t):
+    """The NCHW-shaped ``t`` with its batch and channel axes swapped, in channels-last memory:
+    from channels-last ``t`` one kgen permutation of its NHWC memory (``kgen::permute``, at
+    the copy rate; PyTorch's strided copy of the same runs at a sixth of it), else PyTorch's."""
+    nhwc = t.permute(0, 2, 3, 1)
+    if not nhwc.is_contiguous():
+        return t.transpose(0, 1).contiguous(memory_format=torch.channels_last)
+    return _permute(nhwc, [3, 1, 2, 0]).permute(0, 3, 1, 2)          # (C, H, W, N) memory, seen as (C, N, H, W)
+
+
+@torch.library.custom_op(f"{_LIB}::permute", mutates_args=())
+def _permute(x: Tensor, axes: Sequence[int]) -> Tensor:
+    """``x.permute(*axes).contiguous()`` by kgen's permute family on a GPU tensor of its dtypes,
+    else by PyTorch."""
+    from kgen.kernels.memory.elements import DTYPES
+    from kgen.ops.permute import permute as eager
+
+    if not x.is_cuda or _dtype_name(x.dtype) not in DTYPES:
+        return x.permute(*axes).contiguous()
+    return eager(x.detach(), tuple(axes))
+
+
+@_permute.register_fake
+def _permute_fake(x, axes):
+    return x.new_empty([x.shape[i] for i in axes])
 
 
 def _conv2d_backward(ctx, grad):

@@ -58,8 +58,19 @@ def cpu_kernels(monkeypatch):
 
 
 def test_operators_are_registered():
-    for name in ("gemm", "conv2d", "softmax", "rmsnorm"):
+    for name in ("gemm", "conv2d", "softmax", "rmsnorm", "permute"):
         assert hasattr(torch.ops.kgen, name)
+
+
+@pytest.mark.parametrize("channels_last", [True, False])
+def test_the_weight_gradient_swaps_batch_and_channels_into_channels_last_memory(channels_last):
+    t = torch.randn(3, 5, 4, 6)
+    t = t.to(memory_format=torch.channels_last) if channels_last else t
+    got = kt._batch_and_channels_swapped(t)
+    assert torch.equal(got, t.transpose(0, 1))
+    assert got.is_contiguous(memory_format=torch.channels_last)
+    fake = kt._batch_and_channels_swapped(torch.empty(3, 5, 4, 6, **META).to(memory_format=torch.channels_last))
+    assert fake.shape == (5, 3, 4, 6) and fake.is_contiguous(memory_format=torch.channels_last)
 
 
 @pytest.mark.parametrize("shapes, expected", [

@@ -13,6 +13,8 @@ operands, the float64 reference and its check, cuDNN as the baseline, FLOPs and 
 
 from __future__ import annotations
 
+import functools
+
 import math
 from typing import Any, Mapping
 
@@ -47,10 +49,12 @@ FIELDS = (
 ROUTES = ("conv2d_wgmma", "conv2d")
 
 
-def route(target: Target, problem: Problem) -> list[tuple[Any, Problem]]:
+@functools.lru_cache(maxsize=1024)
+def route(target: Target, problem: Problem) -> tuple[tuple[Any, Problem], ...]:
     """(spec, problem) of every family that can run the conv2d ``problem`` on ``target``, most
     preferred first: wgmma with TMA im2col loads where it applies (Hopper, 16-bit, C a multiple
-    of the k-block), mma.sync everywhere."""
+    of the k-block), mma.sync everywhere. Remembered: a call asks for it each time, and the
+    answer depends on nothing else."""
     from kgen.registry import get_spec
 
     found, g = [], geometry(problem)
@@ -61,7 +65,7 @@ def route(target: Target, problem: Problem) -> list[tuple[Any, Problem]]:
                                    epilogue=problem["epilogue"], family=family)
         if spec.supports(candidate, target):
             found.append((spec, candidate))
-    return found
+    return tuple(found)
 
 
 class ConvFamily:
