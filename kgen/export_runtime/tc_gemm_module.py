@@ -228,7 +228,7 @@ def gemm(a, b, c=None, alpha=1.0, beta=0.0, *, bias=None, activation=None, out_d
             cached.clear()
         cached[key] = args
     plan["launch"](args, stream)
-    if hot is not None and plan["kind"] == "cupy":
+    if hot is not None and plan["kind"] != "torch":      # CuPy arrays, read through their interface
         if len(_CALLS) >= CALL_CACHE:
             _CALLS.clear()
         _CALLS[hot] = (plan["launch"], args)
