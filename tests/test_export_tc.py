@@ -6,6 +6,8 @@ installed, its problem keys are kgen's, and on the GPU its results are kgen's.""
 
 from __future__ import annotations
 
+import collections
+
 import json
 import subprocess
 import sys
@@ -299,12 +301,41 @@ def test_a_cupy_operand_is_read_by_its_attributes(exported):
     assert module._view(_CupyLike(0x1000, (4, 8), (16, 2)))[0] != view        # the alignment decides the plan
 
 
+_DType = collections.namedtuple("_DType", "char")
+
+
 class _CupyArray:
-    """What the repeated call's key reads of a CuPy array."""
+    """What a call reads of a CuPy array (its own attributes)."""
+
+    __module__ = "cupy"
 
     def __init__(self, ptr, shape, strides):
         self.data = SimpleNamespace(ptr=ptr, device_id=0)
-        self.shape, self.strides, self.dtype = shape, strides, "bf16"
+        self.shape, self.strides, self.dtype = shape, strides, _DType("H")
+
+
+def test_a_repeated_cupy_call_is_served_by_its_lookup(exported, monkeypatch):
+    family, out, _ = exported
+    module = _module(out, f"tc_{family}")
+    launches, plans, built = [], [], []
+
+    def make_plan(*args):
+        plans.append(args)
+        return {"m": 64, "n": 64, "out_dtype": "bfloat16", "kind": "cai", "lds": (64, 64, 64), "device": 0,
+                "recipe": [], "config": "k", "cached": {}, "stream": lambda: 7,
+                "launch": lambda values, stream: launches.append((values, stream))}
+
+    monkeypatch.setattr(module, "_make_plan", make_plan)
+    monkeypatch.setattr(module._replay, "arguments", lambda *args: built.append(args) or ("args",))
+    monkeypatch.setattr(module, "_CUPY_NDARRAY", _CupyArray)
+    monkeypatch.setattr(module, "_CUPY_STREAM", lambda: SimpleNamespace(ptr=7))
+    monkeypatch.setattr(module, "_CALLS", {})
+    monkeypatch.setattr(module, "_PLANS", {})
+    a, b, c = (_CupyArray(0x1000 * i, (64, 64), (128, 2)) for i in (1, 2, 3))
+    for _ in range(3):
+        assert module.gemm(a, b, c, dtype="bfloat16") is c
+    assert len(plans) == len(built) == 1 and len(module._CALLS) == 1
+    assert launches == [(("args",), 7)] * 3
 
 
 def test_the_repeated_call_key_tells_apart_what_changes_a_launch(exported, monkeypatch):
