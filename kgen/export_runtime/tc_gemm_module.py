@@ -188,10 +188,10 @@ def _stream_getter(kind, device):
 
 def _call_key(a, b, c, options):
     """All that decides the launch of a call on three CuPy arrays: pointers, shapes, strides,
-    dtypes, devices, the call's options and CuPy's current stream (last)."""
-    ma, mb, mc = a.data, b.data, c.data
-    return (ma.ptr, mb.ptr, mc.ptr, a.shape, b.shape, c.shape, a.strides, b.strides, c.strides,
-            a.dtype, b.dtype, c.dtype, ma.device_id, mb.device_id, mc.device_id, options, _CUPY_STREAM().ptr)
+    dtypes, the call's options and CuPy's current stream (last). The pointers name the device
+    (one address space across devices), so its id is not read."""
+    return (a.data.ptr, b.data.ptr, c.data.ptr, a.shape, b.shape, c.shape, a.strides, b.strides, c.strides,
+            a.dtype, b.dtype, c.dtype, options, _CUPY_STREAM().ptr)
 
 
 def gemm(a, b, c=None, alpha=1.0, beta=0.0, *, bias=None, activation=None, out_dtype=None, precision=None,
