@@ -331,11 +331,22 @@ def test_a_repeated_cupy_call_is_served_by_its_lookup(exported, monkeypatch):
     monkeypatch.setattr(module, "_CUPY_STREAM", lambda: SimpleNamespace(ptr=7))
     monkeypatch.setattr(module, "_CALLS", {})
     monkeypatch.setattr(module, "_PLANS", {})
+    monkeypatch.setattr(module, "_SAME", {})
     a, b, c = (_CupyArray(0x1000 * i, (64, 64), (128, 2)) for i in (1, 2, 3))
     for _ in range(3):
         assert module.gemm(a, b, c, dtype="bfloat16") is c
-    assert len(plans) == len(built) == 1 and len(module._CALLS) == 1
+    assert len(plans) == len(built) == 1 and len(module._CALLS) == len(module._SAME) == 1
     assert launches == [(("args",), 7)] * 3
+    twin = _CupyArray(0x1000, (64, 64), (128, 2))             # another array with a's facts: its key's launch
+    module.gemm(twin, b, c, dtype="bfloat16")
+    assert len(plans) == 1 and len(module._SAME) == 2
+    a.shape, a.strides = (32, 128), (256, 2)                  # reshaped in place: planned again
+    module.gemm(a, b, c, dtype="bfloat16")
+    assert len(plans) == 2 and len(launches) == 5
+    module.gemm(a, b, c, alpha=2.0, dtype="bfloat16")         # another alpha: its own arguments
+    assert len(plans) == 2 and len(built) == 3 and len(launches) == 6
+    del twin                                                  # nothing of a call is kept alive
+    assert sum(entry[0]() is None for entry in module._SAME.values()) == 1
 
 
 def test_the_repeated_call_key_tells_apart_what_changes_a_launch(exported, monkeypatch):
@@ -388,6 +399,9 @@ def test_exported_module_gives_kgens_result(exported):
     assert len(module._CALLS) == calls + 1            # the first repeated, the other a new key
     assert bool((got == again).all())
     assert bool((from_bf16(doubled) == 2 * from_bf16(got)).all())   # alpha is part of the key
+    a.shape = (k, m)                                  # the same array reshaped in place: no longer served
+    with pytest.raises(module.ExportedError):
+        module.gemm(a, b, again, dtype="bfloat16")
 
 
 SKINNY = ("gemm_skinny|align_a=4|align_b=4|dtype=float32|epilogue=none|k=4096|layout=NT|m=4096|n=8|"

@@ -27,6 +27,7 @@ _PLANS = {}
 ARGUMENT_CACHE = 16          # argument tuples kept per plan, by the call's pointers and scalars
 _CALLS = {}                  # CuPy calls: everything that decides a launch -> (launch, arguments)
 CALL_CACHE = 64
+_SAME = {}                   # the very arrays of a CuPy call seen before -> their launch (``_same_call``)
 _CUPY_NDARRAY = None         # cupy.ndarray, once seen loaded
 _CUPY_STREAM = None          # cupy.cuda.get_current_stream
 
@@ -194,16 +195,41 @@ def _call_key(a, b, c, options):
             a.dtype, b.dtype, c.dtype, options, _CUPY_STREAM().ptr)
 
 
+def _remember_same(a, b, c, options, key, launch, args):
+    """Keep a CuPy call's launch under its arrays' identities (weak references: nothing is kept
+    alive) and their shapes, for ``gemm``'s first lookup."""
+    import weakref
+
+    try:
+        refs = (weakref.ref(a), weakref.ref(b), weakref.ref(c))
+    except TypeError:                 # an array type without weak references: the key's lookup serves it
+        return
+    if len(_SAME) >= CALL_CACHE:
+        _SAME.clear()
+    _SAME[(id(a), id(b), id(c), options)] = (*refs, key[3], key[4], key[5], key[-1], launch, args)
+
+
 def gemm(a, b, c=None, alpha=1.0, beta=0.0, *, bias=None, activation=None, out_dtype=None, precision=None,
          dtype=None):
     """C = act(alpha * a @ b + beta * c + bias) with the exported kernel of this problem; returns c."""
     nd = _CUPY_NDARRAY or _cupy_ndarray()
     hot = None
-    if type(a) is nd and type(b) is nd and type(c) is nd and bias is None:   # the repeated call's path
-        hot = _call_key(a, b, c, (alpha, beta, activation, out_dtype, precision, dtype))
+    if type(a) is nd and type(b) is nd and type(c) is nd and bias is None:   # the repeated call's paths
+        options = (alpha, beta, activation, out_dtype, precision, dtype)
+        # the very arrays of an earlier call: a CuPy array's pointer, dtype and strides do not change
+        # while it lives (its shape may, which moves its strides with it: compared)
+        same = _SAME.get((id(a), id(b), id(c), options))
+        if (same is not None and same[0]() is a and same[1]() is b and same[2]() is c and a.shape == same[3]
+                and b.shape == same[4] and c.shape == same[5]):
+            stream = _CUPY_STREAM().ptr
+            if stream == same[6]:
+                same[7](same[8], stream)
+                return c
+        hot = _call_key(a, b, c, options)
         found = _CALLS.get(hot)
         if found is not None:
             found[0](found[1], hot[-1])
+            _remember_same(a, b, c, options, hot, *found)
             return c
     (va, pa), (vb, pb) = _view(a), _view(b)
     vc, pc = _view(c) if c is not None else (None, 0)
@@ -232,6 +258,7 @@ def gemm(a, b, c=None, alpha=1.0, beta=0.0, *, bias=None, activation=None, out_d
         if len(_CALLS) >= CALL_CACHE:
             _CALLS.clear()
         _CALLS[hot] = (plan["launch"], args)
+        _remember_same(a, b, c, options, hot, plan["launch"], args)
     return c
 
 
