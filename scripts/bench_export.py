@@ -7,11 +7,10 @@ Exports one shipped problem of gemm_mma and of gemm_wgmma (``kgen export``, NVID
 records; the cubins run on any sm_90 GPU), checks the package's result against kgen's, then
 times per call (median of 30 bursts of 200 calls, the host's time to return, the GPU's queue
 never full): ``raw`` (the package's own bound launch with its arguments built: cuLaunchKernel
-alone), ``exported`` (``pkg.gemm(a, b, c)`` repeated: found by the arrays' identities and shapes,
-launch), ``exported_keyed`` (the same, found by the key of the arrays' facts instead),
-``exported_planned`` (the same call without that lookup: the operands read, the plan
-and the arguments looked up, launch), ``exported_new_c`` (``pkg.gemm(a, b)``, a new output each call) and ``kgen``
-(``kgen.gemm(a, b, c)``). Rows (family, problem, config, us per call, overhead_us = exported -
+alone), ``exported`` (``pkg.gemm(a, b, c)`` repeated: found by the arrays' identities and
+shapes, launch), ``exported_planned`` (the same call without that lookup: the operands read,
+the plan and the arguments looked up, launch), ``exported_new_c`` (``pkg.gemm(a, b)``, a new
+output each call) and ``kgen`` (``kgen.gemm(a, b, c)``). Rows (family, problem, config, us per call, overhead_us = exported -
 raw) into scripts/results/<device>/bench_export.json.
 """
 
@@ -56,25 +55,6 @@ def host_us(fn, calls: int = 200, bursts: int = 30) -> float:
         samples.append((time.perf_counter() - t0) / calls * 1e6)
         cupy.cuda.Device().synchronize()
     return statistics.median(samples)
-
-
-class _Forgetful(dict):
-    """A dict that finds nothing: the exported call's lookup by the arrays' identities, off."""
-
-    def get(self, key, default=None):
-        return default
-
-
-def keyed_us(module, fn) -> float:
-    """``host_us(fn)`` with the lookup by the arrays' identities off: every call builds the key of
-    its pointers, shapes, strides, dtypes, options and stream (as a call on new arrays of an
-    earlier call's shapes does)."""
-    same = module._SAME
-    module._SAME = _Forgetful()
-    try:
-        return host_us(fn)
-    finally:
-        module._SAME = same
 
 
 def planned_us(module, fn) -> float:
@@ -131,7 +111,6 @@ def measure(family: str, folder: Path) -> dict:
     times = {
         "raw": host_us(lambda: plan["launch"](args, stream)),
         "exported": host_us(lambda: module.gemm(a, b, c, dtype="bfloat16")),
-        "exported_keyed": keyed_us(module, lambda: module.gemm(a, b, c, dtype="bfloat16")),
         "exported_planned": planned_us(module, lambda: module.gemm(a, b, c, dtype="bfloat16")),
         "exported_new_c": host_us(lambda: module.gemm(a, b, dtype="bfloat16")),
         "kgen": host_us(lambda: kgen.gemm(a, b, c, dtype="bfloat16")),

@@ -25,9 +25,8 @@ with open(os.path.join(_HERE, "table.json")) as _f:
     TABLE = json.load(_f)
 _PLANS = {}
 ARGUMENT_CACHE = 16          # argument tuples kept per plan, by the call's pointers and scalars
-_CALLS = {}                  # CuPy calls: everything that decides a launch -> (launch, arguments)
-CALL_CACHE = 64
-_SAME = {}                   # the very arrays of a CuPy call seen before -> their launch (``_same_call``)
+_SAME = {}                   # the ids of a CuPy call's arrays -> what serves them again (``_remember``)
+SAME_CACHE = 64
 _CUPY_NDARRAY = None         # cupy.ndarray, once seen loaded
 _CUPY_STREAM = None          # cupy.cuda.get_current_stream
 
@@ -187,50 +186,37 @@ def _stream_getter(kind, device):
     return lambda: current().ptr
 
 
-def _call_key(a, b, c, options):
-    """All that decides the launch of a call on three CuPy arrays: pointers, shapes, strides,
-    dtypes, the call's options and CuPy's current stream (last). The pointers name the device
-    (one address space across devices), so its id is not read."""
-    return (a.data.ptr, b.data.ptr, c.data.ptr, a.shape, b.shape, c.shape, a.strides, b.strides, c.strides,
-            a.dtype, b.dtype, c.dtype, options, _CUPY_STREAM().ptr)
-
-
-def _remember_same(a, b, c, options, key, launch, args):
-    """Keep a CuPy call's launch under its arrays' identities (weak references: nothing is kept
-    alive) and their shapes, for ``gemm``'s first lookup."""
+def _remember(a, b, c, options, stream, launch, args):
+    """Keep a CuPy call's launch and arguments under its arrays' ids, with weak references to
+    them (nothing is kept alive), their shapes, the options and the stream: what ``gemm``
+    compares before it launches them again."""
     import weakref
 
     try:
         refs = (weakref.ref(a), weakref.ref(b), weakref.ref(c))
-    except TypeError:                 # an array type without weak references: the key's lookup serves it
+    except TypeError:                 # an array type without weak references: planned each call
         return
-    if len(_SAME) >= CALL_CACHE:
+    if len(_SAME) >= SAME_CACHE:
         _SAME.clear()
-    _SAME[(id(a), id(b), id(c), options)] = (*refs, key[3], key[4], key[5], key[-1], launch, args)
+    _SAME[(id(a), id(b), id(c))] = (*refs, a.shape, b.shape, c.shape, options, stream, launch, args)
 
 
 def gemm(a, b, c=None, alpha=1.0, beta=0.0, *, bias=None, activation=None, out_dtype=None, precision=None,
          dtype=None):
     """C = act(alpha * a @ b + beta * c + bias) with the exported kernel of this problem; returns c."""
     nd = _CUPY_NDARRAY or _cupy_ndarray()
-    hot = None
-    if type(a) is nd and type(b) is nd and type(c) is nd and bias is None:   # the repeated call's paths
+    options = None
+    if type(a) is nd and type(b) is nd and type(c) is nd and bias is None:
+        # the very arrays of an earlier call, alive: a CuPy array's pointer, dtype and strides do not
+        # change while it lives (its shape may, and its strides with it: compared)
         options = (alpha, beta, activation, out_dtype, precision, dtype)
-        # the very arrays of an earlier call: a CuPy array's pointer, dtype and strides do not change
-        # while it lives (its shape may, which moves its strides with it: compared)
-        same = _SAME.get((id(a), id(b), id(c), options))
+        same = _SAME.get((id(a), id(b), id(c)))
         if (same is not None and same[0]() is a and same[1]() is b and same[2]() is c and a.shape == same[3]
-                and b.shape == same[4] and c.shape == same[5]):
+                and b.shape == same[4] and c.shape == same[5] and options == same[6]):
             stream = _CUPY_STREAM().ptr
-            if stream == same[6]:
-                same[7](same[8], stream)
+            if stream == same[7]:
+                same[8](same[9], stream)
                 return c
-        hot = _call_key(a, b, c, options)
-        found = _CALLS.get(hot)
-        if found is not None:
-            found[0](found[1], hot[-1])
-            _remember_same(a, b, c, options, hot, *found)
-            return c
     (va, pa), (vb, pb) = _view(a), _view(b)
     vc, pc = _view(c) if c is not None else (None, 0)
     vbias, pbias = _view(bias) if bias is not None else (None, 0)
@@ -254,11 +240,8 @@ def gemm(a, b, c=None, alpha=1.0, beta=0.0, *, bias=None, activation=None, out_d
             cached.clear()
         cached[key] = args
     plan["launch"](args, stream)
-    if hot is not None and plan["kind"] != "torch":      # CuPy arrays, read through their interface
-        if len(_CALLS) >= CALL_CACHE:
-            _CALLS.clear()
-        _CALLS[hot] = (plan["launch"], args)
-        _remember_same(a, b, c, options, hot, plan["launch"], args)
+    if options is not None and plan["kind"] != "torch":      # CuPy arrays (read through their interface)
+        _remember(a, b, c, options, stream, plan["launch"], args)
     return c
 
 
