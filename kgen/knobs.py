@@ -243,6 +243,9 @@ class Knobs:
                               "before raising RankLostError (a rank died or is stuck; 0: wait for ever)")
     dist_panel = _EnvKnob("KGEN_DIST_PANEL", int, lambda: 256,
                           "the widest k panel one SUMMA step broadcasts (0: whole blocks)")
+    dist_chunks = _EnvKnob("KGEN_DIST_CHUNKS", int, lambda: 1,
+                           "the pieces kgen.dist's all-gather and reduce-scatter GEMMs overlap their collective "
+                           "with the local GEMMs in, where no tuned choice says (1: no overlap)")
     launch_rank = _EnvKnob("RANK", int, lambda: -1,
                            "this process's rank, as torchrun-style launchers set it (-1: not set)")
     launch_world_size = _EnvKnob("WORLD_SIZE", int, lambda: -1,

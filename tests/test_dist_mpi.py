@@ -53,8 +53,8 @@ def test_tune_dist_gemm_on_two_ranks_then_gemm_runs_the_tuned_best(tmp_path, mon
     monkeypatch.setenv("KGEN_HOME", str(tmp_path))
     monkeypatch.setenv("KGEN_USE_SHIPPED_DB", "0")
     out = run_ranks(2, ["-m", "kgen.cli", "tune", "dist_gemm", "--m", "96", "--n", "80", "--k", "72",
-                        "--trials", "8"], timeout_s=120)
-    assert "6 / 0" in out and "dist_" in out, out[-3000:]
+                        "--trials", "16"], timeout_s=120)
+    assert "12 / 0" in out and "dist_" in out, out[-3000:]
     script = (
         "import numpy as np, kgen.dist as kd\n"
         "from kgen.db import open_default\n"
@@ -68,7 +68,8 @@ def test_tune_dist_gemm_on_two_ranks_then_gemm_runs_the_tuned_best(tmp_path, mon
         "chosen = tuned_choice(ctx, p)\n"
         "if kd.rank() == 0:\n"
         "    best = open_default().best('dist_gemm', p.key, target_of(ctx).name, implementation_digest())\n"
-        "    assert chosen == (best.measurement.config['ALG'], best.measurement.config['PANEL']), (chosen, best)\n"
+        "    config = best.measurement.config\n"
+        "    assert chosen == (config['ALG'], config['PANEL'], config['CHUNKS']), (chosen, best)\n"
         "    print('tuned choice', chosen)\n"
         "kd.finalize()\n")
     out = run_ranks(2, ["-c", script], timeout_s=120)

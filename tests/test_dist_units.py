@@ -15,7 +15,7 @@ import kgen.dist as kd
 from kgen.dist import dtypes
 from kgen.dist.bootstrap import Launch, describe_launch
 from kgen.dist.check import agree, describe_disagreement
-from kgen.dist.comm import Communicator
+from kgen.dist.comm import Communicator, Pending
 from kgen.dist.cost import GemmCase, choose, estimate, summa_panels
 from kgen.dist.layout import resolve
 from kgen.errors import BackendError, DistLayoutError, DtypeError, KgenError, MismatchError
@@ -102,7 +102,8 @@ class _Alone(Communicator):
     def _alltoallv(self, send, sc, rc):
         return send.copy()
 
-    _allgatherv = _alltoallv
+    def _allgatherv(self, send, counts):
+        return send.copy()
 
     def _gatherv(self, send, counts, root):
         return send.copy()
@@ -115,6 +116,22 @@ class _Alone(Communicator):
 
     def _reduce_scatter(self, x, counts, op):
         return x.copy()
+
+
+def test_a_backend_without_asynchronous_collectives_begins_them_done():
+    comm = _Alone()
+    gathered = comm.allgatherv_start(np.arange(4.0), [4])
+    reduced = comm.reduce_scatter_start(np.arange(3.0), [3], "sum")
+    assert gathered.wait().tolist() == [0.0, 1.0, 2.0, 3.0] and reduced.wait().tolist() == [0.0, 1.0, 2.0]
+    assert gathered.wait() is gathered.wait()                        # waited once, kept
+    with pytest.raises(ValueError):
+        comm.reduce_scatter_start(np.ones(2), [2], "min")
+
+
+def test_a_pending_collective_finishes_once():
+    calls = []
+    pending = Pending(finish=lambda: calls.append(1) or "done")
+    assert (pending.wait(), pending.wait(), calls) == ("done", "done", [1])
 
 
 def test_a_rank_alone_moves_nothing_and_still_raises_its_own_complaint():
@@ -188,23 +205,26 @@ def test_dist_gemm_family_space_default_and_record_checks():
     p = problem_of(4096, 4096, 4096, "float16", "block2d", "block2d", 8, "nccl")
     space = spec.space(p, Target.h200())
     assert sorted(c.name for c in space.configs()) == sorted(
-        ["dist_allgather_p0", "dist_reduce_scatter_p0"] + [f"dist_summa_p{w}" for w in (0, 256, 1024, 4096)])
-    assert space.trusted({"ALG": "allgather", "PANEL": 256}) is None      # a panel only SUMMA has
+        [f"dist_{a}_p0_c{c}" for a in ("allgather", "reduce_scatter") for c in (1, 2, 4, 8)]
+        + [f"dist_summa_p{w}_c1" for w in (0, 256, 1024, 4096)])
+    assert space.trusted({"ALG": "allgather", "PANEL": 256, "CHUNKS": 1}) is None    # a panel only SUMMA has
+    assert space.trusted({"ALG": "summa", "PANEL": 256, "CHUNKS": 2}) is None        # SUMMA's pieces are panels
     assert spec.default_config(p, Target.h200()).name in {c.name for c in space.configs()}
     assert spec.template_digest() == DistGemm().template_digest() and len(spec.template_digest()) == 16
     device = device_label("nccl", 8, "NVIDIA H200")
-    why = Validator().why("dist_gemm", p.key, "dist_summa_p256", {"ALG": "summa", "PANEL": 256}, 5.0, device, "9.0",
+    summa = {"ALG": "summa", "PANEL": 256, "CHUNKS": 1}
+    why = Validator().why("dist_gemm", p.key, "dist_summa_p256_c1", summa, 5.0, device, "9.0",
                           spec.template_digest())
     assert why is None, why
     # eight GPUs together may beat one GPU's floor, not eight GPUs'
     floor_one = 2 * 4096 ** 3 / 5e15 * 1e3
-    assert Validator().why("dist_gemm", p.key, "dist_summa_p256", {"ALG": "summa", "PANEL": 256}, floor_one / 4,
+    assert Validator().why("dist_gemm", p.key, "dist_summa_p256_c1", summa, floor_one / 4,
                            device, "9.0", spec.template_digest()) is None
-    assert "faster than any GPU" in Validator().why("dist_gemm", p.key, "dist_summa_p256",
-                                                    {"ALG": "summa", "PANEL": 256}, floor_one / 20, device, "9.0",
+    assert "faster than any GPU" in Validator().why("dist_gemm", p.key, "dist_summa_p256_c1",
+                                                    summa, floor_one / 20, device, "9.0",
                                                     spec.template_digest())
-    assert "is not" in Validator().why("dist_gemm", p.key, "dist_evil", {"ALG": "evil", "PANEL": 0}, 5.0, device,
-                                       "9.0", spec.template_digest())
+    assert "is not" in Validator().why("dist_gemm", p.key, "dist_evil", {"ALG": "evil", "PANEL": 0, "CHUNKS": 1},
+                                       5.0, device, "9.0", spec.template_digest())
 
 
 def test_dist_gemm_tune_refuses_single_gpu_options(tmp_path, monkeypatch):

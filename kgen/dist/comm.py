@@ -60,6 +60,22 @@ class Traffic:
 REDUCE_OPS = ("sum", "max")
 
 
+class Pending:
+    """A collective begun (``Communicator.allgatherv_start``, ``reduce_scatter_start``):
+    ``wait()`` gives its result, so a rank computes between the start and the wait. A backend
+    that moves data only synchronously gives one already done."""
+
+    def __init__(self, result=None, finish=None):
+        self._result, self._finish = result, finish
+
+    def wait(self):
+        """The collective's result, once this rank has it (its stream ordered after it, on GPU
+        ranks)."""
+        if self._finish is not None:
+            self._result, self._finish = self._finish(), None
+        return self._result
+
+
 class Communicator(ABC):
     """A group of ranks and the collectives kgen.dist needs, counted in ``traffic``."""
 
@@ -81,6 +97,12 @@ class Communicator(ABC):
         size = send.dtype.itemsize
         self.traffic.add(counts[self.rank] * (self.size - 1) * size, (sum(counts) - counts[self.rank]) * size)
         return self._allgatherv(_contiguous(send), list(counts))
+
+    def allgatherv_start(self, send: np.ndarray, counts: Sequence[int]) -> Pending:
+        """``allgatherv`` begun: its result comes from the Pending's ``wait()``; the same traffic."""
+        size = send.dtype.itemsize
+        self.traffic.add(counts[self.rank] * (self.size - 1) * size, (sum(counts) - counts[self.rank]) * size)
+        return self._allgatherv_start(_contiguous(send), list(counts))
 
     def gatherv(self, send: np.ndarray, counts: Sequence[int], root: int) -> np.ndarray | None:
         """As allgatherv, on ``root`` only (None elsewhere)."""
@@ -116,6 +138,13 @@ class Communicator(ABC):
         size = self.reduction_dtype(x.dtype).itemsize
         self.traffic.add((sum(counts) - counts[self.rank]) * size, counts[self.rank] * (self.size - 1) * size)
         return self._reduce_scatter(_contiguous(x), list(counts), op)
+
+    def reduce_scatter_start(self, x: np.ndarray, counts: Sequence[int], op: str = "sum") -> Pending:
+        """``reduce_scatter`` begun: its result comes from the Pending's ``wait()``; the same traffic."""
+        self._check_op(op)
+        size = self.reduction_dtype(x.dtype).itemsize
+        self.traffic.add((sum(counts) - counts[self.rank]) * size, counts[self.rank] * (self.size - 1) * size)
+        return self._reduce_scatter_start(_contiguous(x), list(counts), op)
 
     def reduction_dtype(self, dtype: np.dtype) -> np.dtype:
         """The dtype a reduction of ``dtype`` travels in (a backend without half-precision
@@ -166,6 +195,14 @@ class Communicator(ABC):
 
     @abstractmethod
     def _reduce_scatter(self, x: np.ndarray, counts: list[int], op: str) -> np.ndarray: ...
+
+    def _allgatherv_start(self, send: np.ndarray, counts: list[int]) -> Pending:
+        """A backend with asynchronous collectives begins it here; this one runs it now."""
+        return Pending(self._allgatherv(send, counts))
+
+    def _reduce_scatter_start(self, x: np.ndarray, counts: list[int], op: str) -> Pending:
+        """A backend with asynchronous collectives begins it here; this one runs it now."""
+        return Pending(self._reduce_scatter(x, counts, op))
 
     @staticmethod
     def _check_op(op: str) -> None:

@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-from kgen.dist.comm import Communicator, Traffic, offsets
+from kgen.dist.comm import Communicator, Pending, Traffic, offsets
 from kgen.dist.dtypes import accumulator
 
 
@@ -86,6 +86,21 @@ class MpiCommunicator(Communicator):
         self.comm.Allgatherv([_bytes(send), byte], [_bytes(recv), (rc, offsets(rc)), byte])
         return recv
 
+    def _allgatherv_start(self, send, counts):
+        """Iallgatherv: the ranks compute while MPI moves the pieces (as far as the MPI library
+        progresses a request between calls)."""
+        item = send.dtype.itemsize
+        recv = np.empty(sum(counts), dtype=send.dtype)
+        rc = [c * item for c in counts]
+        byte = self._mpi.BYTE
+        request = self.comm.Iallgatherv([_bytes(send), byte], [_bytes(recv), (rc, offsets(rc)), byte])
+
+        def finish(send=send):                   # the send buffer lives until the request is done
+            request.Wait()
+            return recv
+
+        return Pending(finish=finish)
+
     def _gatherv(self, send, counts, root):
         item = send.dtype.itemsize
         byte = self._mpi.BYTE
@@ -118,3 +133,15 @@ class MpiCommunicator(Communicator):
         recv = np.empty(counts[self.rank], dtype=work.dtype)
         self.comm.Reduce_scatter(work.reshape(-1), recv, recvcounts=counts, op=self._op(op))
         return recv.astype(x.dtype, copy=False)
+
+    def _reduce_scatter_start(self, x, counts, op):
+        """Ireduce_scatter (as ``_allgatherv_start``)."""
+        work = np.ascontiguousarray(x, dtype=self.reduction_dtype(x.dtype))
+        recv = np.empty(counts[self.rank], dtype=work.dtype)
+        request = self.comm.Ireduce_scatter(work.reshape(-1), recv, recvcounts=counts, op=self._op(op))
+
+        def finish(work=work):                   # the reduced buffer lives until the request is done
+            request.Wait()
+            return recv.astype(x.dtype, copy=False)
+
+        return Pending(finish=finish)

@@ -13,7 +13,7 @@ array's own type otherwise; a reduce-scatter of unequal blocks pads each to the 
 
 from __future__ import annotations
 
-from kgen.dist.comm import Communicator, Traffic, offsets
+from kgen.dist.comm import Communicator, Pending, Traffic, offsets
 from kgen.dist.dtypes import accumulator
 
 
@@ -66,6 +66,7 @@ class NcclCommunicator(Communicator):
     def __init__(self, nccl_comm, host, traffic: Traffic | None = None):
         super().__init__(host.rank, host.size, traffic)
         self.nccl_comm, self.host = nccl_comm, host
+        self._side = None                 # the stream begun collectives run on (``_started``)
 
     @classmethod
     def create(cls, host, traffic: Traffic | None = None) -> NcclCommunicator:
@@ -100,6 +101,36 @@ class NcclCommunicator(Communicator):
             self.nccl_comm.destroy()
             self.nccl_comm = None
         self.host.free()
+
+    # ---- begun collectives: on a second stream ---------------------------------------------
+
+    def _started(self, run, inputs) -> Pending:
+        """``run()`` issued on this communicator's own stream once the work queued so far on the
+        current stream is done; ``wait()`` makes the stream current then wait for it. ``inputs``
+        (made on the current stream) are kept until then, so their memory is not handed out
+        again while the collective reads it; and every start waits for the current stream's
+        work, so memory freed after a wait and reused on either stream is ordered after its
+        last reader."""
+        import cupy
+
+        if self._side is None:
+            self._side = cupy.cuda.Stream(non_blocking=True)
+        self._side.wait_event(cupy.cuda.get_current_stream().record())
+        with self._side:
+            result = run()
+        done = self._side.record()
+
+        def finish(inputs=inputs):
+            cupy.cuda.get_current_stream().wait_event(done)
+            return result
+
+        return Pending(finish=finish)
+
+    def _allgatherv_start(self, send, counts):
+        return self._started(lambda: self._allgatherv(send, counts), send)
+
+    def _reduce_scatter_start(self, x, counts, op):
+        return self._started(lambda: self._reduce_scatter(x, counts, op), x)
 
     # ---- data -----------------------------------------------------------------------------
 

@@ -64,43 +64,47 @@ def _model():
 
 
 def gemm(A, B, C=None, alpha: float = 1.0, beta: float = 0.0, algorithm: str | None = None,
-         layout: str | Layout | None = None, panel: int | None = None):
+         layout: str | Layout | None = None, panel: int | None = None, chunks: int | None = None):
     """alpha * A @ B + beta * C as a new DistMatrix (a collective call). ``algorithm``:
     "allgather", "reduce_scatter", "summa" or None: the tuned best of this product on these
     ranks where the database has one (``kgen tune dist_gemm``, kgen.dist.tuning; a product
     with no C and no layout asked, from operands in layouts made by name), else the cost
     model's choice. ``panel``: SUMMA's k panel width (default KGEN_DIST_PANEL; 0: as wide as
-    the splits allow). The result is in ``layout`` if given, else in C's layout if C is
-    given, else in the algorithm's own. Half types accumulate in float32 and are rounded once,
-    at the end.
+    the splits allow). ``chunks``: the pieces all-gather and reduce-scatter overlap their
+    collective with the local GEMMs in (default KGEN_DIST_CHUNKS; 1: one collective, then
+    one GEMM). The result is in ``layout`` if given, else in C's layout if C is given, else
+    in the algorithm's own. Half types accumulate in float32 and are rounded once, at the end.
 
-    >>> # c = kd.gemm(a, b, c, alpha=2.0, beta=1.0, algorithm="reduce_scatter")
+    >>> # c = kd.gemm(a, b, c, alpha=2.0, beta=1.0, algorithm="reduce_scatter", chunks=4)
     """
     m, n, k, out = _validate(A, B, C, alpha, beta, algorithm, layout)
     if panel is not None and (not isinstance(panel, numbers.Integral) or panel < 0):
         raise InputError(f"panel={panel!r} is not a whole number >= 0", remedy="pass 0 or a width such as 256")
+    if chunks is not None and (isinstance(chunks, bool) or not isinstance(chunks, numbers.Integral) or chunks < 1):
+        raise InputError(f"chunks={chunks!r} is not a whole number >= 1", remedy="pass 1 (no overlap) or e.g. 4")
     comm = A._ctx.comm
     alpha_s, beta_s, model_panel = _model()
     panel = model_panel if panel is None else int(panel)
+    chunks = max(1, knobs.dist_chunks) if chunks is None else int(chunks)
     agree(comm, "gemm", ("gemm", A.shape, B.shape, A.dtype.name, A.layout, B.layout,
                          None if C is None else (C.layout, C.dtype.name), float(alpha), float(beta),
-                         algorithm, out, panel))
+                         algorithm, out, panel, chunks))
     name = algorithm
     if name is None:
         tuned = _tuned(A, B, C, out, m, n, k)
         if tuned is not None:
-            name, panel = tuned
+            name, panel, chunks = tuned
         else:
             name = choose(_case(A, B, C, beta, out, m, n, k), alpha_s, beta_s, panel)
-    lc, local = RUN[name](A._ctx, A, B, C, float(alpha), float(beta), panel)
+    lc, local = RUN[name](A._ctx, A, B, C, float(alpha), float(beta), panel, chunks)
     result = A._new(lc, (m, n), local)
     if out is not None and out != lc:
         result = A._new(out, (m, n), move(comm, lc, out, (m, n), local))
     return result
 
 
-def _tuned(A, B, C, out, m: int, n: int, k: int) -> tuple[str, int] | None:
-    """The tuned (algorithm, panel) of this product on these ranks, or None."""
+def _tuned(A, B, C, out, m: int, n: int, k: int) -> tuple[str, int, int] | None:
+    """The tuned (algorithm, panel, chunks) of this product on these ranks, or None."""
     if not knobs.dist_tuned or C is not None or out is not None:
         return None
     ctx, world = A._ctx, A._ctx.comm.size

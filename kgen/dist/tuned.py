@@ -20,8 +20,9 @@ from kgen.provenance import cpu_name
 
 FAMILY = "dist_gemm"
 PANELS = (0, 256, 1024, 4096)               # SUMMA's k panel width (0: as wide as the splits allow)
+CHUNKS = (1, 2, 4, 8)                        # pieces all-gather and reduce-scatter overlap in
 _SOURCES = ("gemm_algorithms.py", "redistribute.py", "comm.py", "comm_mpi.py", "comm_nccl.py", "compute.py")
-CHOSEN: dict[str, tuple[str, int] | None] = {}      # problem key -> the tuned (algorithm, panel), per process
+CHOSEN: dict[str, tuple[str, int, int] | None] = {}   # problem key -> the tuned (algorithm, panel, chunks)
 
 
 def problem_of(m: int, n: int, k: int, dtype: str, a: str, b: str, world: int, backend: str) -> Problem:
@@ -51,8 +52,8 @@ def target_of(ctx) -> Target:
     return Target.h200(device_label("mpi", ctx.comm.size, cpu_name()), nvrtc="")
 
 
-def tuned_choice(ctx, problem: Problem) -> tuple[str, int] | None:
-    """(algorithm, panel) of the problem's tuned best on these ranks, or None (a collective
+def tuned_choice(ctx, problem: Problem) -> tuple[str, int, int] | None:
+    """(algorithm, panel, chunks) of the problem's tuned best on these ranks, or None (a collective
     call the first time per problem: rank 0 reads the database, every rank takes its answer)."""
     if problem.key in CHOSEN:
         return CHOSEN[problem.key]
@@ -64,7 +65,7 @@ def tuned_choice(ctx, problem: Problem) -> tuple[str, int] | None:
     return found
 
 
-def _lookup(ctx, problem: Problem) -> tuple[str, int] | None:
+def _lookup(ctx, problem: Problem) -> tuple[str, int, int] | None:
     from kgen.db import open_default
     from kgen.errors import KgenError
 
@@ -75,8 +76,9 @@ def _lookup(ctx, problem: Problem) -> tuple[str, int] | None:
     if best is None:
         return None
     config = best.measurement.config
-    if config.get("ALG") not in ALGORITHMS or config.get("PANEL") not in PANELS or \
+    chunks = config.get("CHUNKS")
+    if config.get("ALG") not in ALGORITHMS or config.get("PANEL") not in PANELS or chunks not in CHUNKS or \
             not math.isfinite(best.measurement.time_ms or math.nan):
         return None
-    return config["ALG"], config["PANEL"]
+    return config["ALG"], config["PANEL"], chunks
 

@@ -1,7 +1,8 @@
 """The distributed GEMM's algorithm as a tuned decision: the family ``dist_gemm``.
 
 A problem is a global product (m, n, k, dtype), the layouts its operands start in, the number
-of ranks and the backend; a config is an algorithm and, for SUMMA, its panel width. A tune
+of ranks and the backend; a config is an algorithm and, for SUMMA, its panel width, for the
+others the pieces they overlap communication with computation in. A tune
 measures configs with kgen's own search (``kgen.search.tune``, any sampler) on the ranks
 themselves: rank 0 runs the search and ``DistRunner`` hands each config to every rank, which
 multiply together (``serve`` on the others) and time the call from a barrier to the slowest
@@ -18,8 +19,9 @@ choice.
 >>> p = problem_of(512, 256, 128, "float32", "rows", "cols", 4, "mpi")
 >>> p.key
 'dist_gemm|a=rows|b=cols|backend=mpi|dtype=float32|k=128|m=512|n=256|world=4'
->>> [c.name for c in spec.space(p, Target.h200()).configs()][:4]
-['dist_allgather_p0', 'dist_reduce_scatter_p0', 'dist_summa_p0', 'dist_summa_p256']
+>>> names = [c.name for c in spec.space(p, Target.h200()).configs()]
+>>> len(names), names[:2], names[-1]
+(12, ['dist_allgather_p0_c1', 'dist_allgather_p0_c2'], 'dist_summa_p4096_c1')
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import numpy as np
 from kgen.dist.cost import ALGORITHMS, GemmCase, choose
 from kgen.dist.dtypes import NAMES, accumulator, resolve_dtype
 from kgen.dist.layout import KINDS, resolve
-from kgen.dist.tuned import CHOSEN, FAMILY, PANELS, implementation_digest, problem_of, target_of
+from kgen.dist.tuned import CHOSEN, CHUNKS, FAMILY, PANELS, implementation_digest, problem_of, target_of
 from kgen.errors import ShapeError
 from kgen.fields import Field
 from kgen.measurement import Failure, Measurement, Timing
@@ -63,19 +65,23 @@ class DistGemm(KernelSpec):
                                 ctx.comm.size, ctx.backend)
 
     def space(self, problem: Problem, target: Target) -> Space:
-        return Space([Param("ALG", ALGORITHMS), Param("PANEL", PANELS)],
+        return Space([Param("ALG", ALGORITHMS), Param("PANEL", PANELS), Param("CHUNKS", CHUNKS)],
                      [Constraint("only SUMMA has panels", lambda v: v["ALG"] == "summa" or v["PANEL"] == 0,
-                                 ("ALG", "PANEL"))],
-                     namer=lambda v: f"dist_{v['ALG']}_p{v['PANEL']}")
+                                 ("ALG", "PANEL")),
+                      Constraint("SUMMA's pieces are its panels", lambda v: v["ALG"] != "summa" or v["CHUNKS"] == 1,
+                                 ("ALG", "CHUNKS"))],
+                     namer=lambda v: f"dist_{v['ALG']}_p{v['PANEL']}_c{v['CHUNKS']}")
 
     def default_config(self, problem: Problem, target: Target):
-        """The alpha-beta model's choice (kgen.dist.cost) at the knobs' alpha, bandwidth and panel."""
+        """The alpha-beta model's choice (kgen.dist.cost) at the knobs' alpha, bandwidth, panel
+        and chunks."""
         from kgen.knobs import knobs
 
         case = _case(problem)
         algorithm = choose(case, knobs.dist_alpha_us * 1e-6, 1.0 / (knobs.dist_bandwidth_gbs * 1e9), knobs.dist_panel)
         panel = knobs.dist_panel if algorithm == "summa" and knobs.dist_panel in PANELS else 0
-        return self.space(problem, target).config(ALG=algorithm, PANEL=panel)
+        chunks = knobs.dist_chunks if algorithm != "summa" and knobs.dist_chunks in CHUNKS else 1
+        return self.space(problem, target).config(ALG=algorithm, PANEL=panel, CHUNKS=chunks)
 
     def template_digest(self) -> str:
         """The implementation's version (``kgen.dist.tuned.implementation_digest``)."""
@@ -84,7 +90,7 @@ class DistGemm(KernelSpec):
     def tune_on_ranks(self, values: dict, *, trials: int, sampler: str, seed: int | None, open_db, say=print):
         """``kgen tune dist_gemm``, run by every rank mpiexec started: joins them, tunes
         (``tune_gemm``) and leaves; rank 0 gets the TuneResult (the others None). The default
-        sampler ("kgen") becomes "exhaustive": the space has six configs."""
+        sampler ("kgen") becomes "exhaustive": the space has twelve configs."""
         from kgen.dist import runtime
         from kgen.samplers import check_sampler
 
@@ -144,8 +150,8 @@ def measure(ctx, problem: Problem, values: dict, warmup: int, runs: int, operand
 
     A, B, a, b = operands.get(problem)
     sync = ctx.compute.xp.cuda.get_current_stream().synchronize if ctx.backend == "nccl" else (lambda: None)
-    algorithm, panel = values["ALG"], values["PANEL"]
-    first = gemm(A, B, algorithm=algorithm, panel=panel)
+    algorithm, panel, chunks = values["ALG"], values["PANEL"], values["CHUNKS"]
+    first = gemm(A, B, algorithm=algorithm, panel=panel, chunks=chunks)
     whole = first.to_global(root=0)
     error = -1.0
     if ctx.comm.rank == 0:                           # against float64, on the rank's own device
@@ -158,7 +164,7 @@ def measure(ctx, problem: Problem, values: dict, warmup: int, runs: int, operand
     for i in range(warmup + runs):
         ctx.comm.barrier()
         start = time.perf_counter()
-        gemm(A, B, algorithm=algorithm, panel=panel)
+        gemm(A, B, algorithm=algorithm, panel=panel, chunks=chunks)
         sync()
         mine = time.perf_counter() - start
         slowest = max(ctx.comm.allgather_object(mine))

@@ -9,6 +9,7 @@ from common import close, everywhere, random
 
 import kgen.dist as kd
 from kgen.dist.layout import resolve
+from kgen.errors import InputError
 
 SHAPES = [(1, 1, 1), (2, 1, 3), (7, 5, 3), (13, 9, 11), (5, 17, 2)]     # m, n, k
 INPUTS = [("rows", "cols"), ("cols", "rows"), (kd.block2d(), kd.block2d()),
@@ -75,3 +76,37 @@ def test_summa_on_every_grid_and_transposed_operands(rng):
         At = kd.from_global(a.T.copy(), grid).T            # col-ordered: SUMMA moves it to its grid first
         for algorithm in kd.ALGORITHMS:
             assert close(kd.gemm(At, B.T.T, algorithm=algorithm).to_global(), a @ b, "float64"), (grid, algorithm)
+
+
+@pytest.mark.parametrize("algorithm", ["allgather", "reduce_scatter"])
+@pytest.mark.parametrize("chunks", [2, 3, 8])
+def test_overlapped_pieces_give_the_product_and_move_the_same_bytes(algorithm, chunks, rng):
+    """All-gather and reduce-scatter in pieces (each begun before the neighbouring GEMM runs):
+    odd shapes (fewer rows than pieces on some ranks), alpha, beta and C, every dtype; the
+    received bytes equal one piece's, the collectives are ``chunks`` times as many."""
+    la, lb = ("rows", "cols") if algorithm == "allgather" else ("cols", "rows")
+    for dtype in kd.supported_dtypes():
+        for m, n, k in [(13, 9, 11), (3, 5, 7), (1, 4, 2)]:
+            a, b = random(rng, (m, k), dtype), random(rng, (k, n), dtype)
+            c = random(rng, (m, n), dtype)
+            A, B, C = kd.from_global(a, la), kd.from_global(b, lb), kd.from_global(c, "rows")
+            out = kd.gemm(A, B, C, alpha=-0.5, beta=2.0, algorithm=algorithm, chunks=chunks)
+            want = -0.5 * (a.astype(np.float64) @ b.astype(np.float64)) + 2.0 * c.astype(np.float64)
+            assert close(out.to_global(), want, dtype), (algorithm, chunks, dtype, (m, n, k))
+    a, b = random(rng, (29, 11), "float32"), random(rng, (11, 9), "float32")
+    A, B = kd.from_global(a, la), kd.from_global(b, lb)
+    moved = {}
+    for pieces in (1, chunks):
+        before = kd.traffic().snapshot()
+        kd.gemm(A, B, algorithm=algorithm, chunks=pieces)
+        moved[pieces] = (kd.traffic().received - before.received, kd.traffic().messages - before.messages)
+    assert moved[chunks][0] == moved[1][0]
+    if kd.world_size() > 1:
+        assert moved[chunks][1] == chunks * moved[1][1]
+
+
+def test_pieces_must_be_a_whole_number():
+    a = kd.from_global(np.ones((4, 4)), "rows")
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(InputError):
+            kd.gemm(a, a, chunks=bad)
