@@ -237,3 +237,81 @@ def test_dist_gemm_tune_refuses_single_gpu_options(tmp_path, monkeypatch):
     assert result.exit_code == 2 and "mpiexec -n N kgen tune dist_gemm" in result.output
     empty = CliRunner().invoke(app, ["tune", "dist_gemm", "--m", "0", "--n", "64", "--k", "64"])
     assert empty.exit_code == 2 and "m=0 must be an integer >= 1" in empty.output
+
+
+class _Work:
+    """The current stream's work as the watchdog sees it: done, or never."""
+
+    def __init__(self, done: bool):
+        self.done = done
+
+    def synchronize(self):
+        assert self.done, "a wait for ever"
+
+
+class _Nccl:
+    """What the watchdog calls on a cupy.cuda.nccl.NcclCommunicator."""
+
+    def __init__(self, error: str | None = None):
+        self.error, self.aborted = error, 0
+
+    def check_async_error(self):
+        if self.error:
+            raise RuntimeError(self.error)
+
+    def abort(self):
+        self.aborted += 1
+
+
+def _watched(nccl, done: bool, host_lost: bool = False):
+    from types import SimpleNamespace
+
+    from kgen.dist.comm_nccl import NcclCommunicator
+    from kgen.errors import RankLostError
+
+    def alive(timeout_s):
+        if host_lost:
+            raise RankLostError("rank 1 never came", rank=0, world_size=2)
+
+    host = SimpleNamespace(rank=0, size=2, alive=alive, barrier=lambda: None, free=lambda: None)
+    comm = NcclCommunicator(nccl, host)
+    comm._current_work = lambda: _Work(done)
+    return comm
+
+
+def test_the_watchdog_aborts_collectives_that_never_end_within_the_timeout():
+    import time
+
+    from kgen.errors import RankLostError
+
+    nccl = _Nccl()
+    comm = _watched(nccl, done=False)
+    start = time.monotonic()
+    with pytest.raises(RankLostError, match="did not finish within 0.05 s"):
+        comm.wait_stream(0.05)
+    assert time.monotonic() - start < 2.0 and nccl.aborted == 1 and comm.nccl_comm is None
+    with pytest.raises(RankLostError, match="aborted communicator"):
+        comm.wait_stream(10.0)                            # unusable after: at once, not after 10 s
+    comm.free()                                           # nothing left to destroy
+
+
+def test_the_watchdog_stops_at_nccls_own_error_and_passes_finished_work():
+    from kgen.errors import RankLostError
+
+    lost = _Nccl("remote process exited")
+    with pytest.raises(RankLostError, match="NCCL reported remote process exited"):
+        _watched(lost, done=False).wait_stream(300.0)
+    assert lost.aborted == 1
+    fine = _Nccl()
+    _watched(fine, done=True).wait_stream(0.05)
+    _watched(fine, done=True).wait_stream(0)
+    assert fine.aborted == 0
+
+
+def test_a_rank_lost_on_the_host_channel_aborts_the_nccl_communicator():
+    from kgen.errors import RankLostError
+
+    nccl = _Nccl()
+    with pytest.raises(RankLostError, match="never came"):
+        _watched(nccl, done=True, host_lost=True).alive(1.0)
+    assert nccl.aborted == 1

@@ -13,6 +13,8 @@ array's own type otherwise; a reduce-scatter of unequal blocks pads each to the 
 
 from __future__ import annotations
 
+import time
+
 from kgen.dist.comm import Communicator, Pending, Traffic, offsets
 from kgen.dist.dtypes import accumulator
 
@@ -85,13 +87,71 @@ class NcclCommunicator(Communicator):
         return self.host.bcast_object(obj, root)
 
     def barrier(self) -> None:
-        import cupy
+        from kgen.knobs import knobs
 
-        cupy.cuda.get_current_stream().synchronize()
+        self.wait_stream(knobs.dist_timeout_s)
         self.host.barrier()
 
     def alive(self, timeout_s: float) -> None:
-        self.host.alive(timeout_s)
+        """As the host channel's ``alive``; a rank lost there also aborts this NCCL communicator,
+        so the collectives it has queued on this GPU end instead of waiting for ever."""
+        from kgen.errors import RankLostError
+
+        try:
+            self.host.alive(timeout_s)
+        except RankLostError:
+            self.abort()
+            raise
+
+    # ---- the watchdog -----------------------------------------------------------------------
+
+    def wait_stream(self, timeout_s: float) -> None:
+        """Wait for the work queued on the current stream (NCCL's collectives among it). A
+        collective whose peer died never ends: after ``timeout_s`` seconds (0: for ever), or at
+        once where NCCL reports an error of its own, this communicator is aborted (its kernels
+        stop) and RankLostError raised."""
+        from kgen.errors import RankLostError
+
+        done = self._current_work()
+        if timeout_s <= 0:
+            done.synchronize()
+            return
+        start, nap = time.monotonic(), 1e-5
+        while not done.done:
+            failure = self._async_error()
+            if failure is not None or time.monotonic() - start > timeout_s:
+                self.abort()
+                why = f"NCCL reported {failure}" if failure is not None else \
+                    f"its collectives did not finish within {timeout_s:g} s (KGEN_DIST_TIMEOUT)"
+                raise RankLostError(f"rank {self.rank} of {self.size}: {why}; the NCCL communicator is aborted",
+                                    rank=self.rank, world_size=self.size)
+            time.sleep(nap)
+            nap = min(nap * 2, 1e-3)
+
+    def abort(self) -> None:
+        """Abort the NCCL communicator (its queued collectives end); it is unusable after."""
+        if self.nccl_comm is not None:
+            comm, self.nccl_comm = self.nccl_comm, None
+            try:
+                comm.abort()
+            except Exception:             # aborting what already failed: nothing more to stop
+                pass
+
+    def _current_work(self):
+        """An event after the work queued on the current stream (``.done``, ``.synchronize()``)."""
+        import cupy
+
+        return cupy.cuda.get_current_stream().record()
+
+    def _async_error(self) -> str | None:
+        """NCCL's own report of a failed collective (a peer lost, a network error), or None."""
+        if self.nccl_comm is None:
+            return "an aborted communicator"
+        try:
+            self.nccl_comm.check_async_error()
+        except Exception as exc:          # cupy.cuda.nccl.NcclError
+            return str(exc) or type(exc).__name__
+        return None
 
     def split(self, color: int, key: int) -> NcclCommunicator:
         return NcclCommunicator.create(self.host.split(color, key), self.traffic)

@@ -149,7 +149,14 @@ def measure(ctx, problem: Problem, values: dict, warmup: int, runs: int, operand
     from kgen.dist.gemm import gemm
 
     A, B, a, b = operands.get(problem)
-    sync = ctx.compute.xp.cuda.get_current_stream().synchronize if ctx.backend == "nccl" else (lambda: None)
+    if ctx.backend == "nccl":                     # the device's work done, or RankLostError (a lost peer)
+        from kgen.knobs import knobs
+
+        def sync():
+            ctx.comm.wait_stream(knobs.dist_timeout_s)
+    else:
+        def sync():
+            pass
     algorithm, panel, chunks = values["ALG"], values["PANEL"], values["CHUNKS"]
     first = gemm(A, B, algorithm=algorithm, panel=panel, chunks=chunks)
     whole = first.to_global(root=0)
