@@ -122,7 +122,9 @@ def test_a_backend_without_asynchronous_collectives_begins_them_done():
     comm = _Alone()
     gathered = comm.allgatherv_start(np.arange(4.0), [4])
     reduced = comm.reduce_scatter_start(np.arange(3.0), [3], "sum")
+    sent = comm.bcast_start(np.arange(2.0), 0)
     assert gathered.wait().tolist() == [0.0, 1.0, 2.0, 3.0] and reduced.wait().tolist() == [0.0, 1.0, 2.0]
+    assert sent.wait().tolist() == [0.0, 1.0]
     assert gathered.wait() is gathered.wait()                        # waited once, kept
     with pytest.raises(ValueError):
         comm.reduce_scatter_start(np.ones(2), [2], "min")

@@ -66,7 +66,7 @@ def test_gemm_algorithms_against_cupy(nccl, algorithm, dtype, tol):
     assert float(cupy.abs(got - want).max() / cupy.abs(want).max()) < tol
 
 
-@pytest.mark.parametrize("algorithm", ["allgather", "reduce_scatter"])
+@pytest.mark.parametrize("algorithm", ["allgather", "reduce_scatter", "summa"])
 def test_pieces_overlapped_on_a_second_stream_give_the_product(nccl, algorithm):
     """Each piece's collective on the communicator's own stream, its GEMM on the caller's
     (a stream of its own here, so nothing is ordered by the legacy default stream): the
@@ -74,11 +74,11 @@ def test_pieces_overlapped_on_a_second_stream_give_the_product(nccl, algorithm):
     cupy, _ = nccl
     a, b, c = _rand(cupy, 67, 45), _rand(cupy, 45, 38, seed=1), _rand(cupy, 67, 38, seed=2)
     want = 0.5 * a.astype(cupy.float64) @ b.astype(cupy.float64) + 2.0 * c.astype(cupy.float64)
-    la, lb = ("rows", "cols") if algorithm == "allgather" else ("cols", "rows")
+    la, lb = {"allgather": ("rows", "cols"), "reduce_scatter": ("cols", "rows")}.get(algorithm, ("block2d",) * 2)
     with cupy.cuda.Stream(non_blocking=True) as stream:
         A, B, C = kd.from_global(a, la), kd.from_global(b, lb), kd.from_global(c, "rows")
-        for chunks in (2, 5):
-            got = kd.gemm(A, B, C, alpha=0.5, beta=2.0, algorithm=algorithm, chunks=chunks).to_global()
+        for chunks in (2, 5):                           # SUMMA: panels of 16 (3 of them), chunks not used
+            got = kd.gemm(A, B, C, alpha=0.5, beta=2.0, algorithm=algorithm, chunks=chunks, panel=16).to_global()
             assert float(cupy.abs(got.astype(cupy.float64) - want).max() / cupy.abs(want).max()) < 1e-4, chunks
         stream.synchronize()
 

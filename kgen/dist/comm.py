@@ -122,6 +122,15 @@ class Communicator(ABC):
                 self.traffic.add(0, buf.nbytes)
         return self._bcast(_contiguous(buf), root)
 
+    def bcast_start(self, buf: np.ndarray, root: int) -> Pending:
+        """``bcast`` begun: its result comes from the Pending's ``wait()``; the same traffic."""
+        if self.size > 1:
+            if self.rank == root:
+                self.traffic.add(buf.nbytes * (self.size - 1), 0)
+            else:
+                self.traffic.add(0, buf.nbytes)
+        return self._bcast_start(_contiguous(buf), root)
+
     def allreduce(self, x: np.ndarray, op: str = "sum") -> np.ndarray:
         """The elementwise ``op`` ("sum" or "max") of every rank's ``x``."""
         self._check_op(op)
@@ -203,6 +212,10 @@ class Communicator(ABC):
     def _reduce_scatter_start(self, x: np.ndarray, counts: list[int], op: str) -> Pending:
         """A backend with asynchronous collectives begins it here; this one runs it now."""
         return Pending(self._reduce_scatter(x, counts, op))
+
+    def _bcast_start(self, buf: np.ndarray, root: int) -> Pending:
+        """A backend with asynchronous collectives begins it here; this one runs it now."""
+        return Pending(self._bcast(buf, root))
 
     @staticmethod
     def _check_op(op: str) -> None:

@@ -117,6 +117,17 @@ class MpiCommunicator(Communicator):
         self.comm.Bcast([_bytes(buf), self._mpi.BYTE], root=root)
         return buf
 
+    def _bcast_start(self, buf, root):
+        """Ibcast (as ``_allgatherv_start``), into ``buf`` (a copy where it is read-only)."""
+        buf = np.array(buf, copy=True) if not buf.flags.writeable else buf
+        request = self.comm.Ibcast([_bytes(buf), self._mpi.BYTE], root=root)
+
+        def finish():
+            request.Wait()
+            return buf
+
+        return Pending(finish=finish)
+
     def _op(self, op: str):
         return self._mpi.SUM if op == "sum" else self._mpi.MAX
 

@@ -192,6 +192,9 @@ class NcclCommunicator(Communicator):
     def _reduce_scatter_start(self, x, counts, op):
         return self._started(lambda: self._reduce_scatter(x, counts, op), x)
 
+    def _bcast_start(self, buf, root):
+        return self._started(lambda: self._bcast(buf, root), buf)
+
     # ---- data -----------------------------------------------------------------------------
 
     def _exchange(self, sends: dict[int, tuple[int, int]], recvs: dict[int, tuple[int, int]]) -> None:

@@ -8,8 +8,8 @@ begun (``Communicator.allgatherv_start``, ``reduce_scatter_start``: MPI's non-bl
 collectives on host ranks, NCCL on a second stream on GPU ranks) before the GEMM of the
 piece beside it runs. The same bytes move as with one piece, in ``chunks`` times the
 messages. All-gather chunks where A is already in row blocks (from another layout, the
-redistribution to row blocks would move more than the one all-gather); SUMMA's pieces are
-its k panels, one step after the other.
+redistribution to row blocks would move more than the one all-gather). SUMMA's pieces are
+its k panels: the broadcasts of the next panel are begun before this panel's GEMM runs.
 """
 
 from __future__ import annotations
@@ -117,15 +117,23 @@ def summa(ctx, A, B, C, alpha: float, beta: float, panel: int, chunks: int = 1) 
     acc_dtype = ctx.compute.gemm(a[:0, :0], b[:0, :0]).dtype
     xp = array_module(a)
     acc = xp.zeros((a.shape[0], b.shape[1]), dtype=acc_dtype)
-    for k0, k1 in summa_panels(k, lc.grid, panel):
+
+    def start(k0, k1):
+        """The broadcasts of the panel [k0, k1) begun: A's along the grid row, B's along the column."""
         qa = int(np.searchsorted(a_start, k0, side="right") - 1)       # grid column holding A's panel
         pb = int(np.searchsorted(b_start, k0, side="right") - 1)       # grid row holding B's panel
         a_panel = (a[:, k0 - a_start[qa]:k1 - a_start[qa]] if pc == qa
                    else xp.empty((a.shape[0], k1 - k0), dtype=a.dtype))
         b_panel = (b[k0 - b_start[pb]:k1 - b_start[pb], :] if pr == pb
                    else xp.empty((k1 - k0, b.shape[1]), dtype=b.dtype))
-        a_panel = row_comm.bcast(a_panel, root=qa)
-        b_panel = col_comm.bcast(b_panel, root=pb)
+        return row_comm.bcast_start(a_panel, root=qa), col_comm.bcast_start(b_panel, root=pb)
+
+    panels = summa_panels(k, lc.grid, panel)
+    pending = start(*panels[0]) if panels else None
+    for i in range(len(panels)):
+        a_panel, b_panel = pending[0].wait(), pending[1].wait()
+        if i + 1 < len(panels):
+            pending = start(*panels[i + 1])                           # the next panel moves beside this GEMM
         acc += ctx.compute.gemm(a_panel, b_panel)
     return lc, finish(acc, alpha, beta, c, A.dtype)
 
