@@ -61,7 +61,7 @@ REDUCE_OPS = ("sum", "max")
 
 
 class Pending:
-    """A collective begun (``Communicator.allgatherv_start``, ``reduce_scatter_start``):
+    """A collective begun (``Communicator.allgatherv_start``, ``reduce_scatter_start``, ``bcast_start``):
     ``wait()`` gives its result, so a rank computes between the start and the wait. A backend
     that moves data only synchronously gives one already done."""
 
@@ -94,15 +94,17 @@ class Communicator(ABC):
 
     def allgatherv(self, send: np.ndarray, counts: Sequence[int]) -> np.ndarray:
         """Every rank's ``send`` (``counts[r]`` elements from rank r), concatenated in rank order."""
-        size = send.dtype.itemsize
-        self.traffic.add(counts[self.rank] * (self.size - 1) * size, (sum(counts) - counts[self.rank]) * size)
+        self._count_allgatherv(send, counts)
         return self._allgatherv(_contiguous(send), list(counts))
 
     def allgatherv_start(self, send: np.ndarray, counts: Sequence[int]) -> Pending:
         """``allgatherv`` begun: its result comes from the Pending's ``wait()``; the same traffic."""
+        self._count_allgatherv(send, counts)
+        return self._allgatherv_start(_contiguous(send), list(counts))
+
+    def _count_allgatherv(self, send: np.ndarray, counts: Sequence[int]) -> None:
         size = send.dtype.itemsize
         self.traffic.add(counts[self.rank] * (self.size - 1) * size, (sum(counts) - counts[self.rank]) * size)
-        return self._allgatherv_start(_contiguous(send), list(counts))
 
     def gatherv(self, send: np.ndarray, counts: Sequence[int], root: int) -> np.ndarray | None:
         """As allgatherv, on ``root`` only (None elsewhere)."""
@@ -115,21 +117,20 @@ class Communicator(ABC):
 
     def bcast(self, buf: np.ndarray, root: int) -> np.ndarray:
         """``root``'s ``buf`` on every rank (others pass a buffer of the same shape and dtype)."""
-        if self.size > 1:
-            if self.rank == root:
-                self.traffic.add(buf.nbytes * (self.size - 1), 0)
-            else:
-                self.traffic.add(0, buf.nbytes)
+        self._count_bcast(buf, root)
         return self._bcast(_contiguous(buf), root)
 
     def bcast_start(self, buf: np.ndarray, root: int) -> Pending:
         """``bcast`` begun: its result comes from the Pending's ``wait()``; the same traffic."""
+        self._count_bcast(buf, root)
+        return self._bcast_start(_contiguous(buf), root)
+
+    def _count_bcast(self, buf: np.ndarray, root: int) -> None:
         if self.size > 1:
             if self.rank == root:
                 self.traffic.add(buf.nbytes * (self.size - 1), 0)
             else:
                 self.traffic.add(0, buf.nbytes)
-        return self._bcast_start(_contiguous(buf), root)
 
     def allreduce(self, x: np.ndarray, op: str = "sum") -> np.ndarray:
         """The elementwise ``op`` ("sum" or "max") of every rank's ``x``."""
@@ -143,17 +144,18 @@ class Communicator(ABC):
     def reduce_scatter(self, x: np.ndarray, counts: Sequence[int], op: str = "sum") -> np.ndarray:
         """Block r (``counts[r]`` elements, in order) of the elementwise ``op`` of every rank's
         ``x``, on rank r."""
-        self._check_op(op)
-        size = self.reduction_dtype(x.dtype).itemsize
-        self.traffic.add((sum(counts) - counts[self.rank]) * size, counts[self.rank] * (self.size - 1) * size)
+        self._count_reduce_scatter(x, counts, op)
         return self._reduce_scatter(_contiguous(x), list(counts), op)
 
     def reduce_scatter_start(self, x: np.ndarray, counts: Sequence[int], op: str = "sum") -> Pending:
         """``reduce_scatter`` begun: its result comes from the Pending's ``wait()``; the same traffic."""
+        self._count_reduce_scatter(x, counts, op)
+        return self._reduce_scatter_start(_contiguous(x), list(counts), op)
+
+    def _count_reduce_scatter(self, x: np.ndarray, counts: Sequence[int], op: str) -> None:
         self._check_op(op)
         size = self.reduction_dtype(x.dtype).itemsize
         self.traffic.add((sum(counts) - counts[self.rank]) * size, counts[self.rank] * (self.size - 1) * size)
-        return self._reduce_scatter_start(_contiguous(x), list(counts), op)
 
     def reduction_dtype(self, dtype: np.dtype) -> np.dtype:
         """The dtype a reduction of ``dtype`` travels in (a backend without half-precision
