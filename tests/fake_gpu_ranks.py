@@ -62,10 +62,52 @@ def _fake_cupy() -> types.ModuleType:
     cp.max = lambda x, axis=None: device_array(np.max(plain(x), axis=axis))
     cp.square = lambda x: device_array(np.square(plain(x)))
     cp.asnumpy = lambda x: np.array(plain(x))
-    stream = types.SimpleNamespace(ptr=0, synchronize=lambda: None)
     cp.cuda = types.ModuleType("cupy.cuda")
-    cp.cuda.get_current_stream = lambda: stream
+    cp.cuda.Stream = _Stream
+    cp.cuda.get_current_stream = _Stream.current
     return cp
+
+
+class _Event:
+    """An event of a stand-in stream: its work is done when it is recorded."""
+
+    done = True
+
+    def synchronize(self):
+        pass
+
+
+class _Stream:
+    """A CUDA stream stand-in: work runs when issued, so events are done at once; ``with``
+    makes it the thread's current stream (each rank a thread), as CuPy's does."""
+
+    _current = threading.local()
+
+    def __init__(self, non_blocking: bool = False, ptr: int | None = None):
+        self.ptr = id(self) if ptr is None else ptr
+        self.waited = []
+
+    @classmethod
+    def current(cls) -> "_Stream":
+        stack = cls._current.__dict__.setdefault("stack", [cls(ptr=0)])
+        return stack[-1]
+
+    def record(self, event=None) -> _Event:
+        return _Event()
+
+    def wait_event(self, event) -> None:
+        self.waited.append(event)
+
+    def synchronize(self) -> None:
+        pass
+
+    def __enter__(self):
+        self.current()
+        self._current.stack.append(self)
+        return self
+
+    def __exit__(self, *exc):
+        self._current.stack.pop()
 
 
 class FakeNcclModule:
@@ -152,6 +194,12 @@ class _Comm:
         every = self.world.exchange(self.rank, self._array(send, count * self.world.size, kind).copy())
         out = np.sum(every, axis=0) if op == 0 else np.max(every, axis=0)
         self._array(recv, count, kind)[:] = out[self.rank * count:(self.rank + 1) * count]
+
+    def check_async_error(self):
+        pass
+
+    def abort(self):
+        pass
 
     def destroy(self):
         pass

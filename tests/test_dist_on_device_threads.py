@@ -72,3 +72,30 @@ def test_gemm_algorithms_and_reductions_on_device_threads(ranks, size, dtype, to
         assert np.isclose(total, a.astype(np.float64).sum(), rtol=1e-3, atol=1e-2)
         assert np.array_equal(columns, a.max(axis=0, keepdims=True))
         assert np.isclose(norm, np.linalg.norm(a.astype(np.float64)), rtol=1e-6)
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 4])
+def test_pieces_begun_on_the_communicators_stream_on_device_threads(ranks, size):
+    """All-gather and reduce-scatter in pieces and SUMMA's begun broadcasts on GPU ranks: each
+    collective issued on the communicator's own stream (a stand-in that makes it current while
+    it issues), the caller's stream told to wait on it; the product against NumPy."""
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((11, 7)), rng.standard_normal((7, 5))
+    want = a @ b
+
+    def body(ctx, rank, size):
+        from fake_gpu_ranks import _Stream
+
+        errors = {}
+        for algorithm, la, lb in (("allgather", "rows", "cols"), ("reduce_scatter", "cols", "rows"),
+                                  ("summa", "block2d", "block2d")):
+            A, B = _matrix(ctx, a, la, rank, size), _matrix(ctx, b, lb, rank, size)
+            waits = len(_Stream.current().waited)
+            out = gemm(A, B, algorithm=algorithm, chunks=3, panel=2)
+            errors[algorithm] = (float(np.abs(plain(out.to_global()) - want).max()),
+                                 len(_Stream.current().waited) - waits)
+        return errors
+
+    for errors in ranks(size, body):
+        for algorithm, (error, waits) in errors.items():
+            assert error < 1e-12 and waits >= 3, (algorithm, error, waits)    # 3 pieces, or 4 panels x 2
