@@ -25,6 +25,7 @@ on before a collective) are not counted. ``messages`` counts collective calls th
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Sequence
@@ -223,6 +224,18 @@ class Communicator(ABC):
     def _check_op(op: str) -> None:
         if op not in REDUCE_OPS:
             raise ValueError(f"reduction {op!r} is not one of {REDUCE_OPS}")
+
+
+def poll(ready, timeout_s: float, first_nap: float = 1e-5, longest_nap: float = 1e-3) -> bool:
+    """Call ``ready()`` with doubling naps between calls until it is true (True), or until
+    ``timeout_s`` seconds have passed (False; 0 or less: no limit)."""
+    start, nap = time.monotonic(), first_nap
+    while not ready():
+        if timeout_s > 0 and time.monotonic() - start > timeout_s:
+            return False
+        time.sleep(nap)
+        nap = min(nap * 2, longest_nap)
+    return True
 
 
 def offsets(counts) -> list[int]:

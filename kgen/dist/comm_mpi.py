@@ -7,11 +7,10 @@ type otherwise, and the result comes back in the type it was given.
 
 from __future__ import annotations
 
-import time
 
 import numpy as np
 
-from kgen.dist.comm import Communicator, Pending, Traffic, offsets
+from kgen.dist.comm import Communicator, Pending, Traffic, offsets, poll
 from kgen.dist.dtypes import accumulator
 
 
@@ -39,16 +38,12 @@ class MpiCommunicator(Communicator):
             return
         from kgen.errors import RankLostError
 
-        start, nap = time.monotonic(), 1e-5
         try:
             request = self.comm.Ibarrier()
-            while not request.Test():
-                if time.monotonic() - start > timeout_s:
-                    raise RankLostError(f"rank {self.rank}: not every one of the {self.size} ranks reached a "
-                                        f"collective call within {timeout_s:g} s (KGEN_DIST_TIMEOUT)",
-                                        rank=self.rank, world_size=self.size)
-                time.sleep(nap)
-                nap = min(nap * 2, 1e-3)
+            if not poll(request.Test, timeout_s):
+                raise RankLostError(f"rank {self.rank}: not every one of the {self.size} ranks reached a "
+                                    f"collective call within {timeout_s:g} s (KGEN_DIST_TIMEOUT)",
+                                    rank=self.rank, world_size=self.size)
         except self._mpi.Exception as exc:
             raise RankLostError(f"rank {self.rank}: MPI failed waiting for the other ranks ({exc})",
                                 rank=self.rank, world_size=self.size) from None

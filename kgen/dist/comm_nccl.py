@@ -13,9 +13,7 @@ array's own type otherwise; a reduce-scatter of unequal blocks pads each to the 
 
 from __future__ import annotations
 
-import time
-
-from kgen.dist.comm import Communicator, Pending, Traffic, offsets
+from kgen.dist.comm import Communicator, Pending, Traffic, offsets, poll
 from kgen.dist.dtypes import accumulator
 
 
@@ -116,17 +114,20 @@ class NcclCommunicator(Communicator):
         if timeout_s <= 0:
             done.synchronize()
             return
-        start, nap = time.monotonic(), 1e-5
-        while not done.done:
-            failure = self._async_error()
-            if failure is not None or time.monotonic() - start > timeout_s:
-                self.abort()
-                why = f"NCCL reported {failure}" if failure is not None else \
-                    f"its collectives did not finish within {timeout_s:g} s (KGEN_DIST_TIMEOUT)"
-                raise RankLostError(f"rank {self.rank} of {self.size}: {why}; the NCCL communicator is aborted",
-                                    rank=self.rank, world_size=self.size)
-            time.sleep(nap)
-            nap = min(nap * 2, 1e-3)
+        failure = []
+
+        def over() -> bool:                          # done, or NCCL has reported an error
+            if done.done:
+                return True
+            failure.extend(f for f in (self._async_error(),) if f is not None)
+            return bool(failure)
+
+        if not poll(over, timeout_s) or failure:
+            self.abort()
+            why = f"NCCL reported {failure[0]}" if failure else \
+                f"its collectives did not finish within {timeout_s:g} s (KGEN_DIST_TIMEOUT)"
+            raise RankLostError(f"rank {self.rank} of {self.size}: {why}; the NCCL communicator is aborted",
+                                rank=self.rank, world_size=self.size)
 
     def abort(self) -> None:
         """Abort the NCCL communicator (its queued collectives end); it is unusable after."""

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import pickle
 import threading
-import time
 from datetime import timedelta
 
+from kgen.dist.comm import poll
 from kgen.errors import BackendError, RankLostError
 
 
@@ -97,15 +97,17 @@ class StoreChannel:
         count = self.store.add(key, 1)
         if self.rank == 0:
             self._written.append((seq, key))
-        start, nap = time.monotonic(), 1e-4
-        while count < self.size:
-            if timeout_s > 0 and time.monotonic() - start > timeout_s:
-                raise RankLostError(f"rank {self.rank}: {count} of the {self.size} ranks reached a collective "
-                                    f"call within {timeout_s:g} s (KGEN_DIST_TIMEOUT)",
-                                    rank=self.rank, world_size=self.size)
-            time.sleep(nap)
-            nap = min(nap * 2, 1e-2)
-            count = self.store.add(key, 0)
+        arrived = [count]
+
+        def everyone() -> bool:
+            if arrived[0] < self.size:
+                arrived[0] = self.store.add(key, 0)
+            return arrived[0] >= self.size
+
+        if not (count >= self.size or poll(everyone, timeout_s, 1e-4, 1e-2)):
+            raise RankLostError(f"rank {self.rank}: {arrived[0]} of the {self.size} ranks reached a collective "
+                                f"call within {timeout_s:g} s (KGEN_DIST_TIMEOUT)",
+                                rank=self.rank, world_size=self.size)
         self._everyone_passed(seq)
 
     def split(self, color: int, key: int) -> StoreChannel:

@@ -149,14 +149,11 @@ def measure(ctx, problem: Problem, values: dict, warmup: int, runs: int, operand
     from kgen.dist.gemm import gemm
 
     A, B, a, b = operands.get(problem)
-    if ctx.backend == "nccl":                     # the device's work done, or RankLostError (a lost peer)
-        from kgen.knobs import knobs
+    from kgen.knobs import knobs
 
-        def sync():
+    def sync():                                   # the device's work done, or RankLostError (a lost peer)
+        if ctx.backend == "nccl":
             ctx.comm.wait_stream(knobs.dist_timeout_s)
-    else:
-        def sync():
-            pass
     algorithm, panel, chunks = values["ALG"], values["PANEL"], values["CHUNKS"]
     first = gemm(A, B, algorithm=algorithm, panel=panel, chunks=chunks)
     whole = first.to_global(root=0)
