@@ -36,18 +36,30 @@ MAX_FLOPS = 2e12
 DTYPES = {"bfloat16": 0.4, "float16": 0.1, "tf32": 0.25, "float32": 0.25}   # share of the grid
 
 
-def grid(count: int = 96, seed: int = 20261205) -> list[dict]:
-    """``count`` problems of the lattice (see the module's text), the same every time.
+KINDS = {
+    "grid": [("small", "large", "large"), ("large", "small", "large"), ("small", "mid", "large"),
+             ("mid", "mid", "mid"), ("large", "large", "small"), ("mid", "large", "mid"),
+             ("large", "mid", "large"), ("large", "large", "mid"), ("small", "large", "mid"),
+             ("mid", "small", "large"), ("large", "large", "large"), ("mid", "mid", "large")],
+    # problems whose work takes a microsecond or two: what each family's launch and prologue cost
+    "tiny": [("small", "small", "small"), ("small", "small", "mid"), ("small", "mid", "small"),
+             ("mid", "small", "small"), ("mid", "mid", "small"), ("small", "mid", "mid"), ("mid", "small", "mid")],
+}
+SEEDS = {"grid": 20261205, "tiny": 20261206}
+
+
+def grid(count: int = 96, seed: int | None = None, lattice: str = "grid") -> list[dict]:
+    """``count`` problems of the lattice (see the module's text), the same every time;
+    ``lattice`` "tiny" draws only problems of small and mid dimensions (the launch floor).
 
     >>> g = grid(16)
     >>> len(g), g == grid(16), all(2 * p["m"] * p["n"] * p["k"] <= MAX_FLOPS for p in g)
     (16, True, True)
+    >>> max(max(p["m"], p["n"], p["k"]) for p in grid(48, lattice="tiny"))
+    1536
     """
-    rng = random.Random(seed)
-    kinds = [("small", "large", "large"), ("large", "small", "large"), ("small", "mid", "large"),
-             ("mid", "mid", "mid"), ("large", "large", "small"), ("mid", "large", "mid"),
-             ("large", "mid", "large"), ("large", "large", "mid"), ("small", "large", "mid"),
-             ("mid", "small", "large"), ("large", "large", "large"), ("mid", "mid", "large")]
+    rng = random.Random(SEEDS[lattice] if seed is None else seed)
+    kinds = KINDS[lattice]
     pools = {"small": SMALL, "mid": MID, "large": LARGE}
     labels = [label for label, share in DTYPES.items() for _ in range(round(share * count))]
     labels = (labels + ["bfloat16"] * count)[:count]
@@ -106,10 +118,12 @@ def main() -> int:
     parser.add_argument("--random", type=int, default=8, help="more candidates drawn from the rest")
     parser.add_argument("--timeout", type=float, default=20.0, help="seconds per (problem, family) at most")
     parser.add_argument("--budget", type=float, default=0, help="stop starting problems after this many seconds")
+    parser.add_argument("--lattice", choices=sorted(KINDS), default="grid",
+                        help="grid: the lattice of every kind; tiny: small and mid dimensions only")
     parser.add_argument("--list", action="store_true", help="print the grid and stop")
     parser.add_argument("--out", default="", help="the recording (.jsonl.gz)")
     args = parser.parse_args()
-    shapes = grid(args.count)
+    shapes = grid(args.count, lattice=args.lattice)
     if args.list:
         for s in shapes:
             print(f"{s['m']}x{s['n']}x{s['k']} {s['layout']} {s['precision'] or s['dtype']}")
