@@ -85,11 +85,15 @@ def ways(shape: dict, target) -> list:
     """(spec, problem) of every way a family runs the shape, as ``kgen.gemm`` would consider."""
     from kgen.kernels.gemm.route import gemm_request, tensor_core_candidates, uses_tensor_cores
 
+    from kgen.kernels.gemm.cost import has_model
+
     m, n, k, dtype, layout = (shape[f] for f in ("m", "n", "k", "dtype", "layout"))
     if uses_tensor_cores(dtype, shape["precision"], "none", None):
-        return [(spec, problem) for spec, problem, _ in
-                tensor_core_candidates(dict(m=m, n=n, k=k, dtype=dtype, layout=layout), target)]
-    return gemm_request("gemm", m, n, k, dtype, layout, target)
+        found = [(spec, problem) for spec, problem, _ in
+                 tensor_core_candidates(dict(m=m, n=n, k=k, dtype=dtype, layout=layout), target)]
+    else:
+        found = gemm_request("gemm", m, n, k, dtype, layout, target)
+    return [(spec, problem) for spec, problem in found if has_model(spec.family)]   # the model's families
 
 
 def listed_configs(spec, problem, target, top: int, extra: int, seed: int) -> dict[str, dict]:

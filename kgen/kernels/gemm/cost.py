@@ -6,7 +6,7 @@ the device (waves of tiles over the SMs; each tile's k-blocks bounded by tensor 
 throughput, shared-memory reads, the L2 feed of each SM and load latency over the pipeline
 depth; a fixed launch and prologue cost, each tile's fixed cost, the epilogue, split-K's
 reduction; floors of the L2 and DRAM traffic: A read once per block column, B once per block
-row), times a learned correction exp(w . features) fitted by ``scripts/train_gemm_cost.py``
+row); all but the launch times a learned correction exp(w . features) fitted by ``scripts/train_gemm_cost.py``
 on recorded measurements. Every constant, the analytical ones included, lives in
 ``cost_model.json`` next to this file, whose ``version`` names them.
 
@@ -439,14 +439,17 @@ def terms(family: str, problem: Problem, target: Target, cols: Mapping[str, np.n
 
 def predict_columns(family: str, problem: Problem, target: Target, cols: Mapping[str, np.ndarray],
                     fitted: Mapping[str, Any] | None = None) -> np.ndarray:
-    """Predicted ms of every config in ``cols``: analytical time x exp(learned correction)."""
+    """Predicted ms of every config in ``cols``: the launch (``launch_us``, measured on problems
+    of no work) plus the analytical time's rest x exp(learned correction)."""
     fitted = fitted if fitted is not None else _model()["families"][family]
     ms, feats = terms(family, problem, target, cols, fitted["hw"], fitted["features"])
     corr = float(fitted.get("bias", 0.0))
     for name, mean, scale, w in zip(fitted["features"], fitted["mean"], fitted["scale"], fitted["weights"]):
         corr = corr + w * (feats[name] - mean) / scale
     limit = fitted.get("clip", 3.0)
-    out = ms * np.exp(np.clip(corr, -limit, limit))
+    # the correction scales the work; a launch that does no work takes launch_us whatever the config
+    launch = fitted["hw"]["launch_us"] * 1e-3
+    out = launch + np.maximum(ms - launch, 0.0) * np.exp(np.clip(corr, -limit, limit))
     return np.where(np.isfinite(out), out, np.inf)
 
 
