@@ -169,7 +169,7 @@ class Knobs:
     staging_copy_gbs = _EnvKnob("KGEN_STAGING_COPY_GBS", float, lambda: 2500.0,
                                 "the copy rate (GB/s, bytes read plus written) dispatch assumes for staging "
                                 "an operand into padded rows")
-    staging_launch_us = _EnvKnob("KGEN_STAGING_LAUNCH_US", float, lambda: 5.0,
+    staging_launch_us = _EnvKnob("KGEN_STAGING_LAUNCH_US", float, lambda: 3.0,
                                  "the fixed cost (microseconds) dispatch adds per staged operand")
     untuned = _EnvKnob("KGEN_UNTUNED", _one_of("model", "nearest", "default"), lambda: "model",
                        "how dispatch picks a config for a problem with no tuned record: model (the "
