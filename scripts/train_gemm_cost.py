@@ -113,6 +113,10 @@ FIT_HW = {
 # (the median of their lowest LAUNCH_QUANTILE), a launch that does no work
 LAUNCH_QUANTILE = 0.25
 WORK_FLOOR_MS = 0.5e-3   # measured time over the launch, at least this (noise on problems of no work)
+# kinds of config whose level the listwise fit cannot set (it ranks configs near each problem's
+# best): a shift fitted on every measurement, the median residual of the kind against the rest's
+# (gemm_mma's plain loads, an operand not 4-byte aligned: synchronous loads, no cp.async)
+LEVELS = {"gemm_mma": ["plain"]}
 HW_PRIOR = {"gemm_wgmma": 1.0, "gemm_mma": 1.0, "gemm": 1.0}   # pull of the constants' starting values
 HW_EVALS = 700       # Nelder-Mead evaluations per fit of the constants
 RIDGE = {"gemm_wgmma": 3.0, "gemm_mma": 3.0, "gemm": 3.0}
@@ -391,6 +395,31 @@ def launch_floor(groups: list[Group], default_us: float) -> float:
     return float(statistics.median(bests[:max(1, round(len(bests) * LAUNCH_QUANTILE))]))
 
 
+def fit_levels(family: str, groups: list[Group], fitted: dict) -> dict:
+    """The LEVELS shifts of ``family`` on the correction (log units, within +-CLIP): over every
+    measurement, the median residual of the work (measured and predicted, over the launch) of
+    configs of the kind, less that of the others."""
+    names = LEVELS.get(family, [])
+    if not names:
+        return {}
+    launch = fitted["hw"]["launch_us"] * 1e-3
+    resid, kinds = [], {n: [] for n in names}
+    for g in groups:
+        pred = predict(g, fitted)
+        _, feats = g.arrays(fitted["hw"], names)
+        work = np.maximum(np.asarray(g.times) - launch, WORK_FLOOR_MS)
+        resid.append(np.log(work) - np.log(np.maximum(pred - launch, 1e-9)))
+        for n in names:
+            kinds[n].append(feats[n] > 0.5)
+    resid = np.concatenate(resid)
+    out = {}
+    for n in names:
+        kind = np.concatenate(kinds[n])
+        if kind.any() and (~kind).any():
+            out[n] = float(np.clip(np.median(resid[kind]) - np.median(resid[~kind]), -CLIP, CLIP))
+    return out
+
+
 def predict(group: Group, fitted: dict) -> np.ndarray:
     cols = gc.columns(group.family, group.values)
     return gc.predict_columns(group.family, group.problem, TARGET, cols, fitted)
@@ -465,6 +494,7 @@ def lopo(family: str, groups: list[Group], hw: dict, eval_groups: list[Group], m
         train = [h for h in groups if h.key != g.key]
         fold_hw = fit_hw(family, train, hw) if FIT_HW.get(family) else hw
         fitted = FIT[family](family, train, fold_hw)
+        fitted["levels"] = fit_levels(family, train, fitted)
         row = evaluate(family, fitted, g)
         a = evaluate(family, analytic_only(fold_hw), g)
         row["analytic_ratio"], row["analytic_rank"] = a["pick_ratio"], a["pick_rank"]
@@ -520,6 +550,7 @@ def train(family: str, lopo_eval: bool = True, verbose: bool = True):
     start = dict(HW[family], launch_us=launch_floor(groups, HW[family]["launch_us"]))
     hw = fit_hw(family, groups, start) if FIT_HW.get(family) else start
     fitted = FIT[family](family, groups, hw)
+    fitted["levels"] = fit_levels(family, groups, fitted)
     fitted["catalogue"] = {"core_params": list(gc.CORE[family]), "cores": [list(c) for c in
                                                                         catalogue(family, shipped, spaces)]}
     fitted["data"] = {"groups": len(groups), "measurements": int(sum(len(g.times) for g in groups)),

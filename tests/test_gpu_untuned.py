@@ -125,3 +125,29 @@ def test_staged_operands_run_the_hopper_family_and_are_correct(kind, monkeypatch
         err = _relerr(c, ref, real)
         assert err <= TOLERANCE[dtype], f"{dtype} {m}x{n}x{k} {layout} {choice.config}: error {err:.2e}"
     kgen.refresh()
+
+
+@pytest.mark.parametrize("itemsize", [2, 4])
+def test_stage_rows_copies_odd_rows_at_any_offset_into_aligned_rows(itemsize):
+    """The staging copy: rows of odd length that start at odd element offsets, more rows than
+    the grid's y holds, the tail of each padded row zeroed and nothing past it written."""
+    import cupy
+
+    from kgen.kernels.gemm.staging import padded_ld, stage_rows
+
+    dtype = cupy.uint16 if itemsize == 2 else cupy.uint32
+    rng = cupy.random.default_rng(11)
+    for rows, cols, offset in [(3, 5, 1), (257, 1001, 3), (70001, 3, 1), (9, 4099, 0)]:
+        ld = cols + 7                                    # a source row stride that is not the row length
+        base = rng.integers(1, 2 ** (8 * itemsize) - 1, size=rows * ld + offset, dtype=cupy.uint64).astype(dtype)
+        src = base[offset:offset + (rows - 1) * ld + cols]
+        dst_ld = padded_ld(cols, "float16" if itemsize == 2 else "float32")
+        dst = cupy.full((rows + 1, dst_ld), 0xAB, dtype=dtype)          # one more row: must stay untouched
+        stage_rows(src.data.ptr, ld, dst.data.ptr, dst_ld, rows, cols, itemsize)
+        cupy.cuda.get_current_stream().synchronize()
+        want = cupy.lib.stride_tricks.as_strided(src, (rows, cols), (ld * itemsize, itemsize))
+        assert bool((dst[:rows, :cols] == want).all()), (rows, cols, offset)
+        per = 16 // itemsize
+        tail = dst[:rows, cols:min(dst_ld, -(-cols // per) * per)]
+        assert tail.size == 0 or int(tail.max()) == 0                      # the last vector's padding: zeros
+        assert bool((dst[rows] == 0xAB).all())

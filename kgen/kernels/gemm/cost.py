@@ -389,6 +389,7 @@ FEATURES: dict[str, dict[str, Callable]] = {
         "vb_narrow": lambda e: _log2(16.0 / (e["vb"] * e["elt"])),
         "va_plain": lambda e: (e["va"] * e["elt"] < 4) * 1.0,
         "vb_plain": lambda e: (e["vb"] * e["elt"] < 4) * 1.0,
+        "plain": lambda e: ((e["va"] * e["elt"] < 4) | (e["vb"] * e["elt"] < 4)) * 1.0,
         "wk": lambda e: _log2(e["wk"]),
         "quant": lambda e: _log2(e["tiles"] / (_cdiv(e["tiles"], e["slots"]) * e["slots"])),
         "inv_kb": lambda e: 1.0 / e["kb"],
@@ -442,10 +443,14 @@ def predict_columns(family: str, problem: Problem, target: Target, cols: Mapping
     """Predicted ms of every config in ``cols``: the launch (``launch_us``, measured on problems
     of no work) plus the analytical time's rest x exp(learned correction)."""
     fitted = fitted if fitted is not None else _model()["families"][family]
-    ms, feats = terms(family, problem, target, cols, fitted["hw"], fitted["features"])
+    levels = fitted.get("levels", {})
+    ms, feats = terms(family, problem, target, cols, fitted["hw"],
+                      [*fitted["features"], *(n for n in levels if n not in fitted["features"])])
     corr = float(fitted.get("bias", 0.0))
     for name, mean, scale, w in zip(fitted["features"], fitted["mean"], fitted["scale"], fitted["weights"]):
         corr = corr + w * (feats[name] - mean) / scale
+    for name, shift in levels.items():        # a kind of config's level against the others' (all problems)
+        corr = corr + shift * feats[name]
     limit = fitted.get("clip", 3.0)
     # the correction scales the work; a launch that does no work takes launch_us whatever the config
     launch = fitted["hw"]["launch_us"] * 1e-3

@@ -90,21 +90,88 @@ class Staging:
         return buf
 
     def _copy(self, i: int, x, transposed: bool, device: int, stream) -> int:
-        cols = self.shapes[i][1]
+        rows, cols = self.shapes[i]
         if self.kind == "torch":
             src = x.T if transposed else x
             buf = self._buffer(i, device, stream, x)
-            buf[:, :cols].copy_(src.view(buf.dtype) if src.dtype != buf.dtype else src)
+            if src.stride(1) == 1 and src.stride(0) >= cols:
+                stage_rows(src.data_ptr(), src.stride(0), buf.data_ptr(), buf.stride(0), rows, cols,
+                           _ITEMSIZE[self.dtype], stream)
+            else:
+                buf[:, :cols].copy_(src.view(buf.dtype) if src.dtype != buf.dtype else src)
             return buf.data_ptr()
         import cupy
 
         arr = cupy.from_dlpack(x) if self.kind == "jax" else cupy.asarray(x)
         src = arr.T if transposed else arr
         buf = self._buffer(i, device, cupy.cuda.get_current_stream().ptr, None)
-        if src.dtype != buf.dtype:
-            src = src.view(buf.dtype)
-        buf[:, :cols] = src
+        size = _ITEMSIZE[self.dtype]
+        if src.strides[1] == size and src.strides[0] >= cols * size:
+            stage_rows(src.data.ptr, src.strides[0] // size, buf.data.ptr, buf.strides[0] // size, rows, cols, size)
+        else:
+            buf[:, :cols] = src.view(buf.dtype) if src.dtype != buf.dtype else src
         return buf.data.ptr
+
+
+# rows of a (rows x cols) source whose rows are contiguous, at any element offset, copied into
+# rows of a 16-byte-aligned stride: each thread writes one 16-byte vector of a row (zeros past
+# cols) from scalar loads a warp reads contiguously; rows over the grid's y (a stride past 65535)
+_STAGE_ROWS = r"""
+template <typename T>
+__device__ __forceinline__ void stage_rows(const T* __restrict__ src, long long src_ld, T* __restrict__ dst,
+                                           long long dst_ld, int rows, int cols) {
+  constexpr int V = 16 / sizeof(T);
+  const int v = blockIdx.x * blockDim.x + threadIdx.x;
+  const int c0 = v * V;
+  if (c0 >= cols) return;
+  for (int r = blockIdx.y; r < rows; r += gridDim.y) {
+    const T* s = src + (long long)r * src_ld + c0;
+    union { uint4 u; T e[V]; } out;
+    if (c0 + V <= cols) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) out.e[j] = s[j];
+    } else {
+#pragma unroll
+      for (int j = 0; j < V; ++j) out.e[j] = c0 + j < cols ? s[j] : T(0);
+    }
+    *reinterpret_cast<uint4*>(dst + (long long)r * dst_ld + c0) = out.u;
+  }
+}
+extern "C" __global__ void kgen_stage_rows2(const unsigned short* src, long long src_ld, unsigned short* dst,
+                                            long long dst_ld, int rows, int cols) {
+  stage_rows<unsigned short>(src, src_ld, dst, dst_ld, rows, cols);
+}
+extern "C" __global__ void kgen_stage_rows4(const unsigned int* src, long long src_ld, unsigned int* dst,
+                                            long long dst_ld, int rows, int cols) {
+  stage_rows<unsigned int>(src, src_ld, dst, dst_ld, rows, cols);
+}
+"""
+_STAGE_THREADS = 128
+_KERNELS: dict[tuple[int, int], Any] = {}
+
+
+def stage_rows(src: int, src_ld: int, dst: int, dst_ld: int, rows: int, cols: int, itemsize: int,
+               stream: int | None = None) -> None:
+    """Copy ``rows`` rows of ``cols`` elements of ``itemsize`` bytes (2 or 4) from ``src`` (a
+    row every ``src_ld`` elements) into ``dst`` (a row every ``dst_ld`` elements, a multiple of
+    16 bytes, as is ``dst``), the rest of each destination row's last 16 bytes zeroed; on
+    ``stream`` (a cudaStream_t), else CuPy's current stream."""
+    import cupy
+
+    device = cupy.cuda.Device().id
+    kernel = _KERNELS.get((device, itemsize))
+    if kernel is None:
+        kernel = _KERNELS[(device, itemsize)] = cupy.RawModule(code=_STAGE_ROWS, options=("-std=c++17",)).get_function(
+            f"kgen_stage_rows{itemsize}")
+    per = 16 // itemsize
+    grid = (math.ceil(math.ceil(cols / per) / _STAGE_THREADS), min(rows, 65535))
+    args = (cupy.uint64(src), cupy.int64(src_ld), cupy.uint64(dst), cupy.int64(dst_ld), cupy.int32(rows),
+            cupy.int32(cols))
+    if stream is None:
+        kernel(grid, (_STAGE_THREADS,), args)
+    else:
+        with cupy.cuda.ExternalStream(stream, device):
+            kernel(grid, (_STAGE_THREADS,), args)
 
 
 def _empty(kind: str, like, shape, dtype: str):
