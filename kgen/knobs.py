@@ -166,7 +166,7 @@ class Knobs:
                        "operands the Hopper family cannot read by TMA (rows not a multiple of 16 bytes) "
                        "may be copied into padded rows so it runs them, where that wins with the copy's "
                        "cost counted (0: such requests go to the portable family)")
-    staging_copy_gbs = _EnvKnob("KGEN_STAGING_COPY_GBS", float, lambda: 2500.0,
+    staging_copy_gbs = _EnvKnob("KGEN_STAGING_COPY_GBS", float, lambda: 3600.0,
                                 "the copy rate (GB/s, bytes read plus written) dispatch assumes for staging "
                                 "an operand into padded rows")
     staging_launch_us = _EnvKnob("KGEN_STAGING_LAUNCH_US", float, lambda: 3.0,
