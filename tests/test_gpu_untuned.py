@@ -133,7 +133,7 @@ def test_stage_rows_copies_odd_rows_at_any_offset_into_aligned_rows(itemsize):
     the grid's y holds, the tail of each padded row zeroed and nothing past it written."""
     import cupy
 
-    from kgen.kernels.gemm.staging import padded_ld, stage_rows
+    from kgen.kernels.gemm.staging import padded_ld, stage_rows, unstage_rows
 
     dtype = cupy.uint16 if itemsize == 2 else cupy.uint32
     rng = cupy.random.default_rng(11)
@@ -151,3 +151,54 @@ def test_stage_rows_copies_odd_rows_at_any_offset_into_aligned_rows(itemsize):
         tail = dst[:rows, cols:min(dst_ld, -(-cols // per) * per)]
         assert tail.size == 0 or int(tail.max()) == 0                      # the last vector's padding: zeros
         assert bool((dst[rows] == 0xAB).all())
+        back = cupy.full(rows * ld + offset + 5, 0xCD, dtype=dtype)         # and the way back
+        unstage_rows(dst.data.ptr, dst_ld, back[offset:].data.ptr, ld, rows, cols, itemsize)
+        cupy.cuda.get_current_stream().synchronize()
+        got = cupy.lib.stride_tricks.as_strided(back[offset:], (rows, cols), (ld * itemsize, itemsize))
+        assert bool((got == want).all()), (rows, cols, offset)
+        gaps = cupy.lib.stride_tricks.as_strided(back[offset + cols:], (rows, ld - cols), (ld * itemsize, itemsize))
+        assert bool((gaps == 0xCD).all()) and bool((back[:offset] == 0xCD).all())   # nothing else written
+
+
+@pytest.mark.parametrize("kind", ["cupy", "torch"])
+def test_an_unaligned_output_is_written_through_padded_rows_and_is_correct(kind, monkeypatch):
+    """An output whose rows TMA cannot store (N = 1001 half values), large enough to be staged:
+    a new output, and beta * C read from the caller's C; PyTorch on a side stream."""
+    import cupy
+    import torch
+
+    import kgen
+    from kgen.kernels.gemm.tc import as_float64, torch_view
+
+    monkeypatch.setenv("KGEN_VENDOR", "0")
+    monkeypatch.setenv("KGEN_USE_SHIPPED_DB", "0")
+    kgen.refresh()
+    for dtype, (m, n, k, layout) in [("float16", (4096, 1001, 16, "NN")), ("bfloat16", (3001, 1003, 40, "TN"))]:
+        a, b, ref, kwargs, real = _operands(m, n, k, layout, dtype, seed=5)
+        choice = kgen.gemm_choice(a, b, **kwargs)
+        assert choice.family == "gemm_wgmma" and "c" in choice.staged, choice
+        rng = cupy.random.default_rng(9)
+        c0 = (rng.random((m, n), dtype=cupy.float64) * 2 - 1).astype(cupy.float32)
+        c0 = c0.astype(cupy.float16) if real == "float16" else c0
+        from kgen.kernels.gemm.tc import to_bf16
+        c0 = to_bf16(c0) if real == "bfloat16" else c0
+        want = 0.5 * ref + 2.0 * as_float64(c0, real)
+        if kind == "torch":
+            ta, tb = torch_view(a, real), torch_view(b, real)
+            tc = torch_view(c0.copy(), real)
+            side = torch.cuda.Stream()
+            with torch.cuda.stream(side):
+                out = kgen.gemm(ta, tb)
+                out = kgen.gemm(ta, tb)                               # the plan's buffer, reused
+                kgen.gemm(ta, tb, tc, alpha=0.5, beta=2.0)
+            side.synchronize()
+            new = cupy.from_dlpack(out.view(torch.uint16) if real == "bfloat16" else out)
+            acc = cupy.from_dlpack(tc.view(torch.uint16) if real == "bfloat16" else tc)
+        else:
+            new = kgen.gemm(a, b, **kwargs)
+            acc = c0.copy()
+            kgen.gemm(a, b, acc, alpha=0.5, beta=2.0, **kwargs)
+        assert _relerr(new, ref, real) <= TOLERANCE[dtype], f"{dtype} {m}x{n}x{k}: new output"
+        err = float(cupy.abs(as_float64(acc, real) - want).max()) / float(cupy.abs(want).max())
+        assert err <= 2 * TOLERANCE[dtype], f"{dtype} {m}x{n}x{k}: beta, error {err:.2e}"
+    kgen.refresh()

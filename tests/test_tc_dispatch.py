@@ -166,6 +166,28 @@ def test_unaligned_operands_are_staged_for_the_hopper_family_where_that_wins(mon
         assert plan.spec.family == "gemm_mma" and plan.staging is None
 
 
+def test_an_unaligned_output_is_written_through_padded_rows_where_it_is_large(monkeypatch):
+    """C's rows of 2002 bytes cannot be stored by TMA: a plan whose Hopper config stores by TMA
+    writes into 16-byte rows and copies them back, from KGEN_STAGING_C_MIN_BYTES on."""
+    from kgen.ops.gemm_tc import make_plan
+
+    monkeypatch.setenv("KGEN_VENDOR", "0")
+    with fake_dispatch(H200) as f:
+        a = FakeArray((8192, 16), "float16")
+        b = FakeArray((16, 1001), "float16", ptr=BASE + 0x1000_0000)      # B's rows unaligned too
+        plan = make_plan(f.dispatcher, a, b, None, None, None, None, None, None)
+        assert plan.spec.family == "gemm_wgmma" and plan.config.get("TMA_STORE", 0) == 1
+        assert plan.staging.out == (8192, 1001, "float16") and plan.staging.ldc == 1008
+        assert plan.ldc == 1001 and plan.staging.label.endswith("c")
+        monkeypatch.setenv("KGEN_STAGING_C_MIN_BYTES", str(1 << 30))
+        plan = make_plan(f.dispatcher, a, b, None, None, None, None, None, None)
+        assert plan.staging is None or plan.staging.out is None
+        b = FakeArray((16, 1000), "float16", ptr=BASE + 0x1000_0000)      # aligned rows: nothing staged
+        monkeypatch.delenv("KGEN_STAGING_C_MIN_BYTES")
+        plan = make_plan(f.dispatcher, a, b, None, None, None, None, None, None)
+        assert plan.staging is None
+
+
 def test_a_tensor_core_output_that_aliases_an_input_is_refused(fake):
     from kgen.errors import InputError
 

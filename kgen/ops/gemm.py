@@ -73,7 +73,7 @@ class GemmChoice:
     family: str
     config: str
     how: str
-    staged: str = ""       # the operands copied into padded rows first: "a", "b", "ab" or ""
+    staged: str = ""       # the arrays copied through padded rows: "a", "b", "c" (the output, back) or ""
 
 
 def gemm_choice(a, b, c=None, *, bias=None, activation=None, precision=None, dtype=None,
@@ -90,5 +90,5 @@ def gemm_choice(a, b, c=None, *, bias=None, activation=None, precision=None, dty
         if simt.delegate is None:
             return GemmChoice("gemm", simt.config.name if simt.config else "", simt.how)
         plan = simt.delegate
-    staged = "".join(x for x, on in zip("ab", plan.staging.stage) if on) if plan.staging is not None else ""
+    staged = plan.staging.label if plan.staging is not None else ""
     return GemmChoice(plan.spec.family, plan.config.name if plan.config else "", plan.how, staged)

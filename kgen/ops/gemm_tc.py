@@ -18,8 +18,9 @@ from kgen.errors import DeviceError, DtypeError, InputError, LayoutError, ShapeE
 from kgen.kernels.gemm import rules
 from kgen.kernels.gemm.operands import check_output, matmul_shape, operand_layout
 from kgen.kernels.gemm.route import EXACT_FLOAT32_FAMILIES, tensor_core_candidates, untuned_group, uses_tensor_cores
-from kgen.kernels.gemm.staging import Staging
+from kgen.kernels.gemm.staging import Staging, output_staged
 from kgen.kernels.gemm.dtypes import ITEMSIZE, allowed_outputs, epilogue_name
+from kgen.knobs import knobs
 from kgen.problem import Problem
 from kgen.measure.arg_pack import cupy_ndarray
 from kgen.ops.caller import empty_output, to_jax, torch_stream
@@ -39,8 +40,9 @@ class TcPlan:
     bound: Any = None    # kernel.bind(...) with the first call's arguments as the template
     simt: bool = False   # float32 without tf32 after all: the CUDA-core path runs it
     vendor: Any = None   # the vendor library's call (a, b, c, alpha, beta, bias), when chosen
-    staging: Any = None  # Staging: operands copied into padded rows before each launch
+    staging: Any = None  # Staging: operands copied into padded rows before each launch (C: and back after)
     spans: tuple = (0, 0, 0)   # bytes A, B and C reach from their first element (aliasing checks)
+    ldc: int = 0         # C's row stride (elements) in the caller's array
 
 
 def input_dtype(info: ArrayInfo, dtype: str | None, name: str) -> str:
@@ -118,7 +120,8 @@ def make_plan(dispatcher, a, b, c, bias, activation, precision, dtype, out_dtype
         return TcPlan(None, None, None, None, None, kind, ai.device, simt=True)
     _, spec, problem, staging = best
     loaded = dispatcher.prepare(spec, problem, ai.device)      # the winner's kernel alone
-    ldc = describe(c, "c").strides[0] if c is not None else n
+    ci = describe(c, "c") if c is not None else None
+    ldc = ci.strides[0] if ci is not None else n
     config = loaded.choice.config
     spans = rules.footprints(m, n, k, la + lb, (lda, ldb, max(ldc, 1)),
                              (ai.itemsize, bi.itemsize, ITEMSIZE[problem["out_dtype"]]))
@@ -128,9 +131,17 @@ def make_plan(dispatcher, a, b, c, bias, activation, precision, dtype, out_dtype
     if staging is not None:
         lda, ldb = (ld if not staged else padded for ld, padded, staged in
                     zip((lda, ldb), staging.lds, staging.stage))
+    user_ldc = max(ldc, 1)
+    output_plan = getattr(spec, "output_plan", None)
+    if (knobs.staging and output_plan is not None and output_plan(problem, config) is not None
+            and output_staged(m, n, user_ldc, problem["out_dtype"], ci.ptr if ci is not None else 0)):
+        staging = staging or Staging((False, False), (rules.storage_shape(m, n, k, la + lb, "a"),
+                                                      rules.storage_shape(m, n, k, la + lb, "b")), in_a, kind)
+        staging.out = (m, n, problem["out_dtype"])
+        ldc = staging.ldc
     return TcPlan(spec, problem, loaded.kernel, config, spec.launch(problem, config), kind, ai.device,
                   loaded.choice.how, spec.arg_builder(problem, config, (lda, ldb, max(ldc, 1))), staging=staging,
-                  spans=spans)
+                  spans=spans, ldc=user_ldc)
 
 
 def _view(x) -> tuple[tuple, int]:
@@ -186,13 +197,18 @@ def run(dispatcher, plan: TcPlan, a, b, c, alpha: float, beta: float, bias=None,
                          remedy="pass a separate output array (or none, for a new one)")
     if plan.kernel is not None:
         stream = torch_stream(plan.device) if plan.kind == "torch" else None
-        if plan.staging is not None:
-            pa, pb = plan.staging.pointers(a, b, pa, pb, problem["layout"], plan.device, stream)
-        args = plan.build(pa, pb, pc, pbias, alpha, beta, stream, plan.device)
+        staging, into = plan.staging, pc
+        if staging is not None:
+            pa, pb = staging.pointers(a, b, pa, pb, problem["layout"], plan.device, stream)
+            if staging.out is not None:
+                into = staging.output_in(c, pc, plan.ldc, beta, plan.device, stream)
+        args = plan.build(pa, pb, into, pbias, alpha, beta, stream, plan.device)
         if plan.bound is None:
             geo = plan.launch
             plan.bound = plan.kernel.bind(geo.grid, geo.block, geo.shared_mem, args)
         plan.bound(args, stream=stream)
+        if into != pc:
+            staging.output_back(c, pc, plan.ldc, plan.device, stream)
     elif plan.vendor is not None:
         plan.vendor(a, b, c, alpha, beta, bias)
     return to_jax(c, problem["out_dtype"]) if plan.kind == "jax" else c

@@ -50,20 +50,65 @@ def staging_ms(m: int, n: int, k: int, layout: str, dtype: str, stage: tuple[boo
                for operand, staged in zip("ab", stage) if staged)
 
 
+def output_staged(rows: int, cols: int, ldc: int, out_dtype: str, ptr: int = 0) -> bool:
+    """Whether a Hopper kernel storing by TMA writes C through a padded buffer: C's rows (or its
+    first element, at ``ptr``) are not 16-byte aligned (TMA cannot store them, and the kernel's
+    fallback writes 2- or 4-byte values from registers: 0.35-0.5 TB/s on an H100, where the copy
+    back runs at the copy rate) and C holds at least KGEN_STAGING_C_MIN_BYTES.
+
+    >>> output_staged(4096, 1001, 1001, "float16"), output_staged(4096, 1000, 1000, "float16")
+    (True, False)
+    >>> output_staged(64, 1001, 1001, "float16")         # 128 KB: the copy's launch costs more
+    False
+    """
+    size = _ITEMSIZE[out_dtype]
+    unaligned = (ldc * size) % TMA_BYTES != 0 or ptr % TMA_BYTES != 0
+    return unaligned and rows > 1 and rows * cols * size >= knobs.staging_c_min_bytes
+
+
 @dataclass
 class Staging:
-    """Which operands a plan copies, and into what: ``stage[i]`` for A (0) and B (1)."""
+    """Which operands a plan copies, and into what: ``stage[i]`` for A (0) and B (1); ``out``
+    (rows, cols, dtype) where C is written into padded rows and copied back after the kernel."""
 
     stage: tuple[bool, bool]
     shapes: tuple[tuple[int, int], tuple[int, int]]    # the storage (rows, cols) of A and B
     dtype: str
     kind: str                                           # the caller's array type: cai | torch | jax
+    out: tuple[int, int, str] | None = None
     buffers: dict = field(default_factory=dict)          # (operand, device, stream) -> padded buffer
     lock: Any = field(default_factory=threading.Lock)
 
     @property
     def lds(self) -> tuple[int, int]:
         return tuple(padded_ld(cols, self.dtype) for _, cols in self.shapes)
+
+    @property
+    def ldc(self) -> int:
+        """The row stride (elements) of C's padded buffer."""
+        return padded_ld(self.out[1], self.out[2])
+
+    @property
+    def label(self) -> str:
+        """The staged arrays: "a", "b", "c" in that order ("" for none)."""
+        return "".join(x for x, on in zip("abc", (*self.stage, self.out is not None)) if on)
+
+    def output_in(self, c, pc: int, ldc: int, beta: float, device: int, stream) -> int:
+        """The pointer the kernel writes C to: the padded buffer, holding C's values where the
+        kernel reads them (``beta`` not 0)."""
+        rows, cols, dtype = self.out
+        buf = self._buffer(2, device, _stream_key(stream), c)
+        ptr = buf.data_ptr() if self.kind == "torch" else buf.data.ptr
+        if beta:
+            stage_rows(pc, ldc, ptr, self.ldc, rows, cols, _ITEMSIZE[dtype], stream)
+        return ptr
+
+    def output_back(self, c, pc: int, ldc: int, device: int, stream) -> None:
+        """C's padded buffer copied into C (after the kernel, on the same stream)."""
+        rows, cols, dtype = self.out
+        buf = self._buffer(2, device, _stream_key(stream), c)
+        ptr = buf.data_ptr() if self.kind == "torch" else buf.data.ptr
+        unstage_rows(ptr, self.ldc, pc, ldc, rows, cols, _ITEMSIZE[dtype], stream)
 
     def cost_ms(self) -> float:
         return sum(copy_ms(rows, cols, _ITEMSIZE[self.dtype])
@@ -85,8 +130,11 @@ class Staging:
             with self.lock:
                 buf = self.buffers.get(key)
                 if buf is None:
-                    rows, _ = self.shapes[i]
-                    buf = self.buffers[key] = _empty(self.kind, like, (rows, self.lds[i]), self.dtype)
+                    if i == 2:
+                        shape, dtype = (self.out[0], self.ldc), self.out[2]
+                    else:
+                        shape, dtype = (self.shapes[i][0], self.lds[i]), self.dtype
+                    buf = self.buffers[key] = _empty(self.kind, like, shape, dtype)
         return buf
 
     def _copy(self, i: int, x, transposed: bool, device: int, stream) -> int:
@@ -137,6 +185,39 @@ __device__ __forceinline__ void stage_rows(const T* __restrict__ src, long long 
     *reinterpret_cast<uint4*>(dst + (long long)r * dst_ld + c0) = out.u;
   }
 }
+// the way back: a block's 16-byte vectors of a padded row through shared memory, then written
+// to the destination row (any element offset) by lanes at consecutive elements
+template <typename T>
+__device__ __forceinline__ void unstage_rows(const T* __restrict__ src, long long src_ld, T* __restrict__ dst,
+                                             long long dst_ld, int rows, int cols) {
+  constexpr int V = 16 / sizeof(T);
+  __shared__ __align__(16) T tile[128 * V];
+  const int base = blockIdx.x * 128 * V;
+  const int c0 = base + threadIdx.x * V;
+  for (int r = blockIdx.y; r < rows; r += gridDim.y) {
+    if (c0 < cols)
+      *reinterpret_cast<uint4*>(&tile[threadIdx.x * V]) =
+          *reinterpret_cast<const uint4*>(src + (long long)r * src_ld + c0);
+    __syncthreads();
+    T* d = dst + (long long)r * dst_ld + base;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const int c = j * 128 + threadIdx.x;
+      if (base + c < cols) d[c] = tile[c];
+    }
+    __syncthreads();
+  }
+}
+extern "C" __global__ void __launch_bounds__(128) kgen_unstage_rows2(const unsigned short* src, long long src_ld,
+                                                                     unsigned short* dst, long long dst_ld, int rows,
+                                                                     int cols) {
+  unstage_rows<unsigned short>(src, src_ld, dst, dst_ld, rows, cols);
+}
+extern "C" __global__ void __launch_bounds__(128) kgen_unstage_rows4(const unsigned int* src, long long src_ld,
+                                                                     unsigned int* dst, long long dst_ld, int rows,
+                                                                     int cols) {
+  unstage_rows<unsigned int>(src, src_ld, dst, dst_ld, rows, cols);
+}
 extern "C" __global__ void kgen_stage_rows2(const unsigned short* src, long long src_ld, unsigned short* dst,
                                             long long dst_ld, int rows, int cols) {
   stage_rows<unsigned short>(src, src_ld, dst, dst_ld, rows, cols);
@@ -146,8 +227,8 @@ extern "C" __global__ void kgen_stage_rows4(const unsigned int* src, long long s
   stage_rows<unsigned int>(src, src_ld, dst, dst_ld, rows, cols);
 }
 """
-_STAGE_THREADS = 128
-_KERNELS: dict[tuple[int, int], Any] = {}
+_STAGE_THREADS = 128              # the unstage kernel's shared tile assumes 128
+_KERNELS: dict[tuple[int, str], Any] = {}
 
 
 def stage_rows(src: int, src_ld: int, dst: int, dst_ld: int, rows: int, cols: int, itemsize: int,
@@ -156,13 +237,27 @@ def stage_rows(src: int, src_ld: int, dst: int, dst_ld: int, rows: int, cols: in
     row every ``src_ld`` elements) into ``dst`` (a row every ``dst_ld`` elements, a multiple of
     16 bytes, as is ``dst``), the rest of each destination row's last 16 bytes zeroed; on
     ``stream`` (a cudaStream_t), else CuPy's current stream."""
+    _launch(f"kgen_stage_rows{itemsize}", src, src_ld, dst, dst_ld, rows, cols, itemsize, stream)
+
+
+def unstage_rows(src: int, src_ld: int, dst: int, dst_ld: int, rows: int, cols: int, itemsize: int,
+                 stream: int | None = None) -> None:
+    """``stage_rows`` the other way: from 16-byte aligned rows (``src``, ``src_ld``) into rows
+    at any element offset and stride; nothing of ``dst`` past each row's ``cols`` is written."""
+    _launch(f"kgen_unstage_rows{itemsize}", src, src_ld, dst, dst_ld, rows, cols, itemsize, stream)
+
+
+def _launch(name: str, src: int, src_ld: int, dst: int, dst_ld: int, rows: int, cols: int, itemsize: int,
+            stream: int | None) -> None:
     import cupy
 
     device = cupy.cuda.Device().id
-    kernel = _KERNELS.get((device, itemsize))
+    kernel = _KERNELS.get((device, name))
     if kernel is None:
-        kernel = _KERNELS[(device, itemsize)] = cupy.RawModule(code=_STAGE_ROWS, options=("-std=c++17",)).get_function(
-            f"kgen_stage_rows{itemsize}")
+        module = cupy.RawModule(code=_STAGE_ROWS, options=("-std=c++17",))
+        for other in ("kgen_stage_rows2", "kgen_stage_rows4", "kgen_unstage_rows2", "kgen_unstage_rows4"):
+            _KERNELS[(device, other)] = module.get_function(other)
+        kernel = _KERNELS[(device, name)]
     per = 16 // itemsize
     grid = (math.ceil(math.ceil(cols / per) / _STAGE_THREADS), min(rows, 65535))
     args = (cupy.uint64(src), cupy.int64(src_ld), cupy.uint64(dst), cupy.int64(dst_ld), cupy.int32(rows),
@@ -172,6 +267,15 @@ def stage_rows(src: int, src_ld: int, dst: int, dst_ld: int, rows: int, cols: in
     else:
         with cupy.cuda.ExternalStream(stream, device):
             kernel(grid, (_STAGE_THREADS,), args)
+
+
+def _stream_key(stream) -> int:
+    """The stream a buffer belongs to: the caller's (PyTorch's, given), else CuPy's current one."""
+    if stream is not None:
+        return stream
+    import cupy
+
+    return cupy.cuda.get_current_stream().ptr
 
 
 def _empty(kind: str, like, shape, dtype: str):
