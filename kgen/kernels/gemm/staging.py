@@ -97,8 +97,7 @@ class Staging:
         """The pointer the kernel writes C to: the padded buffer, holding C's values where the
         kernel reads them (``beta`` not 0)."""
         rows, cols, dtype = self.out
-        buf = self._buffer(2, device, _stream_key(stream), c)
-        ptr = buf.data_ptr() if self.kind == "torch" else buf.data.ptr
+        ptr = self._output_buffer(c, device, stream)
         if beta:
             stage_rows(pc, ldc, ptr, self.ldc, rows, cols, _ITEMSIZE[dtype], stream)
         return ptr
@@ -106,9 +105,11 @@ class Staging:
     def output_back(self, c, pc: int, ldc: int, device: int, stream) -> None:
         """C's padded buffer copied into C (after the kernel, on the same stream)."""
         rows, cols, dtype = self.out
+        unstage_rows(self._output_buffer(c, device, stream), self.ldc, pc, ldc, rows, cols, _ITEMSIZE[dtype], stream)
+
+    def _output_buffer(self, c, device: int, stream) -> int:
         buf = self._buffer(2, device, _stream_key(stream), c)
-        ptr = buf.data_ptr() if self.kind == "torch" else buf.data.ptr
-        unstage_rows(ptr, self.ldc, pc, ldc, rows, cols, _ITEMSIZE[dtype], stream)
+        return buf.data_ptr() if self.kind == "torch" else buf.data.ptr
 
     def cost_ms(self) -> float:
         return sum(copy_ms(rows, cols, _ITEMSIZE[self.dtype])
@@ -139,26 +140,25 @@ class Staging:
 
     def _copy(self, i: int, x, transposed: bool, device: int, stream) -> int:
         rows, cols = self.shapes[i]
+        size = _ITEMSIZE[self.dtype]
         if self.kind == "torch":
             src = x.T if transposed else x
             buf = self._buffer(i, device, stream, x)
-            if src.stride(1) == 1 and src.stride(0) >= cols:
-                stage_rows(src.data_ptr(), src.stride(0), buf.data_ptr(), buf.stride(0), rows, cols,
-                           _ITEMSIZE[self.dtype], stream)
-            else:
-                buf[:, :cols].copy_(src.view(buf.dtype) if src.dtype != buf.dtype else src)
-            return buf.data_ptr()
-        import cupy
+            (src_ld, step), ptrs = src.stride(), (src.data_ptr(), buf.data_ptr(), buf.stride(0))
+        else:
+            import cupy
 
-        arr = cupy.from_dlpack(x) if self.kind == "jax" else cupy.asarray(x)
-        src = arr.T if transposed else arr
-        buf = self._buffer(i, device, cupy.cuda.get_current_stream().ptr, None)
-        size = _ITEMSIZE[self.dtype]
-        if src.strides[1] == size and src.strides[0] >= cols * size:
-            stage_rows(src.data.ptr, src.strides[0] // size, buf.data.ptr, buf.strides[0] // size, rows, cols, size)
+            arr = cupy.from_dlpack(x) if self.kind == "jax" else cupy.asarray(x)
+            src = arr.T if transposed else arr
+            buf = self._buffer(i, device, cupy.cuda.get_current_stream().ptr, None)
+            (src_ld, step), ptrs = (n // size for n in src.strides), (src.data.ptr, buf.data.ptr, buf.strides[0] // size)
+        if step == 1 and src_ld >= cols:          # rows contiguous, as a GEMM operand's are
+            stage_rows(ptrs[0], src_ld, ptrs[1], ptrs[2], rows, cols, size, stream)
+        elif self.kind == "torch":
+            buf[:, :cols].copy_(src.view(buf.dtype) if src.dtype != buf.dtype else src)
         else:
             buf[:, :cols] = src.view(buf.dtype) if src.dtype != buf.dtype else src
-        return buf.data.ptr
+        return ptrs[1]
 
 
 # rows of a (rows x cols) source whose rows are contiguous, at any element offset, copied into
