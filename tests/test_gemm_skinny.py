@@ -105,13 +105,21 @@ def test_a_candidate_of_the_tensor_core_path_up_to_kgen_skinny_max_for_kgen_skin
 
 def test_an_untuned_skinny_request_goes_to_gemm_skinny_first(monkeypatch):
     """KGEN_SKINNY_ROUTE=first (the default): a tune of a skinny request searches gemm_skinny;
-    =model: the family whose pick is predicted fastest (the tile family, for this problem)."""
+    =model: the family whose pick is predicted fastest."""
+    from kgen.kernels.gemm.route import tensor_core_candidates
     from kgen.registry import get_spec
 
-    request = dict(m=8, n=7968, k=2480, dtype="float32", layout="TN", precision="tf32")
-    assert get_spec("gemm").request(TARGET, **request)[0].family == "gemm_skinny"
-    monkeypatch.setenv("KGEN_SKINNY_ROUTE", "model")
-    assert get_spec("gemm").request(TARGET, **request)[0].family == "gemm_wgmma"
+    for m, n in ((8, 7968), (16, 1024), (4, 300)):
+        request = dict(m=m, n=n, k=2480, dtype="float32", layout="TN", precision="tf32")
+        monkeypatch.delenv("KGEN_SKINNY_ROUTE", raising=False)
+        assert get_spec("gemm").request(TARGET, **request)[0].family == "gemm_skinny"
+        monkeypatch.setenv("KGEN_SKINNY_ROUTE", "model")
+        args = {k: v for k, v in request.items() if k != "precision"}
+        predicted = {spec.family: spec.model_choice(problem, TARGET)[1]
+                     for spec, problem, stage in tensor_core_candidates(dict(args, out_dtype=None, epilogue="none",
+                                                                             align_a=None, align_b=None), TARGET)
+                     if not any(stage)}
+        assert get_spec("gemm").request(TARGET, **request)[0].family == min(predicted, key=predicted.get)
     assert get_spec("gemm").request(TARGET, **dict(request, m=64))[0].family == "gemm_wgmma"
 
 
