@@ -197,6 +197,16 @@ def test_a_tensor_core_output_that_aliases_an_input_is_refused(fake):
         kgen.gemm(a, b, FakeArray((64, 64), "float16", ptr=b.ptr + 128))    # the same plan's signature
 
 
+def test_a_float32_call_with_k_0_and_a_small_side_stays_on_the_cuda_core_family(fake, monkeypatch):
+    """C = beta * C: gemm_skinny streams k and has no config for K = 0."""
+    monkeypatch.setenv("KGEN_SKINNY_MAX", "16")
+    monkeypatch.setenv("KGEN_VENDOR", "0")
+    a, b = FakeArray((4, 0), "float32"), FakeArray((0, 3), "float32", ptr=BASE + 0x100_0000)
+    assert kgen.gemm_choice(a, b).family == "gemm"
+    assert kgen.gemm_choice(FakeArray((4, 5), "float32"), FakeArray((5, 3), "float32", ptr=BASE + 0x100_0000)
+                            ).family == "gemm_skinny"
+
+
 @pytest.mark.parametrize("skinny_max", ["0", "16"])
 def test_a_skinny_float32_call_may_go_to_gemm_skinny(fake, monkeypatch, skinny_max):
     """float32 with no tf32 is the CUDA-core family's; a small side within KGEN_SKINNY_MAX and no

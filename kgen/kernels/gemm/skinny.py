@@ -76,7 +76,10 @@ class GemmSkinny(TensorCoreGemm):
     tf32_rounding = None          # float32 is computed in float32, exactly
 
     def supports(self, problem: Problem, target: Target) -> bool:
-        return problem["dtype"] in ("float16", "bfloat16", "float32") and min(problem["m"], problem["n"]) <= SMALL_MAX
+        """Half and float32 inputs with a side of at most SMALL_MAX, and some k to stream (K = 0,
+        C = beta * C, is left to the families that scale C without reading A or B)."""
+        return (problem["dtype"] in ("float16", "bfloat16", "float32") and min(problem["m"], problem["n"]) <= SMALL_MAX
+                and problem["k"] >= 1)
 
     # ---- space ------------------------------------------------------------------------
     def space(self, problem: Problem, target: Target) -> Space:
