@@ -14,6 +14,7 @@ Constraints are checked before anything is compiled.
 
 from __future__ import annotations
 
+import operator
 import random
 import re
 from dataclasses import dataclass, field
@@ -224,33 +225,45 @@ class Space:
 
     def trusted_name(self, values: Values) -> str | None:
         """``trusted(values).name`` without the Config (None where ``trusted`` gives None)."""
-        check = self.__dict__.get("_name_check") or self._name_checker()
-        if values.keys() == self._name_set:          # every parameter given: the import's hot path
-            return check(values)
-        values = self._valid_or_none(values)
-        if values is None:
-            return None
-        name = self.namer({n: values[n] for n in self._names})
-        return name if _IDENTIFIER.match(name) else None
+        return (self.__dict__.get("_name_check") or self.name_check())(values)
+
+    def name_check(self) -> Callable[[Mapping[str, Any]], str | None]:
+        """``trusted_name`` as one function of the values, made once per space (an import
+        checks many records of each problem): for values that name every parameter and no
+        other, the import's hot path, the checks of ``_violations`` (declared choices, then
+        every constraint) in few lookups; for others, ``trusted``'s."""
+        check = self.__dict__.get("_name_check")
+        if check is None:
+            check = self._name_checker()
+            object.__setattr__(self, "_name_check", check)
+        return check
 
     def _name_checker(self) -> Callable[[Mapping[str, Any]], str | None]:
-        """``trusted_name`` of values that name every parameter and no other: the checks of
-        ``_violations`` (declared choices, then every constraint) as one function of few
-        lookups, made once per space (an import checks many records of each problem)."""
-        choice_sets = tuple((name, choices) for name, choices, _ in self._choice_sets)
+        names, namer, full_values, count = self._names, self.namer, self.full_values, len(self._names)
+        # a choice's type by its value: Param refuses choices that compare equal (1 and True, 1 and 1.0)
+        kinds = tuple(dict(zip(p.choices, map(type, p.choices))) for p in self.params)
         on_params = tuple(c.holds for c, on in zip(self.constraints, self._on_params) if on)
         on_full = tuple(c.holds for c, on in zip(self.constraints, self._on_params) if not on)
-        names, namer, full_values = self._names, self.namer, self.full_values
+        get, is_ = dict.get, operator.is_
+        values_of = operator.itemgetter(*names) if count > 1 else lambda v: tuple(v[n] for n in names)
 
         def check(values: Mapping[str, Any]) -> str | None:
             try:
-                for name, choices in choice_sets:
-                    value = values[name]
-                    if (type(value), value) not in choices:
-                        return None
+                if len(values) != count:
+                    raise KeyError
+                vals = values_of(values)            # every name found and no other key: the hot path
+            except KeyError:
+                values = self._valid_or_none(values)
+                if values is None:
+                    return None
+                name = namer({n: values[n] for n in names})
+                return name if _IDENTIFIER.match(name) else None
+            try:                                    # Param.allows of each: the choice equal to it, of its type
+                if not all(map(is_, map(get, kinds, vals), map(type, vals))):
+                    return None
             except TypeError:                       # an unhashable value is no choice
                 return None
-            ordered = {name: values[name] for name in names}
+            ordered = dict(zip(names, vals))
             try:
                 for holds in on_params:
                     if not holds(ordered):
@@ -265,7 +278,6 @@ class Space:
             name = namer(ordered)
             return name if _IDENTIFIER.match(name) else None
 
-        object.__setattr__(self, "_name_check", check)
         return check
 
     def trusted(self, values: Values) -> Config | None:

@@ -275,3 +275,31 @@ def test_trusted_name_agrees_with_the_checked_config(family):
         for config in space.sample(50, seed=2):
             assert space.trusted_name(config.as_dict()) == config.name
         assert valid > 0, problem.key
+
+
+def test_trusted_name_takes_each_declared_choice_of_its_own_type_and_nothing_else():
+    """The hot path (every parameter given) and the others: a value equal to a choice but of
+    another type (True for 1, 1.0 for 1, 1 for 1.0, "1" for 1), an unhashable one, a key too
+    many or too few is no config; a parameter with a default may be left out."""
+    space = Space([Param("a", (0, 1, 2)), Param("b", ("x", "y")), Param("c", (0.5, 1.0)), Param("d", (True, False)),
+                   Param("e", (4, 8), default=4)],
+                  constraints=[Constraint("a+c <= 2", lambda v: v["a"] + v["c"] <= 2, ("a", "c"))],
+                  namer=lambda v: f"t_a{v['a']}_{v['b']}_c{int(v['c'] * 2)}_d{int(v['d'])}_e{v['e']}")
+    good = {"a": 1, "b": "y", "c": 1.0, "d": False, "e": 8}
+    assert space.trusted_name(good) == space.trusted(good).name == "t_a1_y_c2_d0_e8"
+    assert space.trusted_name({k: v for k, v in good.items() if k != "e"}) == "t_a1_y_c2_d0_e4"
+    bad = [{"a": True}, {"a": 1.0}, {"a": "1"}, {"a": [1]}, {"a": 3}, {"b": b"y"}, {"c": 1}, {"d": 0},
+           {"d": None}, {"a": 2, "c": 1.0}, {"extra": 1}]
+    for change in bad:
+        values = {**good, **change}
+        assert space.trusted_name(values) is None and space.trusted(values) is None, change
+    assert space.trusted_name({k: v for k, v in good.items() if k != "a"}) is None
+    assert space.trusted_name({**{k: v for k, v in good.items() if k != "a"}, "A": 1}) is None
+
+
+def test_trusted_name_refuses_a_namer_that_gives_no_c_identifier():
+    for name in ("9lives", "has space", "semi;colon", "", "caf\u00e9"):
+        space = Space([Param("a", (1, 2))], namer=lambda v, name=name: name)
+        assert space.trusted_name({"a": 1}) is None, name
+    assert Space([Param("a", (1, 2))], namer=lambda v: "_ok_1").trusted_name({"a": 2}) == "_ok_1"
+

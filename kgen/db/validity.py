@@ -56,6 +56,7 @@ class _Problem:
     error: str | None = None
     space: Any = None
     floor: float = 0.0
+    name_of: Any = None               # space.name_check(): the config name its values give, or None
 
 
 def _declared(space, values: dict):
@@ -97,8 +98,9 @@ class Validator:
                 return (f"a vendor record is config {VENDOR_CONFIG!r} with no parameters and template digest "
                         f"{VENDOR_DIGEST!r} (this one: config {_shown(config_name)}, digest {_shown(digest)})")
         else:
-            try:
-                why = self._config(problem.space, config_name, config, problem_key, failure_kind)
+            try:                          # (a valid config needs only its name, the common case)
+                why = None if failure_kind != "constraints" and problem.name_of(config) == config_name else \
+                    self._config(problem, config_name, config, problem_key, failure_kind)
             except Exception as exc:      # the family's code on a file's values: any failure refuses it
                 why = f"the {family} family cannot check config {_shown(config_name)} ({type(exc).__name__}: {exc})"
             if why is not None:
@@ -171,22 +173,23 @@ class Validator:
             # a copy: a family may keep something of the last space it built (gemm_wgmma its SM count)
             space = copy.copy(spec).space(problem, target)
             floor = floor_ms(spec, problem)
+            name_of = space.name_check()
         except KgenError as exc:
             return _Problem(f"the {family} family has no space for {_shown(key, 200)}: {exc.message}")
         except Exception as exc:          # a family's own code on a key from a file: any failure refuses it
             return _Problem(f"the {family} family has no space for {_shown(key, 200)} ({type(exc).__name__}: {exc})")
-        return _Problem(space=space, floor=floor)
+        return _Problem(space=space, floor=floor, name_of=name_of)
 
     # ---- a config --------------------------------------------------------------------
     @staticmethod
-    def _config(space, name: str, values: dict, key: str, failure_kind: str | None) -> str | None:
+    def _config(problem: _Problem, name: str, values: dict, key: str, failure_kind: str | None) -> str | None:
         if failure_kind == "constraints":          # recorded as breaking them: its choices must still be right
-            config = _declared(space, values)
+            config = _declared(problem.space, values)
             given = None if config is None else config.name
         else:
-            given = space.trusted_name(values)
+            given = problem.name_of(values)
         if given is None:
-            return Validator._config_why(space, name, values, key)
+            return Validator._config_why(problem.space, name, values, key)
         if given != name:
             return f"config_name {_shown(name)} is not the name its values give ({given})"
         return None
