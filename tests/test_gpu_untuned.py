@@ -46,15 +46,24 @@ def _relerr(c, ref, real) -> float:
     return float(cupy.abs(as_float64(c, real) - ref).max() / max(float(cupy.abs(ref).max()), 1e-300))
 
 
+@pytest.fixture
+def generated_only(monkeypatch):
+    """kgen.gemm with no vendor candidate and no shipped record: every kernel the cost model's pick."""
+    import kgen
+
+    monkeypatch.setenv("KGEN_VENDOR", "0")
+    monkeypatch.setenv("KGEN_USE_SHIPPED_DB", "0")
+    kgen.refresh()
+    yield
+    kgen.refresh()
+
+
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16", "tf32", "float32", "float64"])
-def test_untuned_model_picks_are_correct_on_odd_shapes(dtype, monkeypatch):
+def test_untuned_model_picks_are_correct_on_odd_shapes(dtype, generated_only):
     import cupy
 
     import kgen
 
-    monkeypatch.setenv("KGEN_VENDOR", "0")
-    monkeypatch.setenv("KGEN_USE_SHIPPED_DB", "0")      # nothing tuned: the model picks every kernel
-    kgen.refresh()
     failures = []
     for i, (m, n, k, layout) in enumerate(SHAPES):
         a, b, ref, kwargs, real = _operands(m, n, k, layout, dtype, seed=i)
@@ -66,7 +75,6 @@ def test_untuned_model_picks_are_correct_on_odd_shapes(dtype, monkeypatch):
         if not err <= TOLERANCE[dtype]:
             failures.append(f"{m}x{n}x{k} {layout} {choice.config} ({choice.how}): error {err:.2e}")
         assert choice.how in ("model", "default") and choice.config != "cublas"
-    kgen.refresh()
     assert not failures, "\n".join(failures)
 
 
@@ -95,7 +103,7 @@ def test_the_vendor_choice_gives_cublas_result(dtype, monkeypatch):
 
 
 @pytest.mark.parametrize("kind", ["cupy", "torch"])
-def test_staged_operands_run_the_hopper_family_and_are_correct(kind, monkeypatch):
+def test_staged_operands_run_the_hopper_family_and_are_correct(kind, generated_only):
     """Rows of an odd length are copied into padded rows for TMA; on PyTorch tensors, on the
     caller's (side) stream."""
     import cupy
@@ -104,9 +112,6 @@ def test_staged_operands_run_the_hopper_family_and_are_correct(kind, monkeypatch
     import kgen
     from kgen.kernels.gemm.tc import torch_view
 
-    monkeypatch.setenv("KGEN_VENDOR", "0")
-    monkeypatch.setenv("KGEN_USE_SHIPPED_DB", "0")
-    kgen.refresh()
     for dtype, (m, n, k, layout) in [("bfloat16", (1000, 1000, 1001, "NN")), ("float16", (4096, 512, 4095, "TT"))]:
         a, b, ref, kwargs, real = _operands(m, n, k, layout, dtype, seed=3)
         choice = kgen.gemm_choice(a, b, **kwargs)
@@ -124,7 +129,6 @@ def test_staged_operands_run_the_hopper_family_and_are_correct(kind, monkeypatch
             c = kgen.gemm(a, b, **kwargs)
         err = _relerr(c, ref, real)
         assert err <= TOLERANCE[dtype], f"{dtype} {m}x{n}x{k} {layout} {choice.config}: error {err:.2e}"
-    kgen.refresh()
 
 
 @pytest.mark.parametrize("itemsize", [2, 4])
@@ -161,18 +165,15 @@ def test_stage_rows_copies_odd_rows_at_any_offset_into_aligned_rows(itemsize):
 
 
 @pytest.mark.parametrize("kind", ["cupy", "torch"])
-def test_an_unaligned_output_is_written_through_padded_rows_and_is_correct(kind, monkeypatch):
+def test_an_unaligned_output_is_written_through_padded_rows_and_is_correct(kind, generated_only):
     """An output whose rows TMA cannot store (N = 1001 half values), large enough to be staged:
     a new output, and beta * C read from the caller's C; PyTorch on a side stream."""
     import cupy
     import torch
 
     import kgen
-    from kgen.kernels.gemm.tc import as_float64, torch_view
+    from kgen.kernels.gemm.tc import as_float64, to_bf16, torch_view
 
-    monkeypatch.setenv("KGEN_VENDOR", "0")
-    monkeypatch.setenv("KGEN_USE_SHIPPED_DB", "0")
-    kgen.refresh()
     for dtype, (m, n, k, layout) in [("float16", (4096, 1001, 16, "NN")), ("bfloat16", (3001, 1003, 40, "TN"))]:
         a, b, ref, kwargs, real = _operands(m, n, k, layout, dtype, seed=5)
         choice = kgen.gemm_choice(a, b, **kwargs)
@@ -180,7 +181,6 @@ def test_an_unaligned_output_is_written_through_padded_rows_and_is_correct(kind,
         rng = cupy.random.default_rng(9)
         c0 = (rng.random((m, n), dtype=cupy.float64) * 2 - 1).astype(cupy.float32)
         c0 = c0.astype(cupy.float16) if real == "float16" else c0
-        from kgen.kernels.gemm.tc import to_bf16
         c0 = to_bf16(c0) if real == "bfloat16" else c0
         want = 0.5 * ref + 2.0 * as_float64(c0, real)
         if kind == "torch":
@@ -201,4 +201,3 @@ def test_an_unaligned_output_is_written_through_padded_rows_and_is_correct(kind,
         assert _relerr(new, ref, real) <= TOLERANCE[dtype], f"{dtype} {m}x{n}x{k}: new output"
         err = float(cupy.abs(as_float64(acc, real) - want).max()) / float(cupy.abs(want).max())
         assert err <= 2 * TOLERANCE[dtype], f"{dtype} {m}x{n}x{k}: beta, error {err:.2e}"
-    kgen.refresh()
