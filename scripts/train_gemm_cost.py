@@ -1,11 +1,14 @@
 """Fit the GEMM cost model's learned correction and write kgen/kernels/gemm/cost_model.json.
 
-The model (kgen/kernels/gemm/cost.py) predicts a config's time as an analytical estimate times
-exp(w . features). This script fits w, per family, by a weighted ridge regression of
-log(measured) - log(analytical) on the features, centred within each recorded problem (so a
-problem's overall level, or a template's, which no config choice changes, does not pull the
-weights); the remaining mean residual is the model's ``bias``. Configs near their problem's
-best weigh more (the top pick is what the model is for); failures are left out.
+The model (kgen/kernels/gemm/cost.py) predicts a config's time as the launch (``launch_us``)
+plus the rest of an analytical estimate times exp(w . features). This script takes
+``launch_us`` from the tiny lattice's fastest times (``launch_floor``), fits the analytical
+constants (bounded Nelder-Mead on a listwise loss of the analytical times), then w, per family,
+by Newton's method on a listwise loss within each recorded problem of the time over the launch
+(a problem's overall level, or a template's, which no config choice changes, does not pull the
+weights; configs near the problem's best weigh most: the top pick is what the model is for);
+the median residual left is the model's ``bias``, and ``LEVELS`` kinds of config get a shift
+fitted on every measurement (``fit_levels``). Failures are left out.
 
 Training data (nothing else): the recorded spaces tests/data/h200_gemm_wgmma_bf16_space.jsonl.gz,
 tests/data/h200_gemm_mma_bf16_space.jsonl.gz, tests/data/h200_gemm_f32_simt_space.jsonl.gz, the

@@ -6,9 +6,10 @@ the device (waves of tiles over the SMs; each tile's k-blocks bounded by tensor 
 throughput, shared-memory reads, the L2 feed of each SM and load latency over the pipeline
 depth; a fixed launch and prologue cost, each tile's fixed cost, the epilogue, split-K's
 reduction; floors of the L2 and DRAM traffic: A read once per block column, B once per block
-row); all but the launch times a learned correction exp(w . features) fitted by ``scripts/train_gemm_cost.py``
-on recorded measurements. Every constant, the analytical ones included, lives in
-``cost_model.json`` next to this file, whose ``version`` names them.
+row); all of it but the launch (``launch_us``, measured on problems of almost no work) times a
+learned correction exp(w . features) fitted by ``scripts/train_gemm_cost.py`` on recorded
+measurements. Every constant, the analytical ones included, lives in ``cost_model.json`` next
+to this file, whose ``version`` names them.
 
 Candidates: per family a catalogue of config *cores* (the parameters that do not follow
 from the problem: tiles, warp or thread tiles, pipeline depth, consumers ...; from the
