@@ -5,7 +5,9 @@ The grid (``grid()``) is a lattice, not a draw: every dimension from powers of t
 their odd neighbours (1 to 12288), combined so that skinny, decode-like (M or N up to 64),
 long-K, tiny-K and square problems all appear, in every layout, at most 2e12 flops. It holds
 none of the shapes of scripts/bench_shapes.py's test set (tests/test_bench_shapes.py checks
-the default seed's), which the model is judged on.
+the default seed's), which the model is judged on. ``--lattice tiny`` draws problems of small
+and mid dimensions only (1 to 1536, a seed of its own), whose fastest times are a launch that
+does no work: the training script takes each family's ``launch_us`` from them.
 
 For each problem and each way a GEMM family runs it (as ``kgen.gemm`` would: the tensor-core
 families directly or with staged operands, the CUDA-core family for float32), the model's
@@ -15,6 +17,8 @@ gets ``--timeout`` seconds at most.
 
     python scripts/record_grid.py --out /tmp/h200_gemm_grid.jsonl.gz          # on the GPU machine
     python scripts/record_grid.py --list                                       # the grid, no GPU
+    python scripts/record_grid.py --lattice tiny --count 48 --top 4 --random 2 --timeout 8 \
+        --out tests/data/h100_gemm_tiny_grid.jsonl.gz                          # the launch floor
 """
 
 from __future__ import annotations
