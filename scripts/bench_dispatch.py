@@ -54,18 +54,9 @@ def per_call_us(paths: dict, calls: int = 200, repeats: int = 30) -> dict:
 
 def profile(name: str, fn, calls: int = 3000, top: int = 12) -> None:
     """Where the host time of ``calls`` calls of ``fn`` goes (cProfile, by own time)."""
-    import cProfile
-    import io
-    import pstats
+    from launch_costs import profile_text
 
-    prof = cProfile.Profile()
-    prof.enable()
-    for _ in range(calls):
-        fn()
-    prof.disable()
-    text = io.StringIO()
-    pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(top)
-    print(f"--- profile of {name} ({calls} calls)\n{text.getvalue()}")
+    print(f"--- profile of {name} ({calls} calls)\n{profile_text(fn, calls, top, 'tottime')}")
 
 
 COLD = r"""

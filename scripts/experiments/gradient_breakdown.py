@@ -21,6 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
 
 CASES = [
     dict(op="wgrad", n=64, h=56, w=56, c=64, k=64, r=3, s=3, stride=1, padding=1),
@@ -87,18 +88,10 @@ def kernels(torch, fn):
 
 def host_profile(fn, calls=20, top=30) -> list:
     """The functions with the most cumulative host time over ``calls`` calls (cProfile)."""
-    import cProfile
-    import io
-    import pstats
+    from launch_costs import profile_text
 
-    profiler = cProfile.Profile()
-    profiler.enable()
-    for _ in range(calls):
-        fn()
-    profiler.disable()
-    text = io.StringIO()
-    pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(top)
-    return [line.strip()[:160] for line in text.getvalue().splitlines() if line.strip()][-top:]
+    text = profile_text(fn, calls, top, "cumulative")
+    return [line.strip()[:160] for line in text.splitlines() if line.strip()][-top:]
 
 
 def main() -> None:

@@ -143,14 +143,14 @@ class Staging:
         size = _ITEMSIZE[self.dtype]
         if self.kind == "torch":
             src = x.T if transposed else x
-            buf = self._buffer(i, device, stream, x)
+            buf = self._buffer(i, device, _stream_key(stream), x)
             (src_ld, step), ptrs = src.stride(), (src.data_ptr(), buf.data_ptr(), buf.stride(0))
         else:
             import cupy
 
             arr = cupy.from_dlpack(x) if self.kind == "jax" else cupy.asarray(x)
             src = arr.T if transposed else arr
-            buf = self._buffer(i, device, cupy.cuda.get_current_stream().ptr, None)
+            buf = self._buffer(i, device, _stream_key(stream), None)
             (src_ld, step), ptrs = (n // size for n in src.strides), (src.data.ptr, buf.data.ptr, buf.strides[0] // size)
         if step == 1 and src_ld >= cols:          # rows contiguous, as a GEMM operand's are
             stage_rows(ptrs[0], src_ld, ptrs[1], ptrs[2], rows, cols, size, stream)
