@@ -12,6 +12,9 @@ Rows (one per case): op ("fprop"), n, h, w, c, k, r, s, stride, padding, dilatio
 epilogue, kgen_ms, baselines ({"cudnn": ms}), tflops (kgen's), speedup (cuDNN ms / kgen ms),
 or for batched GEMMs (suite "bmm": ``kgen.gemm`` on 3-D tensors against ``torch.matmul``) op
 ("bmm"), batch, m, n, k, layout, dtype, kgen_ms, baselines ({"cublas": ms}), tflops, speedup;
+suite "grouped" (``kgen.gemm_grouped``, mixture-of-experts layers) op ("grouped"), groups, m (rows
+in all), n, k, layout, dtype, kgen_ms, baselines ({"cublas": one torch.matmul a group,
+"torch._grouped_mm": ms}), tflops, speedup (over the cuBLAS loop), speedup_vs_fastest;
 suite "backward" (ResNet-50's layers at batch 64 but the stem): op "dgrad" (``kgen.torch.
 data_gradient`` against cuDNN's ``torch.nn.grad.conv2d_input``) for each, op "wgrad"
 (``kgen.torch.weight_gradient``: one GEMM for the 1x1 ones, a convolution with batch and
@@ -65,7 +68,16 @@ BMM = [
     (32, 1024, 1024, 128, "NT"), (32, 1024, 128, 1024, "NN"), (8, 1024, 1024, 64, "NT"),
     (8, 512, 1024, 1024, "NN"), (8, 2048, 2048, 2048, "NN"), (16, 1024, 4096, 1024, "NN"),
 ]
-SUITES = ("resnet50-b64", "resnet50-b1", "odd", "epilogue", "tf32", "bmm", "backward")
+# grouped GEMMs (groups, rows in all, n, k, layout): mixture-of-experts layers, tokens routed
+# unevenly (a seeded multinomial split), weights as nn.Linear stores them (NT) or as (K, N) (NN):
+# 8 large experts, 64 and 128 small ones (up and down projections), 256 of a wide model, and
+# decode-sized batches of a few rows an expert
+GROUPED = [
+    (8, 4096, 4096, 4096, "NT"), (64, 8192, 1408, 2048, "NT"), (64, 8192, 2048, 1408, "NT"),
+    (128, 16384, 768, 2048, "NT"), (128, 16384, 2048, 768, "NN"), (256, 8192, 2048, 7168, "NT"),
+    (16, 512, 4096, 4096, "NT"), (32, 2048, 4096, 1024, "NN"),
+]
+SUITES = ("resnet50-b64", "resnet50-b1", "odd", "epilogue", "tf32", "bmm", "grouped", "backward")
 FIELDS = ("n", "h", "w", "c", "k", "r", "s", "stride", "padding", "dilation")
 
 
@@ -99,7 +111,68 @@ def _cases(quick: bool, suites: set[str]) -> list[dict]:
     if "bmm" in suites:
         for batch, m, n, k, layout in (BMM[::3] if quick else BMM):
             cases.append(dict(op="bmm", batch=batch, m=m, n=n, k=k, layout=layout, dtype="bfloat16", suite="bmm"))
+    if "grouped" in suites:
+        for groups, m, n, k, layout in (GROUPED[::3] if quick else GROUPED):
+            cases.append(dict(op="grouped", groups=groups, m=m, n=n, k=k, layout=layout, dtype="bfloat16",
+                              suite="grouped"))
     return cases
+
+
+def _grouped_problems(case: dict) -> list:
+    """The grouped problem of a grouped case (its key, for ``kgen tune gemm_grouped --from``)."""
+    from kgen.kernels.gemm.grouped import grouped_problem
+
+    return [grouped_problem(case["groups"], case["m"], case["n"], case["k"], case["dtype"], case["layout"])]
+
+
+def bench_grouped(case: dict, args, torch, kgen, flush, log) -> dict:
+    """kgen.gemm_grouped (device ends) against one torch.matmul a group (cuBLAS; the ends known on
+    the host beforehand) and torch._grouped_mm where this PyTorch has it, on the same tensors."""
+    from kgen.kernels.gemm.grouped import split_rows
+
+    groups, m, n, k, layout = (case[f] for f in ("groups", "m", "n", "k", "layout"))
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    a = (torch.rand((m, k), device="cuda", generator=gen) - 0.5).to(torch.bfloat16)
+    b = (torch.rand((groups, n, k) if layout[1] == "T" else (groups, k, n), device="cuda", generator=gen) - 0.5)
+    b = b.to(torch.bfloat16)
+    b = b.transpose(1, 2) if layout[1] == "T" else b
+    host_ends = split_rows(m, groups, seed=0).tolist()
+    ends = torch.tensor(host_ends, dtype=torch.int32, device="cuda")
+    bounds = list(zip([0] + host_ends, host_ends))
+    row = dict(case, baselines={}, ok=None, config="", how="")
+    flops = 2.0 * m * n * k
+    c = torch.empty((m, n), device="cuda", dtype=torch.bfloat16)
+    try:
+        out = kgen.gemm_grouped(a, b, ends)
+        want = torch.cat([a[s:e].double() @ b[g].double() for g, (s, e) in enumerate(bounds)])
+        err = float((out.double() - want).abs().max() / want.abs().max())
+        row["error_vs_float64"], row["ok"] = err, err <= 1e-2
+        from kgen.dispatch import default_dispatcher
+        from kgen.registry import get_spec
+
+        choice = default_dispatcher().decide(get_spec("gemm_grouped"), _grouped_problems(case)[0], 0)
+        row["family"], row["config"], row["how"] = "gemm_grouped", choice.config.name, choice.how
+        row["kgen_ms"] = median_ms(lambda: kgen.gemm_grouped(a, b, ends, out), args.runs, flush)
+        row["tflops"] = flops / row["kgen_ms"] / 1e9
+    except Exception as exc:
+        row["error"] = f"{type(exc).__name__}: {exc}"[:500]
+        log(f"  kgen failed: {row['error']}")
+    grouped_mm = getattr(torch, "_grouped_mm", None)
+    if grouped_mm is not None:
+        try:
+            _with_baseline(row, "torch._grouped_mm", lambda: grouped_mm(a, b, offs=ends), flops, args, flush)
+        except Exception as exc:
+            row["grouped_mm_error"] = f"{type(exc).__name__}: {exc}"[:300]
+    pieces = [(a[s:e], b[g], c[s:e]) for g, (s, e) in enumerate(bounds) if e > s]
+
+    def loop():
+        for x, w, y in pieces:
+            torch.matmul(x, w, out=y)
+
+    _with_baseline(row, "cublas", loop, flops, args, flush)
+    if "kgen_ms" in row:
+        row["speedup_vs_fastest"] = min(row["baselines"].values()) / row["kgen_ms"]
+    return row
 
 
 def _bmm_problems(case: dict) -> list:
@@ -299,11 +372,13 @@ def main(argv=None) -> int:
         parser.error(f"unknown suites {sorted(suites - set(SUITES))}; choose from {', '.join(SUITES)}")
     for case in _cases(args.quick, suites):
         start = time.perf_counter()
-        bmm = case.get("op") == "bmm"
-        bench = {"bmm": bench_bmm, "dgrad": bench_gradient, "wgrad": bench_gradient}.get(case.get("op"), bench_case)
+        op = case.get("op")
+        bench = {"bmm": bench_bmm, "grouped": bench_grouped, "dgrad": bench_gradient,
+                 "wgrad": bench_gradient}.get(op, bench_case)
         row = bench(case, args, torch, kgen, flush, print)
         rows.append(row)
-        shape = " ".join(f"{f}={row[f]}" for f in (("batch", "m", "n", "k", "layout") if bmm else FIELDS))
+        fields = {"bmm": ("batch", "m", "n", "k", "layout"), "grouped": ("groups", "m", "n", "k", "layout")}
+        shape = " ".join(f"{f}={row[f]}" for f in fields.get(op, FIELDS))
         print(f"{case['dtype']:8s} {shape:72s} kgen {row.get('kgen_ms', float('nan')):.4f} ms "
               f"({row.get('tflops', float('nan')):.0f} TF/s, {row.get('family', '')} {row['how']}) | "
               + " ".join(f"{name} {ms:.4f} ms" for name, ms in row["baselines"].items()) + " "
@@ -311,7 +386,8 @@ def main(argv=None) -> int:
               flush=True)
         out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")     # kept as it grows
         if args.keys and case.get("op") not in ("dgrad", "wgrad"):
-            for problem in _bmm_problems(case) if bmm else _candidates(case):
+            problems = {"bmm": _bmm_problems, "grouped": _grouped_problems}.get(op, _candidates)
+            for problem in problems(case):
                 with Path(f"{args.keys}.{problem.family}.txt").open("a") as keys:
                     keys.write(problem.key + "\n")
     speedups = [r["speedup"] for r in rows if "speedup" in r]

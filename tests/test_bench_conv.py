@@ -1,6 +1,6 @@
 """scripts/bench_conv.py's cases: every suite's shapes make valid problems, ResNet-50's layers are
 distinct and each appears at both batch sizes, the batched cases give the keys a tune reads, and
-the backward suite has a data gradient and a weight gradient per layer but the stem."""
+the grouped cases make grouped problems, the backward suite has a data gradient and a weight gradient per layer but the stem."""
 
 from __future__ import annotations
 
@@ -21,10 +21,14 @@ def test_cases_make_valid_problems():
         if case.get("op") == "bmm":
             problem, = bench_conv._bmm_problems(case)
             assert problem.family == "gemm_batched" and problem["batch"] == case["batch"]
+        elif case.get("op") == "grouped":
+            problem, = bench_conv._grouped_problems(case)
+            assert problem.family == "gemm_grouped" and (problem["groups"], problem["m"]) == (case["groups"], case["m"])
         else:
             assert bench_conv._flops(case) > 0 and bench_conv._problem(case).family == "conv2d"
     backward = suites["backward"]
     assert sum(c["op"] == "dgrad" for c in backward) == 22
     assert sum(c["op"] == "wgrad" for c in backward) == 22
-    quick = bench_conv._cases(True, {"resnet50-b64", "bmm"})
-    assert 0 < len(quick) < len(cases) and {c["suite"] for c in quick} == {"resnet50-b64", "bmm"}
+    assert len(suites["grouped"]) == len(bench_conv.GROUPED)
+    quick = bench_conv._cases(True, {"resnet50-b64", "bmm", "grouped"})
+    assert 0 < len(quick) < len(cases) and {c["suite"] for c in quick} == {"resnet50-b64", "bmm", "grouped"}

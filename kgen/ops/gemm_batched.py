@@ -21,7 +21,7 @@ from kgen.ops.caller import CallerArray, check_no_overlap, new_array, on_caller_
 from kgen.ops.launch import launch_family
 
 
-def _matrices(info, name: str) -> tuple[int, int, int, str]:
+def dense_matrices(info, name: str) -> tuple[int, int, int, str]:
     """(batch, rows, cols, layout letter) of a 2-D or 3-D operand whose batch is dense."""
     if len(info.shape) not in (2, 3):
         raise ShapeError(f"{name} has {len(info.shape)} dimensions; batched GEMM takes 2-D or 3-D arrays")
@@ -41,7 +41,7 @@ def _flattened(gemm, a, b, c, alpha, beta, kw):
     """a (batch, M, K) row-major, b one matrix: one ``gemm`` (the 2-D call) of batch * M rows,
     its result reshaped."""
     batch, m, k = a.shape
-    if c is not None and (len(c.shape) != 3 or _matrices(describe(c, "c"), "c")[3] != "N"):
+    if c is not None and (len(c.shape) != 3 or dense_matrices(describe(c, "c"), "c")[3] != "N"):
         raise LayoutError(f"c (shape {tuple(c.shape)}) must be a dense batch of row-major matrices",
                           remedy="pass a contiguous c, or leave it unset")
     flat_c = c.reshape(batch * m, c.shape[-1]) if c is not None else None
@@ -56,7 +56,7 @@ def call(gemm, a, b, c=None, alpha: float = 1.0, beta: float = 0.0, *, bias=None
     from kgen.ops.gemm_tc import input_dtype
 
     ai, bi = describe(a, "a"), describe(b, "b")
-    (ba, m, k, la), (bb, k2, n, lb) = _matrices(ai, "a"), _matrices(bi, "b")
+    (ba, m, k, la), (bb, k2, n, lb) = dense_matrices(ai, "a"), dense_matrices(bi, "b")
     if k != k2:
         raise ShapeError(f"inner dimensions differ: a's matrices are {m}x{k}, b's {k2}x{n}")
     if ba != bb and 1 not in (ba, bb):
@@ -92,7 +92,7 @@ def call(gemm, a, b, c=None, alpha: float = 1.0, beta: float = 0.0, *, bias=None
             raise InputError("c is a JAX array, and JAX arrays are immutable", remedy="leave c unset")
         ci = describe(c, "c")
         if ci.shape != (batch, m, n) or ci.dtype not in stored or ci.device != ai.device \
-                or _matrices(ci, "c")[3] != "N":
+                or dense_matrices(ci, "c")[3] != "N":
             raise ShapeError(f"c must be a dense ({batch}, {m}, {n}) {out} array on device {ai.device}; got "
                              f"shape {ci.shape}, {ci.dtype}, device {ci.device}")
         check_no_overlap(CallerArray(c, kind, ci, out), [CallerArray(a, kind, ai, in_a), CallerArray(b, kind, bi, in_a)],

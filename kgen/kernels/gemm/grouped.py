@@ -1,0 +1,245 @@
+"""Grouped GEMM on mma.sync, the mixture-of-experts case: ``C[rows of g] = act(alpha * A[rows of g]
+@ op(B[g]) + beta * C[rows of g])`` for every group g, in one launch.
+
+A holds the rows of every group one after another (T x K, row-major), B one K x N matrix a group
+(``(groups, K, N)``, or ``(groups, N, K)`` read transposed: layout ``NT``), C is T x N; group g
+owns the rows ``ends[g-1] <= row < ends[g]`` (``ends[-1] = 0``), and ``ends`` (int32, one a group)
+stays on the device, as a router writes it. A problem is a tensor-core GEMM problem of all T rows
+(``m``) with ``groups``; what the kernel compiles in is the group count and B's group stride,
+never T or the split of rows, so one kernel serves every batch of tokens. The kernel is
+``gemm/mma.cu.j2``'s with each block moved to its group (``templates/gemm/mma_grouped.cu.j2``),
+so the space is ``gemm_mma``'s for a group of the average size; the default tile counts every
+group's tiles. No bias (a grouped problem has one bias a group, not one a column); relu and gelu
+are fused.
+
+>>> from kgen.problem import Target
+>>> p = grouped_problem(64, 8192, 1024, 2048, "bfloat16", "NT")
+>>> p.key
+'gemm_grouped|align_a=8|align_b=8|dtype=bfloat16|epilogue=none|groups=64|k=2048|layout=NT|m=8192|n=1024|out_dtype=bfloat16|precision=native'
+>>> GemmGrouped().default_config(p, Target.h200()).name
+'gemm_grouped_bf16_nt_128x128x32_w64x64_s4_va8_vb8_g1_k1_mb1_lp1'
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+import numpy as np
+
+from kgen.arrays import device_pointer
+from kgen.errors import InputError, LayoutError, ShapeError
+from kgen.fields import Field
+from kgen.kernels.gemm import rules
+from kgen.kernels.gemm.dtypes import ACTIVATIONS, ITEMSIZE, TC_OUTPUTS
+from kgen.kernels.gemm.family import FIELDS as GEMM_FIELDS
+from kgen.kernels.gemm.mma import GemmMma
+from kgen.kernels.gemm.mma_geometry import tile_shape
+from kgen.kernels.gemm.problem import tc_problem
+from kgen.kernels.gemm.tc import as_float64, epilogue_reference, to_bf16, torch_stream_of_cupy, torch_view
+from kgen.problem import Problem, Target
+from kgen.space import Space
+from kgen.spec import GENERIC_RUNTIME, KernelSpec, Launch
+
+FAMILY = "gemm_grouped"
+MAX_GROUPS = 4096           # each block scans the groups' ends, 32 a step
+LAYOUTS = ("NN", "NT")      # A is the tokens' rows (row-major); B either way
+
+
+def grouped_problem(groups: int, m: int, n: int, k: int, dtype: str = "bfloat16", layout: str = "NN",
+                    **kw) -> Problem:
+    """A grouped GEMM problem of ``m`` rows in all (checked); ``kw`` as ``tc_problem`` (out_dtype,
+    epilogue: none, relu or gelu)."""
+    if isinstance(groups, bool) or not isinstance(groups, (int, np.integer)) or not 1 <= groups <= MAX_GROUPS:
+        raise ShapeError(f"groups={groups!r} must be an integer in 1..{MAX_GROUPS}",
+                         remedy="split the groups over several calls")
+    if layout not in LAYOUTS:
+        raise LayoutError(f"grouped GEMM takes layouts {LAYOUTS}, not {layout!r}: A is every group's rows, "
+                          "row-major", remedy="pass A as a contiguous (rows, K) array")
+    if kw.get("epilogue", "none") not in ACTIVATIONS:
+        raise InputError(f"grouped GEMM fuses {ACTIVATIONS}, not {kw['epilogue']!r} (no bias)",
+                         remedy="add a bias after the call")
+    if min(m, n, k) < 1:
+        raise ShapeError(f"sizes must be >= 1 (got m={m}, n={n}, k={k})")
+    size = ITEMSIZE.get(dtype, 1)
+    ldb = n if layout[1] == "N" else k
+    kw.setdefault("align_b", rules.natural_alignment(math.gcd(ldb, k * n), size))   # every group's matrix
+    one = tc_problem(FAMILY, m, n, k, dtype, layout, **kw)
+    return Problem.of(FAMILY, **dict(one.params), groups=int(groups))
+
+
+def rows_per_group(problem: Problem) -> int:
+    """The average group's rows (at least one)."""
+    return max(1, -(-problem["m"] // problem["groups"]))
+
+
+def row_tile_bound(problem: Problem, bm: int) -> int:
+    """The most row tiles any split of the problem's rows into its groups needs: each group with
+    rows rounds its own up, and at most min(groups, rows) groups have rows."""
+    m = problem["m"]
+    return min(m, (m + min(problem["groups"], m) * (bm - 1)) // bm)
+
+
+def leading_dims(problem: Problem) -> tuple[int, int, int]:
+    """lda, ldb, ldc of dense operands."""
+    n, k = problem["n"], problem["k"]
+    return k, (n if problem["layout"][1] == "N" else k), n
+
+
+def split_rows(total: int, groups: int, seed: int) -> np.ndarray:
+    """Group ends of ``total`` rows split at random over ``groups`` (a router's uneven counts)."""
+    sizes = np.random.default_rng(seed).multinomial(total, np.full(groups, 1.0 / groups))
+    return np.cumsum(sizes).astype(np.int32)
+
+
+class GemmGrouped(GemmMma):
+    family = FAMILY
+    template = "gemm/mma_grouped.cu.j2"
+    problem_fields = ((Field("groups", int, "problems in the group (experts)"),)
+                      + tuple(Field("m", int, "rows of A and C, every group's together") if f.name == "m" else f
+                              for f in GEMM_FIELDS))
+    # exported with the generic runtime, run(problem, a=, b=, c=, ends=), not the 2-D GEMM's
+    export_runtime = GENERIC_RUNTIME
+    export_dependencies, export_files, export_extras = (KernelSpec.export_dependencies, KernelSpec.export_files,
+                                                        KernelSpec.export_extras)
+    baseline_name = "cuBLAS, a call a group"
+
+    def problem(self, groups: int, m: int, n: int, k: int, dtype: str = "bfloat16", layout: str = "NN",
+                **kw) -> Problem:
+        return grouped_problem(groups, m, n, k, dtype, layout, **kw)
+
+    def request(self, target: Target, **values):
+        layout = str(values.pop("layout", "NN")).upper()
+        precision = values.pop("precision", None)
+        dtype = values.pop("dtype", "bfloat16")
+        if dtype == "float32" and precision != "tf32":
+            raise InputError("grouped GEMM runs float32 on the tensor cores as tf32 only when asked",
+                             remedy="pass --precision tf32")
+        return self, grouped_problem(values.pop("groups"), values.pop("m"), values.pop("n"), values.pop("k"), dtype,
+                                     layout, **{k: v for k, v in values.items() if v is not None})
+
+    # ---- space and picks -----------------------------------------------------------------------
+    def space(self, problem: Problem, target: Target) -> Space:
+        """gemm_mma's space for one group of the average size."""
+        average = tc_problem("gemm_mma", rows_per_group(problem), problem["n"], problem["k"], problem["dtype"],
+                             problem["layout"], problem["out_dtype"], problem["epilogue"], problem["align_a"],
+                             problem["align_b"])
+        return super().space(average, target).renamed("gemm_mma_", "gemm_grouped_")
+
+    @staticmethod
+    def _tile_rank(problem: Problem, target: Target, tile: tuple) -> tuple:
+        """gemm_mma's rule (the largest tile of which there are as many as SMs), counting every group's tiles."""
+        tiles = problem["groups"] * -(-rows_per_group(problem) // tile[0]) * -(-problem["n"] // tile[1])
+        return (tiles < target.sm_count, -tile[0] * tile[1] if tiles >= target.sm_count else -tiles)
+
+    def model_choice(self, problem: Problem, target: Target):
+        return None           # the GEMM cost model knows no groups: the default rule above decides
+
+    def model_version(self) -> str | None:
+        return None
+
+    def vendor_supported(self, problem: Problem) -> bool:
+        return False          # cuBLAS has no grouped call of device-side row counts
+
+    # ---- render and launch ---------------------------------------------------------------------
+    def context(self, problem: Problem, config, space) -> dict[str, Any]:
+        ctx = super().context(problem, config, space)
+        ctx.update(GROUPS=problem["groups"], BATCH_STRIDE_B=problem["k"] * problem["n"])
+        return ctx
+
+    def launch(self, problem: Problem, config) -> Launch:
+        v = config.as_dict()
+        blocks = row_tile_bound(problem, v["BM"]) * -(-problem["n"] // v["BN"])
+        warps = (v["BM"] // v["WM"]) * (v["BN"] // v["WN"]) * v["WK"]
+        return Launch((blocks, 1, 1), (32 * warps, 1, 1), tile_shape(problem["dtype"], problem["layout"], v)["SMEM"])
+
+    def arg_recipe(self, problem: Problem, config) -> list[dict]:
+        """GEMM's arguments with the group ends in the bias slot and the leading dimensions the
+        problem fixes."""
+        lds = dict(zip("abc", leading_dims(problem)))
+        recipe = []
+        for item in super().arg_recipe(problem, config):
+            if item.get("pointer") == "bias":
+                item = {"pointer": "ends"}
+            elif "ld" in item:
+                item = {"value": lds[item["ld"]], "type": "int64"}
+            recipe.append(item)
+        return recipe
+
+    def args(self, problem: Problem, config, operands: Mapping[str, Any]) -> list:
+        build = self.arg_builder(problem, config, leading_dims(problem))
+        return list(build(*(device_pointer(operands[x], x) for x in ("a", "b", "c", "ends")),
+                          operands.get("alpha", 1.0), operands.get("beta", 0.0)))
+
+    # ---- measurement (GPU) ---------------------------------------------------------------------
+    def inputs(self, problem: Problem, seed: int) -> dict[str, Any]:
+        import cupy
+
+        rng = cupy.random.default_rng(seed)
+        groups, m, n, k, dtype = (problem[x] for x in ("groups", "m", "n", "k", "dtype"))
+        out = problem["out_dtype"]
+
+        def values(shape):
+            x = rng.random(shape, dtype=cupy.float32) * 2 - 1
+            return to_bf16(x) if dtype == "bfloat16" else x.astype(dtype)
+
+        b = values((groups, k, n)) if problem["layout"][1] == "N" else values((groups, n, k)).swapaxes(1, 2)
+        c = cupy.empty((m, n), dtype=cupy.uint16 if out == "bfloat16" else out)
+        c.fill(0xFFFF if out == "bfloat16" else cupy.nan)
+        return {"a": values((m, k)), "b": b, "c": c, "ends": cupy.asarray(split_rows(m, groups, seed)),
+                "alpha": 1.0, "beta": 0.0}
+
+    def reference(self, problem: Problem, operands: Mapping[str, Any]) -> dict[str, Any]:
+        import cupy
+
+        dtype, out = problem["dtype"], problem["out_dtype"]
+        a, b = operands["a"], operands["b"]
+        if dtype == "float32":
+            from kgen.kernels.gemm.tc import to_tf32
+
+            a, b = to_tf32(a, self.tf32_rounding), to_tf32(b, self.tf32_rounding)
+        a64, b64 = as_float64(a, dtype), as_float64(b, dtype)
+        ref = cupy.zeros((problem["m"], problem["n"]), dtype=cupy.float64)
+        begin = 0
+        for g, end in enumerate(operands["ends"].get().tolist()):
+            ref[begin:end] = a64[begin:end] @ b64[g]
+            begin = end
+        ref *= operands.get("alpha", 1.0)
+        beta = operands.get("beta", 0.0)
+        if beta:
+            ref += beta * as_float64(operands["c"], out)
+        return {"c": epilogue_reference(problem, ref, None)}
+
+    def baseline(self, problem: Problem, operands: Mapping[str, Any]):
+        """One ``torch.matmul`` a group (cuBLAS), each into its rows of C, then the activation."""
+        try:
+            import torch
+        except ImportError:
+            return None
+        if problem["dtype"] == "float32" or problem["out_dtype"] != problem["dtype"]:
+            return None
+        dtype = problem["dtype"]
+        a, b, c = (torch_view(operands[x], dtype) for x in ("a", "b", "c"))
+        bounds = [0] + operands["ends"].get().tolist()
+        pieces = [(a[s:e], b[g], c[s:e]) for g, (s, e) in enumerate(zip(bounds, bounds[1:])) if e > s]
+        act = problem["epilogue"]
+        stream = torch_stream_of_cupy()
+
+        def run():
+            with torch.cuda.stream(stream):
+                for x, w, y in pieces:
+                    torch.matmul(x, w, out=y)
+                if act == "relu":
+                    torch.relu_(c)
+                elif act == "gelu":
+                    c.copy_(torch.nn.functional.gelu(c))
+
+        return run
+
+    def flops(self, problem: Problem) -> float:
+        return 2.0 * problem["m"] * problem["n"] * problem["k"]
+
+    def bytes(self, problem: Problem) -> float:
+        groups, m, n, k = (problem[x] for x in ("groups", "m", "n", "k"))
+        size, out = ITEMSIZE[problem["dtype"]], TC_OUTPUTS[problem["out_dtype"]][1]
+        return float(size * (m * k + groups * k * n) + out * m * n)

@@ -1,0 +1,127 @@
+"""``kgen.gemm_grouped``: the groups of rows of ``a`` each times its own matrix of ``b``, in one
+launch (the mixture-of-experts layer: tokens sorted by expert, one weight an expert).
+
+``a`` is (T, K), row-major: every group's rows one after another. ``b`` is (G, K, N), or a view
+(G, N, K).transpose(1, 2) (an ``nn.Linear`` weight an expert), dense a matrix. ``ends`` says
+where each group's rows end: ``ends[g]`` is one past group g's last row (group g holds rows
+``ends[g-1] <= row < ends[g]``, ``ends[-1] = 0``), as ``torch._grouped_mm``'s ``offs``. It is
+an int32 device array of G values of the caller's library (read by the kernel, never by the
+host: no synchronisation), or a host sequence of G ints (checked, then copied on the caller's
+stream). Rows at and past ``ends[-1]`` are not written. The result is (T, N), of the caller's
+library, on its current stream; ``activation`` (relu, gelu) is fused.
+"""
+
+from __future__ import annotations
+
+
+import numpy as np
+
+from kgen.arrays import array_kind, describe
+from kgen.errors import DeviceError, DtypeError, InputError, LayoutError, ShapeError
+from kgen.kernels.gemm import rules
+from kgen.kernels.gemm.dtypes import checked_output, epilogue_name
+from kgen.ops.caller import CallerArray, check_no_overlap, contiguous, new_array, on_caller_stream, to_jax
+from kgen.ops.gemm_batched import dense_matrices
+from kgen.ops.launch import launch_family
+
+
+def _host_ends(ends, groups: int, rows: int) -> np.ndarray | None:
+    """``ends`` as checked int32 values where it is a host sequence; None for a device array."""
+    if hasattr(ends, "__cuda_array_interface__") or array_kind(ends) in ("torch", "jax"):
+        return None
+    values = np.asarray(ends)
+    if values.dtype.kind not in "iu" or values.shape != (groups,):
+        raise ShapeError(f"ends must hold {groups} integers (one a group); got {values.dtype} of shape {values.shape}")
+    if values[0] < 0 or (np.diff(values) < 0).any() or values[-1] > rows:
+        raise ShapeError(f"ends must rise from 0 to at most {rows} (a's rows); got {values.tolist()[:8]}",
+                         remedy="pass the running sum of the groups' row counts")
+    return values.astype(np.int32)
+
+
+def _device_ends(ends, groups: int, like: CallerArray) -> CallerArray:
+    """A device ``ends`` checked: dense int32, one a group, with ``like`` (library and device)."""
+    info = describe(ends, "ends")
+    if info.dtype != "int32" or info.shape != (groups,) or not contiguous(info):
+        raise ShapeError(f"ends must be a dense int32 array of {groups} values (one a group); got {info.dtype} "
+                         f"of shape {info.shape}", remedy="pass ends.to(torch.int32), or a contiguous int32 copy")
+    if info.device != like.info.device:
+        raise DeviceError(f"ends is on device {info.device} and a on device {like.info.device}")
+    if array_kind(ends) != like.kind:
+        raise InputError(f"a is a {like.kind} array and ends a {array_kind(ends)} one",
+                         remedy="pass arrays of one library")
+    return CallerArray(ends, like.kind, info, "int32")
+
+
+def _output(out, like: CallerArray, b: CallerArray, shape: tuple, dtype: str) -> CallerArray:
+    """``out`` checked (dense, of the result's shape, dtype and device, overlapping no input), or
+    a new array of the caller's library."""
+    if out is None:
+        made = new_array(like, shape, dtype)
+        return CallerArray(made, like.kind, describe(made, "out"), dtype)
+    if like.kind == "jax":
+        raise InputError("JAX arrays are immutable: out= cannot be written", remedy="leave out= out")
+    info = describe(out, "out")
+    stored = ("uint16", "bfloat16") if dtype == "bfloat16" else (dtype,)
+    if info.shape != shape or info.dtype not in stored or info.device != like.info.device or not contiguous(info):
+        raise ShapeError(f"out must be a dense {shape} {dtype} array on device {like.info.device}; got shape "
+                         f"{info.shape}, {info.dtype}, device {info.device}")
+    target = CallerArray(out, like.kind, info, dtype)
+    check_no_overlap(target, [like, b], "gemm_grouped")
+    return target
+
+
+def gemm_grouped(a, b, ends, out=None, *, activation=None, precision=None, dtype=None, out_dtype=None):
+    """``out[rows of g] = act(a[rows of g] @ b[g])`` for every group g (see the module text)."""
+    from kgen.kernels.gemm.grouped import MAX_GROUPS, grouped_problem
+    from kgen.ops.gemm_tc import input_dtype
+
+    ai, bi = describe(a, "a"), describe(b, "b")
+    if len(ai.shape) != 2 or not contiguous(ai):
+        raise LayoutError(f"a (shape {ai.shape}, strides {ai.strides} in elements) must be a dense (rows, K) "
+                          "row-major array", remedy="pass a contiguous copy of a")
+    if ai.shape[1] == 0:
+        raise ShapeError("K = 0: every product is zero", remedy="fill the result with zeros instead")
+    if len(bi.shape) != 3:
+        raise ShapeError(f"b has {len(bi.shape)} dimensions; it holds one (K, N) matrix a group: (groups, K, N)")
+    groups, k, n, layout_b = dense_matrices(bi, "b")
+    rows = ai.shape[0]
+    if ai.shape[1] != k:
+        raise ShapeError(f"inner dimensions differ: a's rows hold {ai.shape[1]} values, b's matrices are {k}x{n}")
+    if not 1 <= groups <= MAX_GROUPS:
+        raise ShapeError(f"b holds {groups} matrices; grouped GEMM takes 1..{MAX_GROUPS}")
+    kind = array_kind(a)
+    if array_kind(b) != kind:
+        raise InputError(f"a is a {kind} array and b a {array_kind(b)} one", remedy="pass arrays of one library")
+    if ai.device != bi.device:
+        raise DeviceError(f"a is on device {ai.device} and b on device {bi.device}")
+    in_a, in_b = input_dtype(ai, dtype, "a"), input_dtype(bi, dtype, "b")
+    if in_a != in_b:
+        raise DtypeError(f"a is {in_a} and b is {in_b}", remedy="cast both to one dtype")
+    if in_a == "float32" and precision != "tf32":
+        raise DtypeError("grouped GEMM runs on the tensor cores: float32 only as tf32",
+                         remedy="pass precision='tf32', or cast to bfloat16")
+    epilogue = epilogue_name(False, activation)
+    out_t = checked_output(in_a, out_dtype, epilogue)
+    like = CallerArray(a, kind, ai, in_a)
+    host = _host_ends(ends, groups, rows)
+    device_ends = _device_ends(ends, groups, like) if host is None else None
+    target = _output(out, like, CallerArray(b, kind, bi, in_a), (rows, n), out_t)
+    if rows and n:
+        problem = grouped_problem(groups, rows, n, k, in_a, "N" + layout_b, out_dtype=out_t, epilogue=epilogue,
+                                  align_a=rules.alignment(ai.ptr, k, ai.itemsize),
+                                  align_b=rules.alignment(bi.ptr, int(np.gcd(k * n, n if layout_b == "N" else k)),
+                                                          bi.itemsize))
+        with on_caller_stream(kind, ai.device):
+            # host ends are copied on the caller's stream; CuPy's pool hands that memory out again only
+            # in this stream's order, so the copy may be dropped once the kernel is queued
+            copied = None if host is None else _to_device(host)
+            ends_ptr = device_ends.ptr if copied is None else copied.data.ptr
+            launch_family("gemm_grouped", problem, ai.device, kind,
+                          {"a": ai.ptr, "b": bi.ptr, "c": target.ptr, "ends": ends_ptr, "alpha": 1.0, "beta": 0.0})
+    return to_jax(target.obj, out_t) if kind == "jax" else target.obj
+
+
+def _to_device(host: np.ndarray):
+    import cupy
+
+    return cupy.asarray(host)
