@@ -49,10 +49,10 @@ def _cases(quick: bool) -> list[dict]:
         add("reduce", "sum", "float32", (n,))
     add("reduce", "sum", "bfloat16", (8192, 8192))
     for rows, cols in ([(32768, 8192)] if quick else [(256, 1024), (4096, 4096), (32768, 8192), (4096, 50257),
-                                                      (65536, 128), (8, 262144)]):
+                                                      (65536, 128), (8, 262144), (16, 152064)]):
         add("softmax", "softmax", "bfloat16", (rows, cols))
     for rows, cols in ([(32768, 8192)] if quick else [(256, 1024), (4096, 4096), (32768, 8192), (65536, 128),
-                                                      (8192, 5120)]):
+                                                      (8192, 5120), (8, 262144)]):
         add("rmsnorm", "rmsnorm", "bfloat16", (rows, cols))
     add("softmax", "softmax", "float32", (8192, 8192))
     for n in ([8192] if quick else [512, 4096, 16384]):
@@ -175,6 +175,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ops", default="", help="families to run, comma-separated (default: all)")
     parser.add_argument("--quick", action="store_true", help="one or two sizes per family")
+    parser.add_argument("--rows-at-most", type=int, default=0,
+                        help="only the 2-D cases of at most this many rows (e.g. 16: the few long rows)")
     parser.add_argument("--no-compile", dest="compile", action="store_false", help="leave torch.compile out")
     add_run_args(parser, "write the problem keys of the cases here, one file per family (KEYS.FAMILY.txt), "
                          "for `kgen tune FAMILY --from`")
@@ -193,6 +195,8 @@ def main(argv=None) -> int:
     rows = []
     for case in _cases(args.quick):
         if wanted and case["family"] not in wanted:
+            continue
+        if args.rows_at_most and (len(case["shape"]) != 2 or case["shape"][0] > args.rows_at_most):
             continue
         start = time.perf_counter()
         row = bench_case(case, args, torch, cupy, kgen, flush, rate, print)

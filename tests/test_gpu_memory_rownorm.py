@@ -1,6 +1,7 @@
 """softmax and rmsnorm on the GPU: random configs against the float64 reference at odd widths
 and row counts, rows whose starts are not aligned (and outputs aligned unlike their inputs),
-softmax's stability with -Inf and large values, NaN and Inf propagation, the user functions
+softmax's stability with -Inf and large values, NaN and Inf propagation, rows split over a
+cluster of blocks, the user functions
 on PyTorch, CuPy and JAX arrays (their type back, n-d inputs, in place, the caller's stream).
 Marked ``gpu``; scripts/gpu_check.sh runs them."""
 
@@ -93,6 +94,38 @@ def test_unaligned_rows_and_outputs(family, dtype, hold):
             ops = _offset_operands(spec, problem, *shifts)
             check = _check(spec, problem, config, target, ops)
             assert check.ok, f"{config.name} on {rows} x {cols}, shifts x/out/w {shifts}: {check.detail}"
+
+
+@pytest.mark.parametrize("family", sorted(SPECS))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rows_split_over_a_cluster(family, dtype):
+    """A few long rows split over 2 to 8 blocks: every block's part (the edges in block 0), unaligned
+    rows and outputs, and a NaN, a +Inf and large values in one block's part reaching every block."""
+    spec, target = SPECS[family], _target()
+    if target.cc < (9, 0):
+        pytest.skip("clusters need sm_90")
+    rng = random.Random(zlib.crc32(f"split {family} {dtype}".encode()))
+    for rows, cols in ((8, 262144), (3, 100003), (5, 65539), (1, 8 * 1024 * 8 + 5)):
+        problem = rownorm_problem(family, rows, cols, dtype)
+        split = [c for c in spec.space(problem, target).configs() if c["SPLIT"] > 1]
+        configs = rng.sample(split, min(3, len(split))) + [spec.default_config(problem, target)]
+        for config in configs:
+            check = _check(spec, problem, config, target)
+            assert check.ok, f"{config.name} on {rows} x {cols}: {check.detail}"
+        ops = _offset_operands(spec, problem, 1, 2, 1)
+        assert _check(spec, problem, configs[0], target, ops).ok, configs[0].name
+    problem = rownorm_problem(family, 4, 65536, dtype)
+    ops = spec.inputs(problem, 5)
+    x = decode(ops["x"], dtype)
+    x[0, 60000] = np.nan                    # in the last block's part only
+    x[1, 3] = np.inf
+    x[2, 40000] = 60.0                      # a max far from the other parts'
+    ops["x"] = encode(x, dtype)
+    vec = 4 if dtype == "float32" else 8                  # 16-byte vectors; 8 blocks of 1024 threads
+    config = spec.space(problem, target).config(HOLD="regs", VEC=vec, TPR=1024, BLOCK=1024,
+                                                ITEMS=65536 // vec // 8 // 1024, SPLIT=8)
+    check = _check(spec, problem, config, target, dict(ops))
+    assert check.ok, f"{config.name}: {check.detail}"
 
 
 def _special_rows(cols: int, dtype: str):

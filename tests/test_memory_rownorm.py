@@ -95,15 +95,19 @@ def test_every_config_fits_the_width(target, cols, dtype):
         assert len({c.name for c in configs}) == len(configs)
         for c in configs:
             v = c.as_dict()
-            assert c.name == f"softmax_{v['HOLD']}_t{v['TPR']}_b{v['BLOCK']}_v{v['VEC']}_i{v['ITEMS']}"
+            split = v["SPLIT"]
+            assert c.name == f"softmax_{v['HOLD']}_t{v['TPR']}_b{v['BLOCK']}_v{v['VEC']}_i{v['ITEMS']}" + (
+                f"_s{split}" if split > 1 else "")
             assert v["VEC"] in vector_widths(dtype) and v["VEC"] <= cols
             assert v["BLOCK"] % v["TPR"] == 0 and v["BLOCK"] <= max(32, v["TPR"] * 2 * rows)
-            assert v["TPR"] <= 2 * math.ceil(cols / v["VEC"])        # no thread of a row is always idle
+            part = math.ceil(cols // v["VEC"] / split)                 # a block's share of the row's vectors
+            assert v["TPR"] <= 2 * math.ceil(cols / v["VEC"] / split)  # no thread of a row is always idle
+            assert split == 1 or (v["BLOCK"] == v["TPR"] and cols // v["VEC"] // split >= v["TPR"])
             if v["HOLD"] == "regs":
                 held = v["ITEMS"] * v["VEC"] + edge_slots(v["VEC"], v["TPR"])
-                assert v["TPR"] * v["ITEMS"] >= cols // v["VEC"] and held <= held_budget(v["BLOCK"])
+                assert v["TPR"] * v["ITEMS"] >= part and held <= held_budget(v["BLOCK"])
                 smaller = [i for i in HELD_ITEMS if i < v["ITEMS"]]
-                assert not smaller or v["TPR"] * smaller[-1] < cols // v["VEC"]      # the fewest that cover
+                assert not smaller or v["TPR"] * smaller[-1] < part      # the fewest that cover
             else:
                 assert v["ITEMS"] in STREAM_ITEMS
                 assert v["ITEMS"] == 1 or v["TPR"] * v["ITEMS"] * v["VEC"] <= cols
@@ -112,16 +116,22 @@ def test_every_config_fits_the_width(target, cols, dtype):
 
 
 def test_which_holds_exist_per_width(target):
-    def holds(cols, dtype="bfloat16", rows=4096):
+    def holds(cols, dtype="bfloat16", rows=4096, split=1):
         return {c["HOLD"] for c in SPECS["softmax"].space(rownorm_problem("softmax", rows, cols, dtype),
-                                                          target).configs()}
+                                                          target).configs() if c["SPLIT"] == split}
 
     assert holds(8192) == set(HOLDS)
     assert holds(32768) == set(HOLDS)                       # 1024 threads x 32 values
-    assert holds(65539) == {"smem", "reread"}               # too long for registers
+    assert holds(65539) == {"smem", "reread"}               # too long for one block's registers ...
+    assert holds(65539, split=2) == set(HOLDS)              # ... not for two blocks'
     assert holds(262144) == {"reread"}                      # too long for shared memory
+    assert holds(262144, split=8) == {"regs", "reread"}     # an eighth of it: 4 vectors a thread
     assert holds(131072, "float32") == {"reread"}
     assert holds(1) == {"regs", "smem", "reread"}
+    assert holds(1, split=2) == set()                       # a split needs a vector a thread in every block
+    sm80 = Target.h200(cc=(8, 0))
+    assert {c["SPLIT"] for c in SPECS["softmax"].space(rownorm_problem("softmax", 8, 262144, "bfloat16"),
+                                                       sm80).configs()} == {1}          # clusters: sm_90
 
 
 def test_short_rows_take_a_few_threads_and_several_rows_a_block(target):
@@ -160,7 +170,10 @@ def test_default_rule_picks(target):
     assert pick(65536, 128) == "softmax_regs_t4_b256_v8_i4"                # several rows a block
     assert pick(1000, 1000) == "softmax_regs_t128_b256_v8_i1"              # more threads: too few rows
     assert pick(4096, 50257) == "softmax_smem_t1024_b1024_v8_i2"           # two rows fit an SM
-    assert pick(8, 262144) == "softmax_reread_t1024_b1024_v8_i2"
+    assert pick(8, 262144) == "softmax_regs_t1024_b1024_v8_i4_s8"          # a row over a cluster of 8 blocks
+    assert pick(16, 152064, family="rmsnorm") == "rmsnorm_regs_t1024_b1024_v8_i3_s8"
+    assert pick(8, 4194304, "float32") == "softmax_reread_t1024_b1024_v4_i2_s8"   # too long for 8 blocks' registers
+    assert pick(100, 262144) == "softmax_reread_t1024_b1024_v8_i2"         # 100 rows fill most SMs: no split
     assert pick(7, 7, "float16") == "softmax_regs_t8_b64_v1_i1"
 
 
@@ -199,7 +212,7 @@ def test_render_of_each_family_and_hold(target):
         codes[hold] = render(SPECS["softmax"], problem, _config("softmax", problem, target, HOLD=hold, VEC=8,
                                                                 TPR=256, BLOCK=256, ITEMS=items), target).code
     for hold, code in codes.items():
-        assert f"KGEN_HOLD_{hold.upper()}>" in code and "KgenSoftmax" in code and "kgen_bf16_to_float" in code
+        assert f"KGEN_HOLD_{hold.upper()}, 1>" in code and "__cluster_dims__" not in code and "KgenSoftmax" in code and "kgen_bf16_to_float" in code
         assert "__launch_bounds__(256, 1)" in code and "float eps" not in code
     assert "extern __shared__" in codes["smem"] and "extern __shared__" not in codes["regs"]
     rms = rownorm_problem("rmsnorm", 64, 8192, "float16")
@@ -220,6 +233,12 @@ def test_launch_geometry(target, family):
     config = _config(family, wide, target, HOLD="smem", VEC=8, TPR=512, BLOCK=1024, ITEMS=2)
     geo = spec.launch(wide, config)
     assert geo.grid == (3, 1, 1) and geo.shared_mem == 2 * row_bytes(50257, "bfloat16") == 2 * 100528
+    long = rownorm_problem(family, 5, 262144, "bfloat16")
+    config = _config(family, long, target, HOLD="regs", VEC=8, TPR=1024, BLOCK=1024, ITEMS=4, SPLIT=8)
+    assert spec.launch(long, config).grid == (5 * 8, 1, 1)                 # a cluster of 8 blocks a row
+    assert spec.space(long, target).full_values(config.as_dict())["SCRATCH"] == 1024 // 32 + 8 + 1                          # the reduction's slots, then the blocks'
+    code = render(spec, long, config, target).code
+    assert "__cluster_dims__(8, 1, 1)" in code and "KGEN_HOLD_REGS, 8>" in code
 
 
 def test_arguments_and_the_exported_launch(target):

@@ -1,6 +1,6 @@
 // kgen: the entry of a row-wise normalisation over {{ dtype }} rows (their sizes are arguments, so
 // that one binary serves every shape): {{ TPR }} threads a row, {{ ROWS }} rows a block of {{ BLOCK }}, {{ VEC }}-element vectors,
-// {{ ITEMS }} of them a thread {% if HOLD == "regs" %}held in registers{% elif HOLD == "smem" %}a step, the row held in shared memory{% else %}a step, the row read twice{% endif %}.
+// {{ ITEMS }} of them a thread {% if HOLD == "regs" %}held in registers{% elif HOLD == "smem" %}a step, the row held in shared memory{% else %}a step, the row read twice{% endif %}{% if SPLIT > 1 %}; a row split over a cluster of {{ SPLIT }} blocks{% endif %}.
 {# the context's op names the Op struct; weighted: a weight vector follows x, and eps the sizes #}
 struct KgenElem {
     using t = {{ x_t }};
@@ -8,7 +8,7 @@ struct KgenElem {
     __device__ static __forceinline__ t store(float f) { return {{ x_store }}(f); }
 };
 
-extern "C" __global__ void __launch_bounds__({{ BLOCK }}, 1) {{ entry }}(
+extern "C" __global__ void __launch_bounds__({{ BLOCK }}, 1){% if SPLIT > 1 %} __cluster_dims__({{ SPLIT }}, 1, 1){% endif %} {{ entry }}(
     const {{ x_t }}* __restrict__ x,
 {% if weighted %}
     const {{ x_t }}* __restrict__ w,
@@ -22,6 +22,6 @@ extern "C" __global__ void __launch_bounds__({{ BLOCK }}, 1) {{ entry }}(
 {% else %}
     {{ x_t }}* smem = nullptr;
 {% endif %}
-    kgen_rownorm_rows<{{ op }}, KgenElem, {{ TPR }}, {{ ROWS }}, {{ VEC }}, {{ ITEMS }}, KGEN_HOLD_{{ HOLD | upper }}>(
+    kgen_rownorm_rows<{{ op }}, KgenElem, {{ TPR }}, {{ ROWS }}, {{ VEC }}, {{ ITEMS }}, KGEN_HOLD_{{ HOLD | upper }}, {{ SPLIT }}>(
         x, {% if weighted %}w{% else %}nullptr{% endif %}, y, rows, cols, {% if weighted %}eps{% else %}0.0f{% endif %}, scratch, smem);
 }

@@ -10,6 +10,11 @@
 //   KGEN_HOLD_REREAD  nowhere: read again (from L2, mostly) after the reduction.
 // A thread owns the same elements in both passes, so an output may alias the input.
 //
+// SPLIT > 1 (sm_90): a row is split over the SPLIT blocks of a cluster (ROWS == 1), each
+// taking a SPLIT-th of the row's body vectors (block 0 the edges too); their totals meet
+// through the cluster's shared memory (memory/row_reduce.cuh), so that a few long rows still
+// fill the device.
+//
 // A row's body is its whole VEC-element vectors from the first element aligned for them
 // (16 bytes at most); the elements before it (head) and after the last whole vector (tail),
 // fewer than VEC each, are its edges, EDGE of them a thread, read element by element. Where
@@ -57,20 +62,23 @@ __device__ __forceinline__ void kgen_row_weights(float (&wf)[VEC], const typenam
     }
 }
 
-template <class Op, class E, int TPR, int ROWS, int VEC, int ITEMS, int HOLD, bool ALIGNED>
+template <class Op, class E, int TPR, int ROWS, int VEC, int ITEMS, int HOLD, int SPLIT, bool ALIGNED>
 __device__ __forceinline__ void kgen_rownorm(const typename E::t* __restrict__ x, const typename E::t* __restrict__ w,
                                              typename E::t* __restrict__ y, long long rows, int cols, float param,
                                              typename Op::acc_t* scratch, typename E::t* smem) {
+    static_assert(SPLIT == 1 || ROWS == 1, "a split row has its blocks to itself");
     using T = typename E::t;
     using V = kgen_vec<T, VEC>;
     using acc_t = typename Op::acc_t;
     constexpr int EDGE = VEC == 1 ? 0 : (2 * (VEC - 1) + TPR - 1) / TPR;
     constexpr int EDGE_SLOTS = EDGE > 0 ? EDGE : 1;
     constexpr int STEP = TPR * ITEMS;
+    constexpr int REDUCE_SLOTS = TPR > 32 ? ROWS * TPR / 32 : 0;    // scratch's slots for the reduction; then SPLIT + 1
 
     const int lane = threadIdx.x % TPR;
     const int slot = threadIdx.x / TPR;
-    const long long row = (long long)blockIdx.x * ROWS + slot;
+    const int part = (int)cluster_rank<SPLIT>();
+    const long long row = SPLIT > 1 ? (long long)blockIdx.x / SPLIT : (long long)blockIdx.x * ROWS + slot;
     const bool live = row < rows;
     const T* xr = x + (live ? row : 0) * cols;
     T* yr = y + (live ? row : 0) * cols;
@@ -80,12 +88,15 @@ __device__ __forceinline__ void kgen_rownorm(const typename E::t* __restrict__ x
         head = (int)(((0ull - (unsigned long long)xr) % (VEC * sizeof(T))) / sizeof(T));
         head = min(head, cols);
     }
-    const int nb = live ? (cols - head) / VEC : 0;          // body vectors (none for a dead row)
-    const int tail0 = head + ((cols - head) / VEC) * VEC;
-    const int edges = live ? head + cols - tail0 : 0;
-    const T* xb = xr + head;
-    T* yb = yr + head;
-    const T* wb = Op::weighted ? w + head : w;
+    const int row_vectors = (cols - head) / VEC;
+    const int per_part = (row_vectors + SPLIT - 1) / SPLIT;
+    const int first = part * per_part;                     // this block's first body vector
+    const int nb = live ? max(0, min(per_part, row_vectors - first)) : 0;   // its body vectors (none: a dead row)
+    const int tail0 = head + row_vectors * VEC;
+    const int edges = live && part == 0 ? head + cols - tail0 : 0;
+    const T* xb = xr + head + (long long)first * VEC;
+    T* yb = yr + head + (long long)first * VEC;
+    const T* wb = Op::weighted ? w + head + (long long)first * VEC : w;
     const bool wvec = Op::weighted && ((unsigned long long)wb % (VEC * sizeof(T))) == 0;
     auto edge_col = [&](int e) { return e < head ? e : tail0 + (e - head); };
 
@@ -115,7 +126,7 @@ __device__ __forceinline__ void kgen_rownorm(const typename E::t* __restrict__ x
                 v[ITEMS * VEC + i] = lane + i * TPR < edges ? E::load(eraw[i]) : Op::pad();
         }
         const acc_t mine = Op::hold(v);
-        const acc_t total = kgen_row_reduce<Op, TPR>(mine, scratch);
+        const acc_t total = kgen_split_merge<Op, SPLIT>(kgen_row_reduce<Op, TPR>(mine, scratch), scratch + REDUCE_SLOTS);
         const typename Op::stat_t st = Op::stat(total, cols, param);
         const float scale = Op::held_scale(total, mine, st);
 #pragma unroll
@@ -175,7 +186,7 @@ __device__ __forceinline__ void kgen_rownorm(const typename E::t* __restrict__ x
             }
             Op::add(acc, f);
         }
-        const acc_t total = kgen_row_reduce<Op, TPR>(acc, scratch);
+        const acc_t total = kgen_split_merge<Op, SPLIT>(kgen_row_reduce<Op, TPR>(acc, scratch), scratch + REDUCE_SLOTS);
         const typename Op::stat_t st = Op::stat(total, cols, param);
         // pass 2
         for (int base = 0; base < nb; base += STEP) {
@@ -211,21 +222,22 @@ __device__ __forceinline__ void kgen_rownorm(const typename E::t* __restrict__ x
             }
         }
     }
+    kgen_split_done<SPLIT>();
 }
 
 // The kernel's body: the vector path where x and y are aligned alike (then every row's body
 // is aligned in both), the element path otherwise.
-template <class Op, class E, int TPR, int ROWS, int VEC, int ITEMS, int HOLD>
+template <class Op, class E, int TPR, int ROWS, int VEC, int ITEMS, int HOLD, int SPLIT>
 __device__ __forceinline__ void kgen_rownorm_rows(const typename E::t* __restrict__ x,
                                                   const typename E::t* __restrict__ w,
                                                   typename E::t* __restrict__ y, long long rows, int cols,
                                                   float param, typename Op::acc_t* scratch, typename E::t* smem) {
     const unsigned long long apart = (unsigned long long)x - (unsigned long long)y;
     if constexpr (VEC == 1) {
-        kgen_rownorm<Op, E, TPR, ROWS, VEC, ITEMS, HOLD, true>(x, w, y, rows, cols, param, scratch, smem);
+        kgen_rownorm<Op, E, TPR, ROWS, VEC, ITEMS, HOLD, SPLIT, true>(x, w, y, rows, cols, param, scratch, smem);
     } else if (apart % (VEC * sizeof(typename E::t)) == 0) {
-        kgen_rownorm<Op, E, TPR, ROWS, VEC, ITEMS, HOLD, true>(x, w, y, rows, cols, param, scratch, smem);
+        kgen_rownorm<Op, E, TPR, ROWS, VEC, ITEMS, HOLD, SPLIT, true>(x, w, y, rows, cols, param, scratch, smem);
     } else {
-        kgen_rownorm<Op, E, TPR, ROWS, VEC, ITEMS, HOLD, false>(x, w, y, rows, cols, param, scratch, smem);
+        kgen_rownorm<Op, E, TPR, ROWS, VEC, ITEMS, HOLD, SPLIT, false>(x, w, y, rows, cols, param, scratch, smem);
     }
 }

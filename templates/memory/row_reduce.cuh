@@ -32,3 +32,31 @@ __device__ __forceinline__ typename Op::acc_t kgen_row_reduce(typename Op::acc_t
     }
     return a;
 }
+
+// A row split over the SPLIT blocks of a cluster (sm_90; SPLIT == 1: the block's total as it
+// is): each block's total, merged in rank order in every block, so that all compute the same
+// statistics. slots: SPLIT + 1 in shared memory. Each block tells its peers when it has read
+// them (cluster_arrive); kgen_split_done, its last statement, waits until they have read it,
+// so that no block's shared memory goes while a peer may still read it. Needs cluster.cuh and
+// mbarrier.cuh.
+template <class Op, int SPLIT>
+__device__ __forceinline__ typename Op::acc_t kgen_split_merge(typename Op::acc_t total, typename Op::acc_t* slots) {
+    if constexpr (SPLIT == 1) {
+        return total;
+    } else {
+        if (threadIdx.x == 0) slots[0] = total;
+        cluster_sync<SPLIT>();                          // every block's total is in its slot
+        if (threadIdx.x < SPLIT) slots[1 + threadIdx.x] = cluster_peer_load(slots, threadIdx.x);
+        cluster_arrive();
+        __syncthreads();
+        typename Op::acc_t t = slots[1];
+#pragma unroll
+        for (int r = 1; r < SPLIT; ++r) t = Op::merge(t, slots[1 + r]);
+        return t;
+    }
+}
+
+template <int SPLIT>
+__device__ __forceinline__ void kgen_split_done() {
+    if constexpr (SPLIT > 1) cluster_wait();
+}

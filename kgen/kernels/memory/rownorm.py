@@ -13,7 +13,10 @@ The knobs:
   ``smem``: in shared memory, read once; ``reread``: read again, from L2 mostly (ITEMS is then
   the vectors a thread has in flight a step);
 - ``TPR``: threads a row; ``BLOCK``: threads a block (``BLOCK / TPR`` rows);
-- ``VEC``: elements a vector (up to 16 bytes); ``ITEMS``: vectors a thread, as above.
+- ``VEC``: elements a vector (up to 16 bytes); ``ITEMS``: vectors a thread, as above;
+- ``SPLIT`` (sm_90): blocks a row, a thread-block cluster whose blocks each take a SPLIT-th of
+  the row and meet through each other's shared memory (1: a row in one block), so that a few
+  long rows (a batch of logits over a vocabulary) fill the device.
 
 Rows and cols are kernel arguments: one binary serves every shape its config is valid for.
 
@@ -50,6 +53,8 @@ ITEMS = tuple(sorted(set(HELD_ITEMS) | set(STREAM_ITEMS)))
 MAX_COLS = (1 << 31) - 1024                           # cols is an int in the kernel
 REGISTERS_PER_SM = 65536
 HELD_TARGET = 4          # vectors a thread holds in the default (64 bytes in flight a thread)
+SPLITS = (1, 2, 4, 8)    # blocks a row (a cluster: 8 is the portable limit)
+SPLIT_PART = 1024        # body vectors a block takes at least when the default splits a row
 
 
 def rownorm_problem(family: str, rows: int, cols: int, dtype: str) -> Problem:
@@ -111,9 +116,13 @@ class RowNorm(MemoryFamily):
         rows, cols, dtype = problem["rows"], problem["cols"], problem["dtype"]
         smem_limit = target.smem_per_block_optin
 
+        def part(v) -> int:
+            """Body vectors of a block's part of the row (the whole row without a split)."""
+            return -(-(cols // v["VEC"]) // v["SPLIT"])
+
         def held_items(v) -> int:
-            """The fewest held ITEMS covering the row's body vectors (0: none covers it)."""
-            need = -(-(cols // v["VEC"]) // v["TPR"])
+            """The fewest held ITEMS covering a block's part of the row (0: none covers it)."""
+            need = -(-part(v) // v["TPR"])
             return next((i for i in HELD_ITEMS if i >= need), 0)
 
         def fits_registers(v) -> bool:
@@ -123,13 +132,18 @@ class RowNorm(MemoryFamily):
 
         constraints = [
             Constraint("a vector is no longer than the row", lambda v: v["VEC"] <= cols, ("VEC",)),
-            Constraint("every thread of a row has a vector", lambda v: v["TPR"] <= _pow2_at_least(-(-cols // v["VEC"])),
-                       ("VEC", "TPR")),
+            Constraint("every thread of a row has a vector",
+                       lambda v: v["TPR"] <= _pow2_at_least(-(-cols // v["VEC"] // v["SPLIT"])), ("VEC", "TPR", "SPLIT")),
+            Constraint("a row split over a cluster (sm_90), one row a block, every block with a whole vector a thread",
+                       lambda v: v["SPLIT"] == 1 or (target.cc >= (9, 0) and v["BLOCK"] == v["TPR"]
+                                                     and (cols // v["VEC"]) // v["SPLIT"] >= v["TPR"]),
+                       ("VEC", "TPR", "BLOCK", "SPLIT")),
             Constraint("a block holds whole rows", lambda v: v["BLOCK"] % v["TPR"] == 0, ("TPR", "BLOCK")),
             Constraint("a block holds no more rows than there are",
                        lambda v: v["BLOCK"] <= max(32, v["TPR"] * _pow2_at_least(rows)), ("TPR", "BLOCK")),
             Constraint("held in registers: ITEMS are the fewest that cover the row",
-                       lambda v: v["HOLD"] != "regs" or v["ITEMS"] == held_items(v), ("VEC", "TPR", "HOLD", "ITEMS")),
+                       lambda v: v["HOLD"] != "regs" or v["ITEMS"] == held_items(v),
+                       ("VEC", "TPR", "HOLD", "ITEMS", "SPLIT")),
             Constraint("streamed: ITEMS vectors in flight, a step no longer than the row",
                        lambda v: v["HOLD"] == "regs" or (v["ITEMS"] in STREAM_ITEMS and
                                                          (v["ITEMS"] == 1 or v["TPR"] * v["ITEMS"] * v["VEC"] <= cols)),
@@ -142,16 +156,23 @@ class RowNorm(MemoryFamily):
                        ("VEC", "TPR", "BLOCK", "HOLD")),
         ]
         return Space([Param("HOLD", HOLDS), Param("VEC", vector_widths(dtype)), Param("TPR", THREADS),
-                      Param("BLOCK", BLOCKS), Param("ITEMS", ITEMS)],
+                      Param("BLOCK", BLOCKS), Param("ITEMS", ITEMS), Param("SPLIT", SPLITS, default=1)],
                      constraints=constraints,
-                     derived={"ROWS": lambda v: v["BLOCK"] // v["TPR"],
-                              "SCRATCH": lambda v: max(1, v["BLOCK"] // 32) if v["TPR"] > 32 else 1},
+                     derived={"ROWS": lambda v: v["BLOCK"] // v["TPR"], "SCRATCH": self._scratch_slots},
                      namer=lambda v: (f"{self.family}_{v['HOLD']}_t{v['TPR']}_b{v['BLOCK']}_v{v['VEC']}"
-                                      f"_i{v['ITEMS']}"))
+                                      f"_i{v['ITEMS']}" + (f"_s{v['SPLIT']}" if v["SPLIT"] > 1 else "")))
+
+    @staticmethod
+    def _scratch_slots(values: Mapping[str, Any]) -> int:
+        """Shared slots of the reduction (one a warp where a row has several), then SPLIT + 1
+        for a split row's blocks' totals."""
+        reduce = values["BLOCK"] // 32 if values["TPR"] > 32 else 0
+        split = values.get("SPLIT", 1)
+        return max(1, reduce + (split + 1 if split > 1 else 0))
 
     def _scratch_bytes(self, values: Mapping[str, Any]) -> int:
-        """Static shared memory of the reduction: a slot (8 bytes at most) per warp."""
-        return 8 * max(1, values["BLOCK"] // 32)
+        """Static shared memory of the reduction: a slot (8 bytes at most) per warp, and a split row's."""
+        return 8 * self._scratch_slots(values)
 
     def default_config(self, problem: Problem, target: Target) -> Config:
         """The model's pick. 16-byte vectors (narrower for rows under four of them). A row that
@@ -159,39 +180,59 @@ class RowNorm(MemoryFamily):
         power of two that gives that, doubled (fewer vectors each) while the problem has too few
         threads to fill the device, 256 threads a block (several rows for short ones). A row
         too long for 1024 threads' registers is held in shared memory where two blocks of a row
-        fit an SM, else read twice; 1024 threads, two vectors each in flight."""
+        fit an SM, else read twice; 1024 threads, two vectors each in flight. Where half the SMs
+        or more would have no row, a row is split over a cluster of blocks (sm_90), doubling
+        while the rows' blocks stay within the SMs and each block keeps SPLIT_PART vectors."""
         rows, cols, dtype = problem["rows"], problem["cols"], problem["dtype"]
         space = self.space(problem, target)
         widths = vector_widths(dtype)
         vec = max([w for w in widths if 4 * w <= cols] or [1])
         body = max(1, cols // vec)
-        tpr = min(1024, _pow2_at_least(-(-body // HELD_TARGET)))
-        while tpr < 1024 and tpr < body and rows * tpr < target.sm_count * 1024:
+        split = 1
+        while (target.cc >= (9, 0) and 2 * split <= SPLITS[-1] and rows * 2 * split <= target.sm_count
+               and body >= 2 * split * SPLIT_PART):
+            split *= 2
+        part = -(-body // split)
+        tpr = min(1024, _pow2_at_least(-(-part // HELD_TARGET)))
+        while tpr < 1024 and tpr < part and rows * split * tpr < target.sm_count * 1024:
             tpr *= 2
-        block = max(tpr, min(256, max(32, tpr * _pow2_at_least(rows))))
-        items = next((i for i in HELD_ITEMS if i * tpr >= body), HELD_ITEMS[-1])
-        hold = "smem" if 2 * row_bytes(cols, dtype) + 2 * self._scratch_bytes({"BLOCK": 1024}) <= target.smem_per_sm \
+        block = tpr if split > 1 else max(tpr, min(256, max(32, tpr * _pow2_at_least(rows))))
+        items = next((i for i in HELD_ITEMS if i * tpr >= part), HELD_ITEMS[-1])
+        hold = "smem" if 2 * row_bytes(cols, dtype) + 2 * self._scratch_bytes({"BLOCK": 1024, "TPR": 1024}) <= target.smem_per_sm \
             else "reread"
         candidates = [
-            {"HOLD": "regs", "VEC": vec, "TPR": tpr, "BLOCK": block, "ITEMS": items},
-            {"HOLD": hold, "VEC": vec, "TPR": 1024, "BLOCK": 1024, "ITEMS": 2},
-            {"HOLD": "reread", "VEC": vec, "TPR": 1024, "BLOCK": 1024, "ITEMS": 2},
-            {"HOLD": "reread", "VEC": vec, "TPR": 1024, "BLOCK": 1024, "ITEMS": 1},
+            {"HOLD": "regs", "VEC": vec, "TPR": tpr, "BLOCK": block, "ITEMS": items, "SPLIT": split},
+            {"HOLD": "reread", "VEC": vec, "TPR": 1024, "BLOCK": 1024, "ITEMS": 2, "SPLIT": split},
+            {"HOLD": hold, "VEC": vec, "TPR": 1024, "BLOCK": 1024, "ITEMS": 2, "SPLIT": 1},
+            {"HOLD": "reread", "VEC": vec, "TPR": 1024, "BLOCK": 1024, "ITEMS": 2, "SPLIT": 1},
+            {"HOLD": "reread", "VEC": vec, "TPR": 1024, "BLOCK": 1024, "ITEMS": 1, "SPLIT": 1},
         ]
+        if split == 1:
+            del candidates[1]              # the streamed split is there for rows too long to hold
         return self.first_valid(space, candidates, problem)
 
     def model_picks(self, problem: Problem, target: Target, count: int) -> list[Config]:
         """The default, then its neighbours: twice and half its threads a row (held configs with
-        the ITEMS that cover the row), every place to hold the row with 512 and 1024 threads,
-        then the space's configs in order."""
+        the ITEMS that cover the row), half and twice its split where rows are fewer than SMs,
+        every place to hold the row with 512 and 1024 threads, then the space's configs in order."""
         space = self.space(problem, target)
         first = self.default_config(problem, target)
         d = first.as_dict()
         body = max(1, problem["cols"] // d["VEC"])
+        part = -(-body // d["SPLIT"])
         candidates = []
         for tpr in (d["TPR"] * 2, d["TPR"] // 2, d["TPR"] * 4):
-            items = next((i for i in HELD_ITEMS if i * tpr >= body), HELD_ITEMS[-1])
-            candidates.append({**d, "HOLD": "regs", "TPR": tpr, "BLOCK": max(tpr, d["BLOCK"]), "ITEMS": items})
+            items = next((i for i in HELD_ITEMS if i * tpr >= part), HELD_ITEMS[-1])
+            block = tpr if d["SPLIT"] > 1 else max(tpr, d["BLOCK"])
+            candidates.append({**d, "HOLD": "regs", "TPR": tpr, "BLOCK": block, "ITEMS": items})
+        few_rows = problem["rows"] < target.sm_count
+        for split in (d["SPLIT"] // 2, d["SPLIT"] * 2):     # the neighbouring splits where rows are few
+            if split in SPLITS and (d["SPLIT"] > 1 or few_rows):
+                share = -(-body // split)
+                tpr = min(1024, _pow2_at_least(-(-share // HELD_TARGET)))
+                items = next((i for i in HELD_ITEMS if i * tpr >= share), HELD_ITEMS[-1])
+                candidates.append({**d, "HOLD": "regs", "TPR": tpr, "BLOCK": tpr if split > 1 else d["BLOCK"],
+                                   "ITEMS": items, "SPLIT": split})
         for hold in HOLDS[1:]:
             for tpr in (1024, 512):
                 for items in (2, 4, 1):
@@ -219,7 +260,7 @@ class RowNorm(MemoryFamily):
     # ---- how it runs ------------------------------------------------------------------------------
     def launch(self, problem: Problem, config: Config) -> Launch:
         rows_a_block = config["BLOCK"] // config["TPR"]
-        blocks = -(-problem["rows"] // rows_a_block)
+        blocks = -(-problem["rows"] // rows_a_block) * config["SPLIT"]
         shared = rows_a_block * row_bytes(problem["cols"], problem["dtype"]) if config["HOLD"] == "smem" else 0
         return Launch((blocks, 1, 1), (config["BLOCK"], 1, 1), shared)
 
