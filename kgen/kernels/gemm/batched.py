@@ -28,13 +28,13 @@ from kgen.errors import InputError, ShapeError
 from kgen.fields import Field
 from kgen.kernels.gemm.dtypes import ITEMSIZE, TC_OUTPUTS, epilogue_parts
 from kgen.kernels.gemm.family import FIELDS as GEMM_FIELDS
-from kgen.kernels.gemm.mma import GemmMma
+from kgen.kernels.gemm.mma_variant import MmaVariant
 from kgen.kernels.gemm.mma_geometry import tile_shape
 from kgen.kernels.gemm.problem import tc_problem
 from kgen.kernels.gemm.tc import to_bf16
 from kgen.problem import Problem, Target
 from kgen.space import Space
-from kgen.spec import GENERIC_RUNTIME, KernelSpec, Launch
+from kgen.spec import Launch
 
 FAMILY = "gemm_batched"
 BROADCASTS = ("none", "a", "b")
@@ -67,45 +67,22 @@ def leading_dims(problem: Problem) -> tuple[int, int, int]:
     return (k if layout[0] == "N" else m), (n if layout[1] == "N" else k), n
 
 
-class GemmBatched(GemmMma):
+class GemmBatched(MmaVariant):
     family = FAMILY
     template = "gemm/mma_batched.cu.j2"
     problem_fields = (Field("batch", int, "matrices in the batch"),) + GEMM_FIELDS + (
         Field("broadcast", str, "an operand of one matrix for every batch", "none", BROADCASTS),)
-    # exported with the generic runtime, run(problem, a=, b=, c=, bias=), not the 2-D GEMM's
-    export_runtime = GENERIC_RUNTIME
-    export_dependencies, export_files, export_extras = (KernelSpec.export_dependencies, KernelSpec.export_files,
-                                                        KernelSpec.export_extras)
 
     def problem(self, batch: int, m: int, n: int, k: int, dtype: str = "bfloat16", layout: str = "NN",
                 **kw) -> Problem:
         return batched_problem(batch, m, n, k, dtype, layout, **kw)
 
-    def request(self, target: Target, **values):
-        layout = str(values.pop("layout", "NN")).upper()
-        precision = values.pop("precision", None)
-        dtype = values.pop("dtype", "bfloat16")
-        if dtype == "float32" and precision != "tf32":
-            raise InputError("batched GEMM runs float32 on the tensor cores as tf32 only when asked",
-                             remedy="pass --precision tf32")
-        return self, batched_problem(values.pop("batch"), values.pop("m"), values.pop("n"), values.pop("k"), dtype,
-                                     layout, **{k: v for k, v in values.items() if v is not None})
+    def tiles(self, problem: Problem, bm: int, bn: int) -> int:
+        return problem["batch"] * -(-problem["m"] // bm) * -(-problem["n"] // bn)
 
-    # ---- space and picks -----------------------------------------------------------------------
+    # ---- space ---------------------------------------------------------------------------------
     def space(self, problem: Problem, target: Target) -> Space:
         return super().space(problem, target).renamed("gemm_mma_", "gemm_batched_")
-
-    @staticmethod
-    def _tile_rank(problem: Problem, target: Target, tile: tuple) -> tuple:
-        """gemm_mma's rule (the largest tile of which there are as many as SMs), counting every batch's tiles."""
-        tiles = problem["batch"] * -(-problem["m"] // tile[0]) * -(-problem["n"] // tile[1])
-        return (tiles < target.sm_count, -tile[0] * tile[1] if tiles >= target.sm_count else -tiles)
-
-    def model_choice(self, problem: Problem, target: Target):
-        return None           # the GEMM cost model knows no batches: the default rule above decides
-
-    def model_version(self) -> str | None:
-        return None
 
     # ---- render and launch ---------------------------------------------------------------------
     def context(self, problem: Problem, config, space) -> dict[str, Any]:

@@ -33,13 +33,13 @@ from kgen.fields import Field
 from kgen.kernels.gemm import rules
 from kgen.kernels.gemm.dtypes import ACTIVATIONS, ITEMSIZE, TC_OUTPUTS
 from kgen.kernels.gemm.family import FIELDS as GEMM_FIELDS
-from kgen.kernels.gemm.mma import GemmMma
+from kgen.kernels.gemm.mma_variant import MmaVariant
 from kgen.kernels.gemm.mma_geometry import tile_shape
 from kgen.kernels.gemm.problem import tc_problem
 from kgen.kernels.gemm.tc import as_float64, epilogue_reference, to_bf16, torch_stream_of_cupy, torch_view
 from kgen.problem import Problem, Target
 from kgen.space import Space
-from kgen.spec import GENERIC_RUNTIME, KernelSpec, Launch
+from kgen.spec import Launch
 
 FAMILY = "gemm_grouped"
 MAX_GROUPS = 4096           # each block scans the groups' ends, 32 a step
@@ -92,51 +92,28 @@ def split_rows(total: int, groups: int, seed: int) -> np.ndarray:
     return np.cumsum(sizes).astype(np.int32)
 
 
-class GemmGrouped(GemmMma):
+class GemmGrouped(MmaVariant):
     family = FAMILY
     template = "gemm/mma_grouped.cu.j2"
     problem_fields = ((Field("groups", int, "problems in the group (experts)"),)
                       + tuple(Field("m", int, "rows of A and C, every group's together") if f.name == "m" else f
                               for f in GEMM_FIELDS))
-    # exported with the generic runtime, run(problem, a=, b=, c=, ends=), not the 2-D GEMM's
-    export_runtime = GENERIC_RUNTIME
-    export_dependencies, export_files, export_extras = (KernelSpec.export_dependencies, KernelSpec.export_files,
-                                                        KernelSpec.export_extras)
     baseline_name = "cuBLAS, a call a group"
 
     def problem(self, groups: int, m: int, n: int, k: int, dtype: str = "bfloat16", layout: str = "NN",
                 **kw) -> Problem:
         return grouped_problem(groups, m, n, k, dtype, layout, **kw)
 
-    def request(self, target: Target, **values):
-        layout = str(values.pop("layout", "NN")).upper()
-        precision = values.pop("precision", None)
-        dtype = values.pop("dtype", "bfloat16")
-        if dtype == "float32" and precision != "tf32":
-            raise InputError("grouped GEMM runs float32 on the tensor cores as tf32 only when asked",
-                             remedy="pass --precision tf32")
-        return self, grouped_problem(values.pop("groups"), values.pop("m"), values.pop("n"), values.pop("k"), dtype,
-                                     layout, **{k: v for k, v in values.items() if v is not None})
+    def tiles(self, problem: Problem, bm: int, bn: int) -> int:
+        return problem["groups"] * -(-rows_per_group(problem) // bm) * -(-problem["n"] // bn)
 
-    # ---- space and picks -----------------------------------------------------------------------
+    # ---- space ---------------------------------------------------------------------------------
     def space(self, problem: Problem, target: Target) -> Space:
         """gemm_mma's space for one group of the average size."""
         average = tc_problem("gemm_mma", rows_per_group(problem), problem["n"], problem["k"], problem["dtype"],
                              problem["layout"], problem["out_dtype"], problem["epilogue"], problem["align_a"],
                              problem["align_b"])
         return super().space(average, target).renamed("gemm_mma_", "gemm_grouped_")
-
-    @staticmethod
-    def _tile_rank(problem: Problem, target: Target, tile: tuple) -> tuple:
-        """gemm_mma's rule (the largest tile of which there are as many as SMs), counting every group's tiles."""
-        tiles = problem["groups"] * -(-rows_per_group(problem) // tile[0]) * -(-problem["n"] // tile[1])
-        return (tiles < target.sm_count, -tile[0] * tile[1] if tiles >= target.sm_count else -tiles)
-
-    def model_choice(self, problem: Problem, target: Target):
-        return None           # the GEMM cost model knows no groups: the default rule above decides
-
-    def model_version(self) -> str | None:
-        return None
 
     def vendor_supported(self, problem: Problem) -> bool:
         return False          # cuBLAS has no grouped call of device-side row counts
