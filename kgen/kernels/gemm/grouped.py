@@ -36,7 +36,8 @@ from kgen.kernels.gemm.family import FIELDS as GEMM_FIELDS
 from kgen.kernels.gemm.mma_variant import MmaVariant
 from kgen.kernels.gemm.mma_geometry import tile_shape
 from kgen.kernels.gemm.problem import tc_problem
-from kgen.kernels.gemm.tc import as_float64, epilogue_reference, to_bf16, torch_stream_of_cupy, torch_view
+from kgen.kernels.gemm.tc import (as_float64, epilogue_reference, to_bf16, to_tf32, torch_stream_of_cupy,
+                                  torch_view)
 from kgen.problem import Problem, Target
 from kgen.space import Space
 from kgen.spec import Launch
@@ -171,9 +172,7 @@ class GemmGrouped(MmaVariant):
 
         dtype, out = problem["dtype"], problem["out_dtype"]
         a, b = operands["a"], operands["b"]
-        if dtype == "float32":
-            from kgen.kernels.gemm.tc import to_tf32
-
+        if dtype == "float32":                          # the tensor cores see tf32
             a, b = to_tf32(a, self.tf32_rounding), to_tf32(b, self.tf32_rounding)
         a64, b64 = as_float64(a, dtype), as_float64(b, dtype)
         ref = cupy.zeros((problem["m"], problem["n"]), dtype=cupy.float64)
