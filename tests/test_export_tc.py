@@ -421,6 +421,8 @@ GENERIC = {
                     "ph=1|pw=1|r=3|s=3|sh=1|sw=1|w=7",
     "gemm_batched": "gemm_batched|align_a=8|align_b=8|batch=64|broadcast=none|dtype=bfloat16|epilogue=none|k=64|"
                     "layout=NT|m=512|n=512|out_dtype=bfloat16|precision=native",
+    "gemm_grouped": "gemm_grouped|align_a=8|align_b=8|dtype=bfloat16|epilogue=none|groups=16|k=4096|layout=NT|m=512|"
+                    "n=4096|out_dtype=bfloat16|precision=native",
 }
 
 
@@ -450,6 +452,7 @@ def test_generic_exports_give_kgens_result(family, tmp_path):
     import cupy
 
     import kgen
+    from kgen.kernels.gemm.grouped import split_rows
     from kgen.kernels.gemm.tc import from_bf16, to_bf16
     from kgen.problem import Problem
 
@@ -467,6 +470,12 @@ def test_generic_exports_give_kgens_result(family, tmp_path):
         want = kgen.conv2d(x, w, padding=(p["ph"], p["pw"]), dtype="bfloat16")
         got = cupy.full(want.shape, 0xFFFF, dtype=cupy.uint16)
         module.run(GENERIC[family], x=x, w=w, y=got)
+    elif family == "gemm_grouped":
+        a, b = rand(p["m"], p["k"]), rand(p["groups"], p["n"], p["k"])                  # layout NT: b read transposed
+        ends = cupy.asarray(split_rows(p["m"], p["groups"], seed=5))
+        want = kgen.gemm_grouped(a, b.transpose(0, 2, 1), ends, dtype="bfloat16")
+        got = cupy.full(want.shape, 0xFFFF, dtype=cupy.uint16)
+        module.run(GENERIC[family], a=a, b=b, c=got, ends=ends)
     else:
         a, b = rand(p["batch"], p["m"], p["k"]), rand(p["batch"], p["n"], p["k"])       # layout NT: b read transposed
         want = kgen.gemm(a, b.transpose(0, 2, 1), dtype="bfloat16")
