@@ -13,7 +13,6 @@ library, on its current stream; ``activation`` (relu, gelu) is fused.
 
 from __future__ import annotations
 
-
 import numpy as np
 
 from kgen.arrays import array_kind, describe
