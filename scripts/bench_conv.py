@@ -142,21 +142,9 @@ def bench_grouped(case: dict, args, torch, kgen, flush, log) -> dict:
     row = dict(case, baselines={}, ok=None, config="", how="")
     flops = 2.0 * m * n * k
     c = torch.empty((m, n), device="cuda", dtype=torch.bfloat16)
-    try:
-        out = kgen.gemm_grouped(a, b, ends)
-        want = torch.cat([a[s:e].double() @ b[g].double() for g, (s, e) in enumerate(bounds)])
-        err = float((out.double() - want).abs().max() / want.abs().max())
-        row["error_vs_float64"], row["ok"] = err, err <= 1e-2
-        from kgen.dispatch import default_dispatcher
-        from kgen.registry import get_spec
-
-        choice = default_dispatcher().decide(get_spec("gemm_grouped"), _grouped_problems(case)[0], 0)
-        row["family"], row["config"], row["how"] = "gemm_grouped", choice.config.name, choice.how
-        row["kgen_ms"] = median_ms(lambda: kgen.gemm_grouped(a, b, ends, out), args.runs, flush)
-        row["tflops"] = flops / row["kgen_ms"] / 1e9
-    except Exception as exc:
-        row["error"] = f"{type(exc).__name__}: {exc}"[:500]
-        log(f"  kgen failed: {row['error']}")
+    _time_gemm(row, _grouped_problems(case)[0], lambda out=None: kgen.gemm_grouped(a, b, ends, out),
+               lambda: torch.cat([a[s:e].double() @ b[g].double() for g, (s, e) in enumerate(bounds)]),
+               flops, args, flush, log)
     grouped_mm = getattr(torch, "_grouped_mm", None)
     if grouped_mm is not None:
         try:
@@ -192,23 +180,31 @@ def bench_bmm(case: dict, args, torch, kgen, flush, log) -> dict:
     b = b.transpose(1, 2) if layout[1] == "T" else b
     row = dict(case, baselines={}, ok=None, config="", how="")
     flops = 2.0 * batch * m * n * k
+    _time_gemm(row, _bmm_problems(case)[0], lambda out=None: kgen.gemm(a, b, out), lambda: a.double() @ b.double(),
+               flops, args, flush, log)
+    c = torch.empty((batch, m, n), device="cuda", dtype=torch.bfloat16)
+    return _with_baseline(row, "cublas", lambda: torch.matmul(a, b, out=c), flops, args, flush)
+
+
+def _time_gemm(row: dict, problem, call, reference, flops: float, args, flush, log) -> None:
+    """kgen's side of a bmm or grouped row: ``call(out=None)`` checked against ``reference()``
+    (float64) within 1e-2, the dispatcher's choice for ``problem``, then timed into the output of
+    the first call; a failure is the row's error."""
+    from kgen.dispatch import default_dispatcher
+    from kgen.registry import get_spec
+
     try:
-        out = kgen.gemm(a, b)
-        want = a.double() @ b.double()
+        out = call()
+        want = reference()
         err = float((out.double() - want).abs().max() / want.abs().max())
         row["error_vs_float64"], row["ok"] = err, err <= 1e-2
-        from kgen.dispatch import default_dispatcher
-        from kgen.registry import get_spec
-
-        choice = default_dispatcher().decide(get_spec("gemm_batched"), _bmm_problems(case)[0], 0)
-        row["family"], row["config"], row["how"] = "gemm_batched", choice.config.name, choice.how
-        row["kgen_ms"] = median_ms(lambda: kgen.gemm(a, b, out), args.runs, flush)
+        choice = default_dispatcher().decide(get_spec(problem.family), problem, 0)
+        row["family"], row["config"], row["how"] = problem.family, choice.config.name, choice.how
+        row["kgen_ms"] = median_ms(lambda: call(out), args.runs, flush)
         row["tflops"] = flops / row["kgen_ms"] / 1e9
     except Exception as exc:
         row["error"] = f"{type(exc).__name__}: {exc}"[:500]
         log(f"  kgen failed: {row['error']}")
-    c = torch.empty((batch, m, n), device="cuda", dtype=torch.bfloat16)
-    return _with_baseline(row, "cublas", lambda: torch.matmul(a, b, out=c), flops, args, flush)
 
 
 def _with_baseline(row: dict, name: str, fn, flops: float, args, flush) -> dict:
@@ -365,7 +361,7 @@ def main(argv=None) -> int:
     meta = {"device": target.name, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "commit": args.commit or commit(), "runs": args.runs, "torch": torch.__version__,
             "cudnn": torch.backends.cudnn.version(), "l2": "flushed", "baseline": "torch conv2d, channels_last, "
-            "cudnn.benchmark=True"}
+            "cudnn.benchmark=True (bmm: torch.matmul; grouped: a torch.matmul a group, and torch._grouped_mm)"}
     rows = []
     suites = set(filter(None, args.suites.split(",")))
     if suites - set(SUITES):

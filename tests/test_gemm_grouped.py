@@ -167,13 +167,14 @@ ENDS = FakeArray((4,), "int32", ptr=BASE + 16384)
 ])
 def test_checks_before_any_launch(a, b, ends, kw, error, monkeypatch):
     import kgen
+    import kgen.ops.caller as caller
     import kgen.ops.gemm_grouped as grouped
 
     launched = []
     monkeypatch.setattr(grouped, "launch_family", lambda family, problem, device, kind, operands: launched.append(
         (problem, operands)))
-    monkeypatch.setattr(grouped, "new_array", lambda like, shape, dtype: FakeArray(shape, "float16",
-                                                                                   ptr=BASE + (1 << 24)))
+    monkeypatch.setattr(caller, "new_array", lambda like, shape, dtype: FakeArray(shape, "float16",
+                                                                                  ptr=BASE + (1 << 24)))
     monkeypatch.setattr(grouped, "on_caller_stream", lambda kind, device: contextlib.nullcontext())
     monkeypatch.setattr(grouped, "_to_device", lambda host: SimpleNamespace(data=SimpleNamespace(ptr=BASE + (1 << 25))))
     if error is None:

@@ -19,7 +19,8 @@ from kgen.arrays import array_kind, describe
 from kgen.errors import DeviceError, DtypeError, InputError, LayoutError, ShapeError
 from kgen.kernels.gemm import rules
 from kgen.kernels.gemm.dtypes import checked_output, epilogue_name
-from kgen.ops.caller import CallerArray, check_no_overlap, contiguous, new_array, on_caller_stream, to_jax
+from kgen.ops.caller import (CallerArray, check_no_overlap, contiguous, on_caller_stream, output_array, result_array,
+                             same_device, to_jax)
 from kgen.ops.gemm_batched import dense_matrices
 from kgen.ops.launch import launch_family
 
@@ -49,24 +50,6 @@ def _device_ends(ends, groups: int, like: CallerArray) -> CallerArray:
         raise InputError(f"a is a {like.kind} array and ends a {array_kind(ends)} one",
                          remedy="pass arrays of one library")
     return CallerArray(ends, like.kind, info, "int32")
-
-
-def _output(out, like: CallerArray, b: CallerArray, shape: tuple, dtype: str) -> CallerArray:
-    """``out`` checked (dense, of the result's shape, dtype and device, overlapping no input), or
-    a new array of the caller's library."""
-    if out is None:
-        made = new_array(like, shape, dtype)
-        return CallerArray(made, like.kind, describe(made, "out"), dtype)
-    if like.kind == "jax":
-        raise InputError("JAX arrays are immutable: out= cannot be written", remedy="leave out= out")
-    info = describe(out, "out")
-    stored = ("uint16", "bfloat16") if dtype == "bfloat16" else (dtype,)
-    if info.shape != shape or info.dtype not in stored or info.device != like.info.device or not contiguous(info):
-        raise ShapeError(f"out must be a dense {shape} {dtype} array on device {like.info.device}; got shape "
-                         f"{info.shape}, {info.dtype}, device {info.device}")
-    target = CallerArray(out, like.kind, info, dtype)
-    check_no_overlap(target, [like, b], "gemm_grouped")
-    return target
 
 
 def gemm_grouped(a, b, ends, out=None, *, activation=None, precision=None, dtype=None, out_dtype=None):
@@ -104,7 +87,10 @@ def gemm_grouped(a, b, ends, out=None, *, activation=None, precision=None, dtype
     like = CallerArray(a, kind, ai, in_a)
     host = _host_ends(ends, groups, rows)
     device_ends = _device_ends(ends, groups, like) if host is None else None
-    target = _output(out, like, CallerArray(b, kind, bi, in_a), (rows, n), out_t)
+    target = result_array(output_array(out, like, (rows, n), out_t), like, (rows, n), out_t)
+    if out is not None:
+        same_device([like, target])
+        check_no_overlap(target, [like, CallerArray(b, kind, bi, in_a)], "gemm_grouped")
     if rows and n:
         problem = grouped_problem(groups, rows, n, k, in_a, "N" + layout_b, out_dtype=out_t, epilogue=epilogue,
                                   align_a=rules.alignment(ai.ptr, k, ai.itemsize),
