@@ -1,4 +1,4 @@
-"""Hopper TMA tensor maps: 2-D tiled and 4-D im2col descriptors for ``cp.async.bulk.tensor``, and
+"""Hopper TMA tensor maps: 2-D (and batched 3-D) tiled and 4-D im2col descriptors for ``cp.async.bulk.tensor``, and
 their rules.
 
 A tensor map is a 128-byte opaque record the driver encodes
@@ -16,6 +16,8 @@ turn them into space constraints or ``supports()`` answers:
 ['row stride 2002 bytes is not a multiple of 16']
 >>> tma_rejects(8, "float16", (64, 64), 128, (64, 300), 128)
 ['base pointer 0x8 is not 16-byte aligned', 'box dimension 300 is not in 1..256']
+>>> tma_rejects(0, "float16", (64, 100, 8), 128, (64, 64), 128, batch_stride_bytes=12808)
+['batch stride 12808 bytes is not a multiple of 16']
 
 Encoded maps are cached by everything that goes into them (pointer, dtype, dims, stride,
 box, swizzle) in a small LRU dict, so a repeated call costs one dict lookup.
@@ -49,16 +51,27 @@ class TmaError(KgenError):
 
 
 def tma_rejects(ptr: int, dtype: str, dims: Sequence[int], row_stride_bytes: int,
-                box: Sequence[int], swizzle_bytes: int) -> list[str]:
+                box: Sequence[int], swizzle_bytes: int, batch_stride_bytes: int = 0) -> list[str]:
     """Why TMA would refuse this 2-D map (an empty list when it is fine). Pure, no GPU.
 
     ``dims`` and ``box`` are ``(inner, outer)`` in elements; the inner dimension is the
     contiguous one. ``row_stride_bytes`` is the distance between consecutive outer rows.
+    A batch of such matrices is ``dims`` ``(inner, outer, batch)``, ``batch_stride_bytes``
+    apart (the box stays 2-D: one matrix at a time).
     """
     why = []
     size = ELEMENT_BYTES.get(dtype)
     if size is None:
         return [f"dtype {dtype} has no TMA element type here"]
+    if len(dims) == 3:
+        batch, outer_bytes = int(dims[2]), int(dims[1]) * row_stride_bytes
+        if not 1 <= batch <= 1 << 32:
+            why.append(f"batch {batch} must be in 1..2^32")
+        if batch_stride_bytes % 16:
+            why.append(f"batch stride {batch_stride_bytes} bytes is not a multiple of 16")
+        elif batch > 1 and not outer_bytes <= batch_stride_bytes < 1 << 40:
+            why.append(f"batch stride {batch_stride_bytes} bytes is not in {outer_bytes}..2^40 (a matrix's rows)")
+        dims = dims[:2]
     inner, outer = (int(d) for d in dims)
     if ptr % 16:
         why.append(f"base pointer {ptr:#x} is not 16-byte aligned")
@@ -101,8 +114,9 @@ def clear_cache() -> None:
 
 
 def encode_tiled(ptr: int, dtype: str, dims: Sequence[int], row_stride_bytes: int,
-                 box: Sequence[int], swizzle_bytes: int = 128) -> np.void:
-    """A 2-D tiled tensor map (zero fill out of bounds, 256-byte L2 promotion) as a TmaDesc.
+                 box: Sequence[int], swizzle_bytes: int = 128, batch_stride_bytes: int = 0) -> np.void:
+    """A 2-D tiled tensor map (zero fill out of bounds, 256-byte L2 promotion) as a TmaDesc;
+    3-D ``dims`` (inner, outer, batch) map a batch of matrices ``batch_stride_bytes`` apart.
 
     Raises TmaError (with the reasons) when TMA cannot describe the region, or when the
     driver refuses the encoding. Needs the CUDA driver (``cuda-bindings``), not a context.
@@ -110,12 +124,12 @@ def encode_tiled(ptr: int, dtype: str, dims: Sequence[int], row_stride_bytes: in
     >>> # desc = encode_tiled(a.data.ptr, "bfloat16", (k, m), lda * 2, (64, 128), 128)
     """
     key = (int(ptr), dtype, tuple(int(d) for d in dims), int(row_stride_bytes),
-           tuple(int(b) for b in box), int(swizzle_bytes))
+           tuple(int(b) for b in box), int(swizzle_bytes)) + ((int(batch_stride_bytes),) if len(dims) == 3 else ())
     hit = _CACHE.get(key)
     if hit is not None:
         _CACHE.move_to_end(key)
         return hit
-    why = tma_rejects(ptr, dtype, dims, row_stride_bytes, box, swizzle_bytes)
+    why = tma_rejects(ptr, dtype, dims, row_stride_bytes, box, swizzle_bytes, batch_stride_bytes)
     if why:
         raise TmaError(f"TMA cannot describe a {dtype} {tuple(dims)} tensor at {ptr:#x} "
                        f"(row stride {row_stride_bytes} B, box {tuple(box)}): " + "; ".join(why),
@@ -197,9 +211,10 @@ def encode_im2col(ptr: int, dtype: str, nhwc: Sequence[int], window: Sequence[in
     return desc
 
 
-def _driver_encode(ptr, dtype, dims, row_stride_bytes, box, swizzle_bytes) -> np.void:
+def _driver_encode(ptr, dtype, dims, row_stride_bytes, box, swizzle_bytes, batch_stride_bytes=0) -> np.void:
     try:
-        return tma_encode.encode_tiled(ptr, dtype, dims, row_stride_bytes, box, swizzle_bytes, call=_encode_call)
+        return tma_encode.encode_tiled(ptr, dtype, dims, row_stride_bytes, box, swizzle_bytes, call=_encode_call,
+                                       batch_stride_bytes=batch_stride_bytes)
     except EncodeError as exc:
         raise TmaError(str(exc), remedy="encode tensor maps on a machine with the NVIDIA driver (CUDA 12+, compute "
                        "capability 9.0+), and check the operand's alignment", ptr=ptr, dims=tuple(dims),

@@ -57,14 +57,15 @@ def _swizzle(drv, swizzle_bytes: int):
             64: spans.CU_TENSOR_MAP_SWIZZLE_64B, 128: spans.CU_TENSOR_MAP_SWIZZLE_128B}[swizzle_bytes]
 
 
-def encode_call(drv, data_type, ptr, dims, row_stride_bytes, box, swizzle):
-    """The driver call of a 2-D tiled map (zero fill out of bounds, 256-byte L2 promotion)."""
+def encode_call(drv, data_type, ptr, dims, strides, box, swizzle):
+    """The driver call of a tiled map of rank len(dims) (zero fill out of bounds, 256-byte L2
+    promotion); ``strides`` in bytes, one per dimension past the first."""
     return drv.cuTensorMapEncodeTiled(
-        data_type, 2, ptr,
-        [drv.cuuint64_t(dims[0]), drv.cuuint64_t(dims[1])],
-        [drv.cuuint64_t(row_stride_bytes)],                       # rank - 1 strides, bytes
-        [drv.cuuint32_t(box[0]), drv.cuuint32_t(box[1])],
-        [drv.cuuint32_t(1), drv.cuuint32_t(1)],
+        data_type, len(dims), ptr,
+        [drv.cuuint64_t(d) for d in dims],
+        [drv.cuuint64_t(s) for s in strides],
+        [drv.cuuint32_t(b) for b in box],
+        [drv.cuuint32_t(1) for _ in dims],
         drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
         swizzle,
         drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
@@ -72,17 +73,20 @@ def encode_call(drv, data_type, ptr, dims, row_stride_bytes, box, swizzle):
 
 
 def encode_tiled(ptr: int, dtype: str, dims: Sequence[int], row_stride_bytes: int, box: Sequence[int],
-                 swizzle_bytes: int, call=encode_call) -> np.void:
-    """A 2-D tiled map as a TmaDesc record, with no checks of TMA's rules (``kgen.tma`` checks
-    them first); EncodeError where the driver cannot be called or refuses."""
+                 swizzle_bytes: int, call=encode_call, batch_stride_bytes: int = 0) -> np.void:
+    """A 2-D tiled map as a TmaDesc record (3-D ``dims``: a batch of such matrices,
+    ``batch_stride_bytes`` apart, boxes of one matrix), with no checks of TMA's rules
+    (``kgen.tma`` checks them first); EncodeError where the driver cannot be called or refuses."""
     drv = driver()
+    strides = [row_stride_bytes] + ([batch_stride_bytes] if len(dims) == 3 else [])
+    box = list(box) + [1] * (len(dims) - len(box))
     try:
-        err, tmap = call(drv, _data_type(drv, dtype), ptr, dims, row_stride_bytes, box, _swizzle(drv, swizzle_bytes))
+        err, tmap = call(drv, _data_type(drv, dtype), ptr, dims, strides, box, _swizzle(drv, swizzle_bytes))
     except Exception as exc:   # no libcuda (no driver on this machine), or a binding error
         raise EncodeError(f"cannot call cuTensorMapEncodeTiled: {type(exc).__name__}: {exc}") from None
     if err != drv.CUresult.CUDA_SUCCESS:
         raise EncodeError(f"cuTensorMapEncodeTiled refused a {dtype} {tuple(dims)} map at {ptr:#x} "
-                          f"(row stride {row_stride_bytes} B, box {tuple(box)}, swizzle {swizzle_bytes}): {err}")
+                          f"(strides {strides} B, box {tuple(box)}, swizzle {swizzle_bytes}): {err}")
     return words_to_desc(int(w) for w in tmap.opaque)
 
 

@@ -142,7 +142,15 @@ def bench_grouped(case: dict, args, torch, kgen, flush, log) -> dict:
     row = dict(case, baselines={}, ok=None, config="", how="")
     flops = 2.0 * m * n * k
     c = torch.empty((m, n), device="cuda", dtype=torch.bfloat16)
-    _time_gemm(row, _grouped_problems(case)[0], lambda out=None: kgen.gemm_grouped(a, b, ends, out),
+    def routed():
+        from kgen.dispatch import default_dispatcher
+        from kgen.registry import get_spec
+
+        problem = _grouped_problems(case)[0]
+        spec = get_spec(problem.family)
+        return spec, problem, default_dispatcher().decide(spec, problem, 0)
+
+    _time_gemm(row, routed, lambda out=None: kgen.gemm_grouped(a, b, ends, out),
                lambda: torch.cat([a[s:e].double() @ b[g].double() for g, (s, e) in enumerate(bounds)]),
                flops, args, flush, log)
     grouped_mm = getattr(torch, "_grouped_mm", None)
@@ -163,11 +171,19 @@ def bench_grouped(case: dict, args, torch, kgen, flush, log) -> dict:
     return row
 
 
-def _bmm_problems(case: dict) -> list:
-    """The batched problem of a bmm case (its key, for ``kgen tune gemm_batched --from``)."""
+def _bmm_problem(case: dict):
     from kgen.kernels.gemm.batched import batched_problem
 
-    return [batched_problem(case["batch"], case["m"], case["n"], case["k"], case["dtype"], "N" + case["layout"][1])]
+    return batched_problem(case["batch"], case["m"], case["n"], case["k"], case["dtype"], "N" + case["layout"][1])
+
+
+def _bmm_problems(case: dict) -> list:
+    """The problems of every batched family that runs a bmm case here (their keys, for
+    ``kgen tune <family> --from``)."""
+    from kgen.kernels.gemm.batched import route
+    from kgen.problem import Target
+
+    return [p for _, p in route(Target.detect(0), _bmm_problem(case))]
 
 
 def bench_bmm(case: dict, args, torch, kgen, flush, log) -> dict:
@@ -180,26 +196,25 @@ def bench_bmm(case: dict, args, torch, kgen, flush, log) -> dict:
     b = b.transpose(1, 2) if layout[1] == "T" else b
     row = dict(case, baselines={}, ok=None, config="", how="")
     flops = 2.0 * batch * m * n * k
-    _time_gemm(row, _bmm_problems(case)[0], lambda out=None: kgen.gemm(a, b, out), lambda: a.double() @ b.double(),
-               flops, args, flush, log)
+    from kgen.ops.gemm_batched import routed
+
+    _time_gemm(row, lambda: routed(_bmm_problem(case), 0), lambda out=None: kgen.gemm(a, b, out),
+               lambda: a.double() @ b.double(), flops, args, flush, log)
     c = torch.empty((batch, m, n), device="cuda", dtype=torch.bfloat16)
     return _with_baseline(row, "cublas", lambda: torch.matmul(a, b, out=c), flops, args, flush)
 
 
-def _time_gemm(row: dict, problem, call, reference, flops: float, args, flush, log) -> None:
+def _time_gemm(row: dict, routed, call, reference, flops: float, args, flush, log) -> None:
     """kgen's side of a bmm or grouped row: ``call(out=None)`` checked against ``reference()``
-    (float64) within 1e-2, the dispatcher's choice for ``problem``, then timed into the output of
-    the first call; a failure is the row's error."""
-    from kgen.dispatch import default_dispatcher
-    from kgen.registry import get_spec
-
+    (float64) within 1e-2, the call's choice (``routed()``: spec, problem, choice), then timed
+    into the output of the first call; a failure is the row's error."""
     try:
         out = call()
         want = reference()
         err = float((out.double() - want).abs().max() / want.abs().max())
         row["error_vs_float64"], row["ok"] = err, err <= 1e-2
-        choice = default_dispatcher().decide(get_spec(problem.family), problem, 0)
-        row["family"], row["config"], row["how"] = problem.family, choice.config.name, choice.how
+        spec, _, choice = routed()
+        row["family"], row["config"], row["how"] = spec.family, choice.config.name, choice.how
         row["kgen_ms"] = median_ms(lambda: call(out), args.runs, flush)
         row["tflops"] = flops / row["kgen_ms"] / 1e9
     except Exception as exc:

@@ -12,6 +12,12 @@ both templates, and its measurement holds for the newer one:
     python scripts/sass_digests.py carry tuning_db/nvidia-h200_gemm_wgmma.jsonl OLD NEW old.json new.json
 
 restamps exactly those records with template digest NEW, their origin saying from which.
+
+With ``--source`` (before the other arguments) the digest is the rendered CUDA source's
+(``Source.digest``: code, options and arch), which needs no compiler: a record whose source is
+the same under both templates is the same binary a fortiori. A template change that renders
+the shipped configs byte for byte as before (a hook its other users fill) is carried this way
+in seconds.
 """
 
 from __future__ import annotations
@@ -24,14 +30,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
-def main(records: str, digest: str, out: str) -> None:
+def main(records: str, digest: str, out: str, source_only: bool = False) -> None:
     from kgen.compile import compile_source
     from kgen.problem import Problem, Target
     from kgen.render import render
     from kgen.sass import disassembler, sass_of
     from kgen.registry import get_spec
 
-    if disassembler() is None:
+    if not source_only and disassembler() is None:
         raise SystemExit("no SASS disassembler: pip install nvidia-cuda-cuobjdump")
     target, digests = Target.h200(), {}
     for line in Path(records).read_text().splitlines():
@@ -41,16 +47,19 @@ def main(records: str, digest: str, out: str) -> None:
         spec, problem = get_spec(r["family"]), Problem.from_key(r["problem_key"])
         space = spec.space(problem, target)
         config = space.find([r["config_name"]])[r["config_name"]]
-        binary = compile_source(render(spec, problem, config, target, space), use_cache=False).binary
-        sass = sass_of(binary.cubin)
-        digests[f"{r['problem_key']} {r['config_name']}"] = hashlib.sha256(sass.encode()).hexdigest()
+        source = render(spec, problem, config, target, space)
+        if source_only:
+            digests[f"{r['problem_key']} {r['config_name']}"] = "source:" + source.digest
+        else:
+            sass = sass_of(compile_source(source, use_cache=False).binary.cubin)
+            digests[f"{r['problem_key']} {r['config_name']}"] = hashlib.sha256(sass.encode()).hexdigest()
         print(r["config_name"], digests[f"{r['problem_key']} {r['config_name']}"][:16], flush=True)
     Path(out).write_text(json.dumps(digests, indent=0) + "\n")
 
 
 def carry(records: str, old: str, new: str, old_sass: str, new_sass: str) -> None:
     before, after = json.loads(Path(old_sass).read_text()), json.loads(Path(new_sass).read_text())
-    lines, carried = [], 0
+    lines, carried, what = [], 0, "source" if next(iter(after.values()), "").startswith("source:") else "SASS"
     for line in Path(records).read_text().splitlines():
         r = json.loads(line)
         key = f"{r['problem_key']} {r['config_name']}"
@@ -58,7 +67,7 @@ def carry(records: str, old: str, new: str, old_sass: str, new_sass: str) -> Non
             was = r["provenance"].get("origin", "")
             r["provenance"]["template_digest"] = new
             r["provenance"]["origin"] = (was + ", " if was.startswith("carried:") else "carried:") + \
-                f"{old} (same SASS, scripts/sass_digests.py)"
+                f"{old} (same {what}, scripts/sass_digests.py)"
             carried += 1
         lines.append(json.dumps(r, sort_keys=True))
     Path(records).write_text("\n".join(lines) + "\n")
@@ -68,5 +77,7 @@ def carry(records: str, old: str, new: str, old_sass: str, new_sass: str) -> Non
 if __name__ == "__main__":
     if sys.argv[1] == "carry":
         carry(*sys.argv[2:7])
+    elif sys.argv[1] == "--source":
+        main(*sys.argv[2:5], source_only=True)
     else:
         main(*sys.argv[1:4])

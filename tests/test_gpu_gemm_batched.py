@@ -1,12 +1,14 @@
-"""Batched GEMM on the GPU: sampled configs of every layout, broadcast and odd size against the
-float64 product (NaN-poisoned outputs); ``kgen.gemm`` on 3-D PyTorch tensors against
-``torch.matmul`` in float64, on the caller's stream; a broadcast weight going to the 2-D path."""
+"""Batched GEMM on the GPU: sampled configs of both families (mma.sync; wgmma with 3-D tensor
+maps) at every layout, broadcast and odd size against the float64 product (NaN-poisoned
+outputs); ``kgen.gemm`` on 3-D PyTorch tensors against ``torch.matmul`` in float64, on the
+caller's stream, with beta; a broadcast weight going to the 2-D path."""
 
 from __future__ import annotations
 
 import pytest
 
 from kgen.kernels.gemm.batched import GemmBatched, batched_problem
+from kgen.kernels.gemm.batched_wgmma import GemmBatchedWgmma
 
 from memory_gpu import check_config, target
 
@@ -23,14 +25,39 @@ CASES = [
 ]
 
 
+# wgmma: sizes TMA can read (16-byte rows), K past the last whole k-block and M, N past the last
+# whole tile in each matrix (the 3-D maps clip per matrix: no row of the next one leaks in)
+WGMMA = GemmBatchedWgmma()
+WGMMA_CASES = [
+    (8, 128, 128, 64, "bfloat16", "NN", "none", "none"),
+    (5, 37, 72, 40, "float16", "NT", "none", "bias_relu"),
+    (16, 100, 64, 40, "bfloat16", "NT", "a", "bias"),
+    (3, 64, 200, 96, "float16", "TN", "b", "gelu"),
+    (64, 1, 8, 8, "bfloat16", "NN", "none", "none"),
+    (7, 136, 24, 200, "bfloat16", "NN", "none", "none"),
+    (3, 64, 64, 72, "bfloat16", "TT", "none", "none"),
+    (4, 200, 136, 1000, "float16", "NT", "none", "none"),
+]
+
+
+def _check_sampled(spec, case, family, count):
+    batch, m, n, k, dtype, layout, broadcast, epilogue = case
+    problem = batched_problem(batch, m, n, k, dtype, layout, broadcast, family=family, epilogue=epilogue)
+    assert spec.supports(problem, target())
+    space = spec.space(problem, target())
+    for seed, config in enumerate([spec.default_config(problem, target())] + space.sample(count, seed=batch)):
+        check, _ = check_config(spec, problem, config, seed=seed)
+        assert check.ok, f"{config.name} on {problem.key}: {check.detail}"
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_sampled_configs_are_correct(case):
-    batch, m, n, k, dtype, layout, broadcast, epilogue = case
-    problem = batched_problem(batch, m, n, k, dtype, layout, broadcast, epilogue=epilogue)
-    space = SPEC.space(problem, target())
-    for seed, config in enumerate([SPEC.default_config(problem, target())] + space.sample(3, seed=batch)):
-        check, _ = check_config(SPEC, problem, config, seed=seed)
-        assert check.ok, f"{config.name} on {problem.key}: {check.detail}"
+    _check_sampled(SPEC, case, "gemm_batched", 3)
+
+
+@pytest.mark.parametrize("case", WGMMA_CASES)
+def test_wgmma_sampled_configs_are_correct(case):
+    _check_sampled(WGMMA, case, "gemm_batched_wgmma", 4)
 
 
 def test_kgen_gemm_on_3d_torch_tensors():
@@ -46,12 +73,18 @@ def test_kgen_gemm_on_3d_torch_tensors():
     with torch.cuda.stream(side):
         c = kgen.gemm(a, b)                      # (32, 256, 256): attention scores, K^T as a view
         again = kgen.gemm(a, b, torch.empty_like(c))
+        before = torch.rand(c.shape, device="cuda", generator=gen).to(torch.bfloat16)
+        scaled = kgen.gemm(a, b, before.clone(), 0.5, 2.0)
     side.synchronize()
     want = a.double() @ b.double()
     assert c.shape == (32, 256, 256) and c.dtype == torch.bfloat16
     assert float((c.double() - want).abs().max() / want.abs().max()) < 1e-2
     assert torch.equal(c, again)
-    assert any(p["batch"] == 32 for p, _ in default_dispatcher().loaded("gemm_batched"))
+    with_beta = 0.5 * want + 2.0 * before.double()
+    assert float((scaled.double() - with_beta).abs().max() / with_beta.abs().max()) < 1e-2
+    hopper = torch.cuda.get_device_capability() == (9, 0)
+    family = "gemm_batched_wgmma" if hopper else "gemm_batched"
+    assert any(p["batch"] == 32 for p, _ in default_dispatcher().loaded(family))
     w = torch.rand((64, 48), device="cuda", generator=gen).to(torch.bfloat16)
     h = kgen.gemm(a, w)                            # one weight for every batch: one GEMM of 32 * 256 rows
     assert h.shape == (32, 256, 48)

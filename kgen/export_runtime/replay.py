@@ -65,14 +65,16 @@ def encode(operand, spec):
     tma_encode = _encoder()
     dtype = spec["dtype"]
     row = operand[1] if spec["row_stride"] == "ld" else spec["row_stride"]
-    key = (operand[0], dtype, tuple(spec["dims"]), row, tuple(spec["box"]), spec["swizzle"])
+    batch = spec.get("batch_stride", 0)       # 3-D dims: a batch of matrices this many elements apart
+    key = (operand[0], dtype, tuple(spec["dims"]), row, tuple(spec["box"]), spec["swizzle"], batch)
     desc = _MAPS.get(key)
     if desc is None:
         if len(_MAPS) >= MAP_CACHE:
             _MAPS.clear()
-        desc = _MAPS[key] = tma_encode.encode_tiled(operand[0], dtype, spec["dims"],
-                                                    row * tma_encode.ELEMENT_BYTES[dtype], spec["box"],
-                                                    spec["swizzle"])
+        size = tma_encode.ELEMENT_BYTES[dtype]
+        more = {"batch_stride_bytes": batch * size} if len(spec["dims"]) == 3 else {}
+        desc = _MAPS[key] = tma_encode.encode_tiled(operand[0], dtype, spec["dims"], row * size, spec["box"],
+                                                    spec["swizzle"], **more)
     return desc
 
 
@@ -109,7 +111,8 @@ def _workspace(item, device: int, stream: int):
 def _map_ok(operand, spec) -> bool:
     """Whether TMA can describe the operand as ``spec`` asks (16-byte base and row stride)."""
     row = operand[1] if spec["row_stride"] == "ld" else spec["row_stride"]
-    return operand[0] % 16 == 0 and (row * _encoder().ELEMENT_BYTES[spec["dtype"]]) % 16 == 0
+    size = _encoder().ELEMENT_BYTES[spec["dtype"]]
+    return operand[0] % 16 == 0 and (row * size) % 16 == 0 and (spec.get("batch_stride", 0) * size) % 16 == 0
 
 
 def arguments(recipe, operands, scalars, device: int = 0, stream: int = 0) -> tuple:

@@ -7,6 +7,7 @@ BUILTIN_FAMILIES = {
     "gemm_wgmma": "kgen.kernels.gemm.wgmma:GemmWgmma",
     "gemm_skinny": "kgen.kernels.gemm.skinny:GemmSkinny",
     "gemm_batched": "kgen.kernels.gemm.batched:GemmBatched",
+    "gemm_batched_wgmma": "kgen.kernels.gemm.batched_wgmma:GemmBatchedWgmma",
     "gemm_grouped": "kgen.kernels.gemm.grouped:GemmGrouped",
     "elementwise": "kgen.kernels.memory.elementwise:Elementwise",
     "cast": "kgen.kernels.memory.cast:Cast",

@@ -1,4 +1,5 @@
-"""``kgen.gemm`` on 3-D operands: a batch of GEMMs in one launch (``gemm_batched``).
+"""``kgen.gemm`` on 3-D operands: a batch of GEMMs in one launch (``gemm_batched_wgmma`` on
+Hopper where TMA can read the operands, ``gemm_batched``'s mma.sync elsewhere).
 
 ``a`` is (batch, M, K) or (M, K), ``b`` (batch, K, N) or (K, N); a 2-D operand (or a batch of
 one) serves every batch. Each matrix may be a transposed view (``x.transpose(-1, -2)``) but the
@@ -6,7 +7,7 @@ batch must be dense (matrices one after another). A row-major ``a`` whose ``b`` 
 batch is one GEMM of batch * M rows: it goes to the 2-D path (and its fastest family). The
 result is (batch, M, N), of the caller's library, on its current stream. Where cuBLAS's batched
 GEMM measured faster, or the problem is untuned, the call is cuBLAS's (the vendor candidate of
-``gemm_batched``; ``KGEN_VENDOR=0`` runs the generated kernel always).
+both families; ``KGEN_VENDOR=0`` runs a generated kernel always).
 """
 
 from __future__ import annotations
@@ -111,16 +112,28 @@ def call(gemm, a, b, c=None, alpha: float = 1.0, beta: float = 0.0, *, bias=None
     return to_jax(target, out) if kind == "jax" else target
 
 
-def _run(problem, device: int, kind: str, operands: dict[str, Any], arrays: tuple) -> None:
-    """The dispatcher's choice for ``problem``: the generated kernel, or cuBLAS (the vendor
-    candidate) on the arrays themselves, on the caller's stream either way."""
+def routed(problem, device: int):
+    """(spec, problem, choice) of the family that runs a batched ``problem`` on ``device``: of
+    those that can (``kgen.kernels.gemm.batched.route``), the one the dispatcher ranks first
+    (measured times, then the vendor, then the preferred family's pick)."""
     from kgen.dispatch import default_dispatcher
-    from kgen.registry import get_spec
+    from kgen.kernels.gemm.batched import route
 
-    spec = get_spec("gemm_batched")
-    choice = default_dispatcher().decide(spec, problem, device)
+    dispatcher = default_dispatcher()
+    target = dispatcher.target(device)
+    candidates = [(spec, p, dispatcher.decide(spec, p, device)) for spec, p in route(target, problem)]
+    if not candidates:
+        raise DeviceError(f"no batched GEMM family runs on {target.name} (compute capability {target.cc})",
+                          remedy="use a GPU of compute capability 8.0 or later")
+    return min(enumerate(candidates), key=lambda item: (item[1][2].rank, item[0]))[1]
+
+
+def _run(problem, device: int, kind: str, operands: dict[str, Any], arrays: tuple) -> None:
+    """The routed family's choice for ``problem`` (``routed``): a generated kernel, or cuBLAS (the
+    vendor candidate) on the arrays themselves, on the caller's stream either way."""
+    spec, problem, choice = routed(problem, device)
     if not choice.vendor:
-        launch_family("gemm_batched", problem, device, kind, operands)
+        launch_family(spec.family, problem, device, kind, operands)
         return
     a, b, c, bias = arrays
     with on_caller_stream(kind, device):

@@ -6,8 +6,10 @@
   acc[s][4 j + 0, 1] on the first, acc[s][4 j + 2, 3] on the second (with RS, the tile's rows
   frag_row and frag_row + 1). with_beta: C is read and scaled by beta (the loop without it is
   straight-line code).
-    store_band(with_beta)     the warp's 16 rows from `band` on, 128 bytes of columns at a time,
+    store_band(with_beta, batched)
+                              the warp's 16 rows from `band` on, 128 bytes of columns at a time,
                               staged in its two 2 KiB swizzled shared buffers and sent by TMA store
+                              (batched: into C's 3-D map at the scope's `batch`)
     store_rows(with_beta)     the thread's two rows, from registers
     store_rows_transposed()   the same for a kernel computing C^T (its rows are C's columns)
   The code reads, from the scope it is written into: acc, s, lane, warp, cw, m0, n0, row_off,
@@ -18,7 +20,7 @@
   instructions came out of ptxas with other register numbers in 27 of the 59 shipped wgmma
   kernels (docs/templates.md).
 -#}
-{% macro store_band(with_beta) %}
+{% macro store_band(with_beta, batched=False) %}
                         constexpr bool WITH_BETA = {{ "true" if with_beta else "false" }};   // C read, scaled by beta
                         #pragma unroll
                         for (int q = 0; q < BN / STORE_COLS; ++q) {
@@ -61,7 +63,11 @@
                             fence_proxy_async();                      // the staged rows, for the TMA unit
                             __syncwarp();
                             if (lane == 0) {
+{% if batched %}
+                                tma_store_3d(&tmap_c, buf, n0 + q * STORE_COLS, band, batch);
+{% else %}
                                 tma_store_2d(&tmap_c, buf, n0 + q * STORE_COLS, band);
+{% endif %}
                                 bulk_commit();
                             }
                             ++stores;

@@ -39,11 +39,14 @@ from kgen.spec import Launch
 FAMILY = "gemm_batched"
 BROADCASTS = ("none", "a", "b")
 MAX_BATCH = 65535            # the grid's second dimension
+# the families that run a batched request, most preferred first (``route``)
+ROUTES = ("gemm_batched_wgmma", FAMILY)
 
 
 def batched_problem(batch: int, m: int, n: int, k: int, dtype: str = "bfloat16", layout: str = "NN",
-                    broadcast: str = "none", **kw) -> Problem:
-    """A batched GEMM problem (checked); ``kw`` as ``tc_problem`` (out_dtype, epilogue)."""
+                    broadcast: str = "none", family: str = FAMILY, **kw) -> Problem:
+    """A batched GEMM problem of ``family`` (checked); ``kw`` as ``tc_problem`` (out_dtype,
+    epilogue)."""
     if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or not 1 <= batch <= MAX_BATCH:
         raise ShapeError(f"batch={batch!r} must be an integer in 1..{MAX_BATCH}",
                          remedy="split a larger batch into calls")
@@ -51,8 +54,21 @@ def batched_problem(batch: int, m: int, n: int, k: int, dtype: str = "bfloat16",
         raise InputError(f"broadcast={broadcast!r} is not one of {BROADCASTS}")
     if min(m, n, k) < 1:
         raise ShapeError(f"sizes must be >= 1 (got m={m}, n={n}, k={k})")
-    one = tc_problem(FAMILY, m, n, k, dtype, layout, **kw)
-    return Problem.of(FAMILY, **dict(one.params), batch=int(batch), broadcast=broadcast)
+    one = tc_problem(family, m, n, k, dtype, layout, **kw)
+    return Problem.of(family, **dict(one.params), batch=int(batch), broadcast=broadcast)
+
+
+def route(target: Target, problem: Problem) -> list[tuple[Any, Problem]]:
+    """(spec, problem) of every family that can run the batched ``problem`` on ``target``, most
+    preferred first: wgmma (Hopper, 16-bit, TMA-readable operands), then mma.sync (any)."""
+    from kgen.registry import get_spec
+
+    found = []
+    for family in ROUTES:
+        spec, candidate = get_spec(family), Problem.of(family, **dict(problem.params))
+        if spec.supports(candidate, target):
+            found.append((spec, candidate))
+    return found
 
 
 def batch_strides(problem: Problem) -> tuple[int, int, int]:
@@ -67,41 +83,20 @@ def leading_dims(problem: Problem) -> tuple[int, int, int]:
     return (k if layout[0] == "N" else m), (n if layout[1] == "N" else k), n
 
 
-class GemmBatched(MmaVariant):
-    family = FAMILY
-    template = "gemm/mma_batched.cu.j2"
+class BatchedGemm:
+    """What the batched families (listed before their kernel base) answer alike: the problem
+    (``batched_problem``'s fields), its operands, FLOPs and bytes, the arguments of a dense
+    batch (the leading dimensions fixed by the shape)."""
+
     problem_fields = (Field("batch", int, "matrices in the batch"),) + GEMM_FIELDS + (
         Field("broadcast", str, "an operand of one matrix for every batch", "none", BROADCASTS),)
 
     def problem(self, batch: int, m: int, n: int, k: int, dtype: str = "bfloat16", layout: str = "NN",
                 **kw) -> Problem:
-        return batched_problem(batch, m, n, k, dtype, layout, **kw)
+        return batched_problem(batch, m, n, k, dtype, layout, family=self.family, **kw)
 
     def tiles(self, problem: Problem, bm: int, bn: int) -> int:
         return problem["batch"] * -(-problem["m"] // bm) * -(-problem["n"] // bn)
-
-    # ---- space ---------------------------------------------------------------------------------
-    def space(self, problem: Problem, target: Target) -> Space:
-        return super().space(problem, target).renamed("gemm_mma_", "gemm_batched_")
-
-    # ---- render and launch ---------------------------------------------------------------------
-    def context(self, problem: Problem, config, space) -> dict[str, Any]:
-        ctx = super().context(problem, config, space)
-        ctx.update(zip(("BATCH_STRIDE_A", "BATCH_STRIDE_B", "BATCH_STRIDE_C"), batch_strides(problem)))
-        return ctx
-
-    def launch(self, problem: Problem, config) -> Launch:
-        v = config.as_dict()
-        tiles = -(-problem["m"] // v["BM"]) * -(-problem["n"] // v["BN"])
-        warps = (v["BM"] // v["WM"]) * (v["BN"] // v["WN"]) * v["WK"]
-        return Launch((tiles, problem["batch"], 1), (32 * warps, 1, 1),
-                      tile_shape(problem["dtype"], problem["layout"], v)["SMEM"])
-
-    def arg_recipe(self, problem: Problem, config) -> list[dict]:
-        """GEMM's arguments, with the leading dimensions the problem fixes (a dense batch)."""
-        lds = dict(zip("abc", leading_dims(problem)))
-        return [{"value": max(lds[item["ld"]], 1), "type": "int64"} if "ld" in item else item
-                for item in super().arg_recipe(problem, config)]
 
     def args(self, problem: Problem, config, operands: Mapping[str, Any]) -> list:
         build = self.arg_builder(problem, config, leading_dims(problem))
@@ -109,6 +104,11 @@ class GemmBatched(MmaVariant):
         return list(build(*(device_pointer(operands[x], x) for x in ("a", "b", "c")),
                           device_pointer(bias, "bias") if bias is not None else 0,
                           operands.get("alpha", 1.0), operands.get("beta", 0.0)))
+
+    def dense_recipe(self, recipe: list[dict], problem: Problem) -> list[dict]:
+        """An ``arg_recipe`` with the leading dimensions the problem fixes (a dense batch)."""
+        lds = dict(zip("abc", leading_dims(problem)))
+        return [{"value": max(lds[item["ld"]], 1), "type": "int64"} if "ld" in item else item for item in recipe]
 
     # ---- measurement (GPU) ---------------------------------------------------------------------
     def inputs(self, problem: Problem, seed: int) -> dict[str, Any]:
@@ -142,3 +142,29 @@ class GemmBatched(MmaVariant):
         a = m * k * (1 if problem["broadcast"] == "a" else batch)
         b = k * n * (1 if problem["broadcast"] == "b" else batch)
         return float(size * (a + b) + out * batch * m * n)
+
+
+class GemmBatched(BatchedGemm, MmaVariant):
+    family = FAMILY
+    template = "gemm/mma_batched.cu.j2"
+
+    # ---- space ---------------------------------------------------------------------------------
+    def space(self, problem: Problem, target: Target) -> Space:
+        return super().space(problem, target).renamed("gemm_mma_", "gemm_batched_")
+
+    # ---- render and launch ---------------------------------------------------------------------
+    def context(self, problem: Problem, config, space) -> dict[str, Any]:
+        ctx = super().context(problem, config, space)
+        ctx.update(zip(("BATCH_STRIDE_A", "BATCH_STRIDE_B", "BATCH_STRIDE_C"), batch_strides(problem)))
+        return ctx
+
+    def launch(self, problem: Problem, config) -> Launch:
+        v = config.as_dict()
+        tiles = -(-problem["m"] // v["BM"]) * -(-problem["n"] // v["BN"])
+        warps = (v["BM"] // v["WM"]) * (v["BN"] // v["WN"]) * v["WK"]
+        return Launch((tiles, problem["batch"], 1), (32 * warps, 1, 1),
+                      tile_shape(problem["dtype"], problem["layout"], v)["SMEM"])
+
+    def arg_recipe(self, problem: Problem, config) -> list[dict]:
+        """GEMM's arguments, with the leading dimensions the problem fixes (a dense batch)."""
+        return self.dense_recipe(super().arg_recipe(problem, config), problem)

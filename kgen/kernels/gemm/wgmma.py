@@ -239,10 +239,9 @@ class GemmWgmma(TensorCoreGemm):
         # 256 columns (tf32 NN 4096^3: 128x256 in 0.345 ms, 256x128 in 0.404;
         # docs/evidence/nvidia-h200/compare_tf32_rs.jsonl)
         registers = 1 in choices["RS"]
-        k = problem["k"]
         rows, cols = kernel_dims(problem, {"RS": int(registers)})
         tiles = sorted({(bm, bn) for bm in choices["BM"] for bn in choices["BN"]},
-                       key=lambda t: (modelled_time(rows, cols, t[0], t[1], target.sm_count), -t[1], t))
+                       key=lambda t: (self.tile_time(problem, rows, cols, t, target.sm_count), -t[1], t))
         bk = block_k(problem["dtype"])
         # a staged B first where it can be, two buffers before three (tf32 NN, 256x128 tiles:
         # 4096^3 0.480 ms against 0.511, docs/evidence/nvidia-h200/compare_tf32_staged.jsonl;
@@ -253,7 +252,7 @@ class GemmWgmma(TensorCoreGemm):
             if len(picks) >= count:
                 break
             rs_choices = (1, 0) if registers else (0,)
-            splits = {rs: default_splitk(*kernel_dims(problem, {"RS": rs}), k, bm, bn, target.sm_count, bk)
+            splits = {rs: self.default_split(problem, *kernel_dims(problem, {"RS": rs}), bm, bn, target.sm_count)
                       for rs in rs_choices}
             for values in (dict(BM=bm, BN=bn, BK=bk, STAGES=stages, CONSUMERS=consumers, GM=gm, PINGPONG=0,
                                 SPLITK=splits[rs], TMA_STORE=store, XS=xs, RS=rs, CLUSTER=cluster)
@@ -264,6 +263,14 @@ class GemmWgmma(TensorCoreGemm):
                     picks.append(space.make(values))
                     break
         return picks
+
+    def tile_time(self, problem: Problem, rows: int, cols: int, tile: tuple[int, int], sms: int) -> float:
+        """The wave model's relative time of the kernel's rows x cols output in ``tile``s."""
+        return modelled_time(rows, cols, tile[0], tile[1], sms)
+
+    def default_split(self, problem: Problem, rows: int, cols: int, bm: int, bn: int, sms: int) -> int:
+        """The split-K of the model's picks (``default_splitk``)."""
+        return default_splitk(rows, cols, problem["k"], bm, bn, sms, block_k(problem["dtype"]))
 
     def context(self, problem: Problem, config, space) -> dict:
         return {**super().context(problem, config, space), "EMPTY_BITS": hex(EMPTY_BITS)}
@@ -451,10 +458,10 @@ def _pointer_view(ptr: int, ld: int):
     return SimpleNamespace(ptr=ptr, ld=ld)
 
 
-def row_stride(dims: tuple[int, int], ld: int) -> int:
-    """Row stride (elements) of a map over (inner, outer) ``dims`` of an operand whose leading
-    dimension is ``ld``: a single row has no stride of its own (TMA still wants one)."""
-    inner, outer = dims
+def row_stride(dims: tuple[int, ...], ld: int) -> int:
+    """Row stride (elements) of a map over (inner, outer[, batch]) ``dims`` of an operand whose
+    leading dimension is ``ld``: a single row has no stride of its own (TMA still wants one)."""
+    inner, outer = dims[:2]
     if outer <= 1:
         return 8 * _ceil_div(max(inner, 1), 8)
     return ld

@@ -1,0 +1,149 @@
+"""Batched GEMM on Hopper: ``gemm_wgmma``'s kernel (TMA, wgmma, warp specialisation, persistent
+blocks) over every batch's tiles in one launch (sm_90a, 16-bit inputs).
+
+``templates/gemm/wgmma.cu.j2`` with ``BATCH`` in its context: the work units run batch-major
+over the batch's tiles, so a persistent block goes on from one batch's tiles to the next one's,
+and the operands and the output are 3-D tensor maps (inner, outer, batch) read at the unit's
+batch, each matrix's edges clipping the boxes as a 2-D map's do (no row of the next matrix is
+read in as a row of this one, whatever M, N, K). A broadcast operand (one matrix for every
+batch) is a map of one matrix, read at batch 0. The problem is ``gemm_batched``'s; the space is
+``gemm_wgmma``'s without split-K (the batch fills the SMs) for bfloat16 and float16 (tf32
+batches stay on ``gemm_batched``'s mma.sync, whose operands need no TMA); the model's picks
+rank the tiles by the waves of every batch's tiles. cuBLAS's batched call is the vendor
+candidate, as for ``gemm_batched``.
+
+>>> from kgen.problem import Target
+>>> spec = GemmBatchedWgmma()
+>>> p = spec.problem(64, 512, 512, 64, "bfloat16", "NT")
+>>> spec.supports(p, Target.h200())
+True
+>>> spec.default_config(p, Target.h200()).name
+'gemm_batched_wgmma_bf16_nt_128x256x64_s4_c2_g1_ts_x2'
+>>> spec.launch(p, spec.default_config(p, Target.h200())).grid
+(132, 1, 1)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from kgen import tma
+from kgen.kernels.gemm.batched import BatchedGemm, batch_strides, leading_dims
+from kgen.kernels.gemm.dtypes import ITEMSIZE
+from kgen.kernels.gemm.tc import modelled_time
+from kgen.kernels.gemm.wgmma import _EMPTY_MAP, GemmWgmma, row_stride
+from kgen.kernels.gemm.wgmma_geometry import smem_bytes
+from kgen.problem import Problem, Target
+from kgen.space import Param, Space
+from kgen.spec import GENERIC_RUNTIME, KernelSpec, Launch
+
+FAMILY = "gemm_batched_wgmma"
+DTYPES = ("bfloat16", "float16")
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class GemmBatchedWgmma(BatchedGemm, GemmWgmma):
+    family = FAMILY
+    export_runtime = GENERIC_RUNTIME
+    export_files, export_extras = KernelSpec.export_files, KernelSpec.export_extras
+
+    def request(self, target: Target, **values):
+        values["layout"] = str(values.get("layout", "NN")).upper()
+        values.pop("precision", None)
+        return self, self.problem(**{k: v for k, v in values.items() if v is not None})
+
+    def supports(self, problem: Problem, target: Target) -> bool:
+        """Hopper, 16-bit inputs, and operands TMA can describe: 16-byte aligned starts and
+        row strides (``align_a``/``align_b``), and matrices a multiple of 16 bytes apart."""
+        if problem["dtype"] not in DTYPES or not super().supports(problem, target):
+            return False
+        size = ITEMSIZE[problem["dtype"]]
+        stride_a, stride_b, _ = batch_strides(problem)
+        return (stride_a * size) % 16 == 0 and (stride_b * size) % 16 == 0
+
+    def staging_needed(self, problem: Problem) -> tuple[bool, bool]:
+        return False, False
+
+    # ---- space and picks -----------------------------------------------------------------------
+    def space(self, problem: Problem, target: Target) -> Space:
+        whole = super().space(problem, target)
+        params = [Param("SPLITK", (1,), default=1) if p.name == "SPLITK" else p for p in whole.params]
+        return Space(params, whole.constraints, whole.derived, whole.namer).renamed("gemm_wgmma_", FAMILY + "_")
+
+    def tile_time(self, problem: Problem, rows: int, cols: int, tile: tuple[int, int], sms: int) -> float:
+        """The waves of every batch's tiles (each batch's rows padded to whole tiles)."""
+        return modelled_time(problem["batch"] * _ceil_div(rows, tile[0]) * tile[0], cols, tile[0], tile[1], sms)
+
+    def default_split(self, problem: Problem, rows: int, cols: int, bm: int, bn: int, sms: int) -> int:
+        return 1
+
+    def model_choice(self, problem: Problem, target: Target):
+        return None           # the GEMM cost model knows no batches
+
+    def model_version(self) -> str | None:
+        return None
+
+    # ---- render and launch ---------------------------------------------------------------------
+    def context(self, problem: Problem, config, space) -> dict[str, Any]:
+        ctx = super().context(problem, config, space)
+        broadcast = problem["broadcast"]
+        ctx.update(BATCH=problem["batch"], BATCH_A=int(broadcast != "a"), BATCH_B=int(broadcast != "b"),
+                   BATCH_STRIDE_C=batch_strides(problem)[2])
+        return ctx
+
+    def launch(self, problem: Problem, config) -> Launch:
+        cluster = config.get("CLUSTER", 1)
+        units = problem["batch"] * _ceil_div(_ceil_div(problem["m"], config["BM"]), cluster) \
+            * _ceil_div(problem["n"], config["BN"])
+        return Launch((cluster * max(1, min(units, self.sm_count // cluster)), 1, 1),
+                      (128 * (config["CONSUMERS"] + 1), 1, 1),
+                      smem_bytes(config["BM"], config["BN"], config["STAGES"], config["CONSUMERS"],
+                                 config.get("TMA_STORE", 0), 0))
+
+    def map_plans(self, problem: Problem, config) -> tuple:
+        """``gemm_wgmma``'s plans with a batch: dims (inner, outer, matrices), one matrix where
+        the operand is broadcast (its batch stride 0)."""
+        between = dict(zip("ab", batch_strides(problem)))
+        return tuple((name, (*dims, problem["batch"] if between[name] else 1), box, swizzle)
+                     for name, dims, box, swizzle in super().map_plans(problem, config))
+
+    def tensor_maps(self, problem: Problem, config, a, b) -> tuple:
+        size, arrays = ITEMSIZE[problem["dtype"]], {"a": a, "b": b}
+        between = dict(zip("ab", batch_strides(problem)))
+        return tuple(tma.encode_tiled(arrays[name].ptr, problem["dtype"], dims,
+                                      row_stride(dims, arrays[name].ld) * size, box, swizzle, between[name] * size)
+                     for name, dims, box, swizzle in self.map_plans(problem, config))
+
+    def output_plan(self, problem: Problem, config):
+        plan = super().output_plan(problem, config)
+        return None if plan is None else ((*plan[0], problem["batch"]), *plan[1:])
+
+    def output_map(self, problem: Problem, config, c_ptr: int, ldc: int) -> tuple:
+        """C's 3-D map where the config stores by TMA and C allows it, else registers."""
+        plan = self.output_plan(problem, config)
+        if plan is None:
+            return _EMPTY_MAP, np.int32(0)
+        out, (dims, box, swizzle) = problem["out_dtype"], plan
+        size = ITEMSIZE[out]
+        try:
+            return tma.encode_tiled(c_ptr, out, dims, row_stride(dims, ldc) * size, box, swizzle,
+                                    batch_strides(problem)[2] * size), np.int32(1)
+        except tma.TmaError:
+            return _EMPTY_MAP, np.int32(0)
+
+    def arg_recipe(self, problem: Problem, config) -> list[dict]:
+        """``gemm_wgmma``'s recipe for a dense batch: fixed leading dimensions and 3-D maps."""
+        recipe = self.dense_recipe(super().arg_recipe(problem, config), problem)
+        lds, between = dict(zip("abc", leading_dims(problem))), dict(zip("abc", batch_strides(problem)))
+        for item in recipe:
+            spec = item.get("map")
+            if spec is not None:
+                spec["row_stride"] = row_stride(spec["dims"], lds[spec["array"]])
+                spec["batch_stride"] = between[spec["array"]]
+        return recipe
+
