@@ -1,5 +1,6 @@
 """scripts/bench_conv.py's cases: every suite's shapes make valid problems, ResNet-50's layers are
-distinct and each appears at both batch sizes, the batched cases give the keys a tune reads, and
+distinct and each appears at both batch sizes, the batched cases make problems both batched
+families run on Hopper, and
 the grouped cases make grouped problems, the backward suite has a data gradient and a weight gradient per layer but the stem."""
 
 from __future__ import annotations
@@ -11,6 +12,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 import bench_conv  # noqa: E402
 
+from kgen.kernels.gemm.batched import route  # noqa: E402
+from kgen.problem import Target  # noqa: E402
+
 
 def test_cases_make_valid_problems():
     cases = bench_conv._cases(False, set(bench_conv.SUITES))
@@ -19,8 +23,9 @@ def test_cases_make_valid_problems():
     assert len(set(bench_conv.RESNET50)) == 23
     for case in cases:
         if case.get("op") == "bmm":
-            problem, = bench_conv._bmm_problems(case)
+            problem = bench_conv._bmm_problem(case)
             assert problem.family == "gemm_batched" and problem["batch"] == case["batch"]
+            assert [p.family for _, p in route(Target.h200(), problem)] == ["gemm_batched_wgmma", "gemm_batched"]
         elif case.get("op") == "grouped":
             problem, = bench_conv._grouped_problems(case)
             assert problem.family == "gemm_grouped" and (problem["groups"], problem["m"]) == (case["groups"], case["m"])
