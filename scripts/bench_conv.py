@@ -77,7 +77,28 @@ GROUPED = [
     (128, 16384, 768, 2048, "NT"), (128, 16384, 2048, 768, "NN"), (256, 8192, 2048, 7168, "NT"),
     (16, 512, 4096, 4096, "NT"), (32, 2048, 4096, 1024, "NN"),
 ]
-SUITES = ("resnet50-b64", "resnet50-b1", "odd", "epilogue", "tf32", "bmm", "grouped", "backward")
+SUITES = ("resnet50-b64", "resnet50-b1", "odd", "epilogue", "tf32", "bmm", "bmm-random", "grouped", "backward")
+RANDOM_BMM_SEED = 20261206       # the bmm-random suite's draw (no record is tuned on it)
+
+
+def random_bmm(count: int, seed: int = RANDOM_BMM_SEED) -> list[tuple]:
+    """Batched GEMMs nobody tuned for (batch, m, n, k, layout, dtype): batch log-uniform in
+    2..256, M and N in 16..1024 and K in 64..1024 (attention- and expert-like), a quarter of
+    M and N not multiples of 8, every layout, bf16 and fp16."""
+    import math
+    import random
+
+    rng = random.Random(seed)
+
+    def log_uniform(lo, hi):
+        return int(round(math.exp(rng.uniform(math.log(lo), math.log(hi)))))
+
+    def side(lo, hi):
+        x = log_uniform(lo, hi)
+        return x if rng.random() < 0.25 else max(8, 8 * round(x / 8))
+
+    return [(log_uniform(2, 256), side(16, 1024), side(16, 1024), 8 * round(log_uniform(64, 1024) / 8),
+             rng.choice(("NN", "NT", "TN", "TT")), rng.choice(("bfloat16", "float16"))) for _ in range(count)]
 FIELDS = ("n", "h", "w", "c", "k", "r", "s", "stride", "padding", "dilation")
 
 
@@ -111,6 +132,9 @@ def _cases(quick: bool, suites: set[str]) -> list[dict]:
     if "bmm" in suites:
         for batch, m, n, k, layout in (BMM[::3] if quick else BMM):
             cases.append(dict(op="bmm", batch=batch, m=m, n=n, k=k, layout=layout, dtype="bfloat16", suite="bmm"))
+    if "bmm-random" in suites:
+        for batch, m, n, k, layout, dtype in random_bmm(4 if quick else 16):
+            cases.append(dict(op="bmm", batch=batch, m=m, n=n, k=k, layout=layout, dtype=dtype, suite="bmm-random"))
     if "grouped" in suites:
         for groups, m, n, k, layout in (GROUPED[::3] if quick else GROUPED):
             cases.append(dict(op="grouped", groups=groups, m=m, n=n, k=k, layout=layout, dtype="bfloat16",
@@ -172,9 +196,16 @@ def bench_grouped(case: dict, args, torch, kgen, flush, log) -> dict:
 
 
 def _bmm_problem(case: dict):
-    from kgen.kernels.gemm.batched import batched_problem
+    """The batched problem ``kgen.gemm`` makes of a bmm case's dense tensors (allocations start
+    256-byte aligned: the leading dimensions decide the alignment)."""
+    from kgen.kernels.gemm import rules
+    from kgen.kernels.gemm.batched import batched_problem, leading_dims
 
-    return batched_problem(case["batch"], case["m"], case["n"], case["k"], case["dtype"], "N" + case["layout"][1])
+    layout, m, n, k = case["layout"], case["m"], case["n"], case["k"]
+    dense = batched_problem(case["batch"], m, n, k, case["dtype"], layout)
+    lda, ldb, _ = leading_dims(dense)
+    return batched_problem(case["batch"], m, n, k, case["dtype"], layout, align_a=rules.natural_alignment(lda, 2),
+                           align_b=rules.natural_alignment(ldb, 2))
 
 
 def _bmm_problems(case: dict) -> list:
@@ -189,18 +220,21 @@ def _bmm_problems(case: dict) -> list:
 def bench_bmm(case: dict, args, torch, kgen, flush, log) -> dict:
     """kgen.gemm on 3-D tensors against torch.matmul (cuBLAS's batched GEMM) on the same tensors."""
     batch, m, n, k, layout = (case[f] for f in ("batch", "m", "n", "k", "layout"))
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    a = (torch.rand((batch, m, k), device="cuda", generator=gen) - 0.5).to(torch.bfloat16)
-    b = (torch.rand((batch, n, k) if layout[1] == "T" else (batch, k, n), device="cuda", generator=gen) - 0.5)
-    b = b.to(torch.bfloat16)
-    b = b.transpose(1, 2) if layout[1] == "T" else b
+    gen, dtype = torch.Generator(device="cuda").manual_seed(0), getattr(torch, case["dtype"])
+
+    def operand(rows, cols, transposed):     # dense matrices, or transposed views of dense ones
+        shape = (batch, cols, rows) if transposed else (batch, rows, cols)
+        x = (torch.rand(shape, device="cuda", generator=gen) - 0.5).to(dtype)
+        return x.transpose(1, 2) if transposed else x
+
+    a, b = operand(m, k, layout[0] == "T"), operand(k, n, layout[1] == "T")
     row = dict(case, baselines={}, ok=None, config="", how="")
     flops = 2.0 * batch * m * n * k
     from kgen.ops.gemm_batched import routed
 
     _time_gemm(row, lambda: routed(_bmm_problem(case), 0), lambda out=None: kgen.gemm(a, b, out),
                lambda: a.double() @ b.double(), flops, args, flush, log)
-    c = torch.empty((batch, m, n), device="cuda", dtype=torch.bfloat16)
+    c = torch.empty((batch, m, n), device="cuda", dtype=dtype)
     return _with_baseline(row, "cublas", lambda: torch.matmul(a, b, out=c), flops, args, flush)
 
 

@@ -421,6 +421,8 @@ GENERIC = {
                     "ph=1|pw=1|r=3|s=3|sh=1|sw=1|w=7",
     "gemm_batched": "gemm_batched|align_a=8|align_b=8|batch=64|broadcast=none|dtype=bfloat16|epilogue=none|k=64|"
                     "layout=NT|m=512|n=512|out_dtype=bfloat16|precision=native",
+    "gemm_batched_wgmma": "gemm_batched_wgmma|align_a=8|align_b=8|batch=64|broadcast=none|dtype=bfloat16|"
+                          "epilogue=none|k=64|layout=NT|m=512|n=512|out_dtype=bfloat16|precision=native",
     "gemm_grouped": "gemm_grouped|align_a=8|align_b=8|dtype=bfloat16|epilogue=none|groups=16|k=4096|layout=NT|m=512|"
                     "n=4096|out_dtype=bfloat16|precision=native",
 }
