@@ -10,7 +10,8 @@ Before timing, kgen's result is compared with a float64 convolution of the same 
 
 Rows (one per case): op ("fprop"), n, h, w, c, k, r, s, stride, padding, dilation, dtype,
 epilogue, kgen_ms, baselines ({"cudnn": ms}), tflops (kgen's), speedup (cuDNN ms / kgen ms),
-or for batched GEMMs (suite "bmm": ``kgen.gemm`` on 3-D tensors against ``torch.matmul``) op
+or for batched GEMMs (suite "bmm": ``kgen.gemm`` on 3-D tensors against ``torch.matmul``; suite
+"bmm-random": shapes drawn by ``random_bmm``, its seed in the meta, which no record is tuned on) op
 ("bmm"), batch, m, n, k, layout, dtype, kgen_ms, baselines ({"cublas": ms}), tflops, speedup;
 suite "grouped" (``kgen.gemm_grouped``, mixture-of-experts layers) op ("grouped"), groups, m (rows
 in all), n, k, layout, dtype, kgen_ms, baselines ({"cublas": one torch.matmul a group,
@@ -413,6 +414,8 @@ def main(argv=None) -> int:
             "cudnn.benchmark=True (bmm: torch.matmul; grouped: a torch.matmul a group, and torch._grouped_mm)"}
     rows = []
     suites = set(filter(None, args.suites.split(",")))
+    if "bmm-random" in suites:
+        meta["bmm_random_seed"] = RANDOM_BMM_SEED
     if suites - set(SUITES):
         parser.error(f"unknown suites {sorted(suites - set(SUITES))}; choose from {', '.join(SUITES)}")
     for case in _cases(args.quick, suites):
