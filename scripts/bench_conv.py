@@ -143,11 +143,19 @@ def _cases(quick: bool, suites: set[str]) -> list[dict]:
     return cases
 
 
-def _grouped_problems(case: dict) -> list:
-    """The grouped problem of a grouped case (its key, for ``kgen tune gemm_grouped --from``)."""
+def _grouped_problem(case: dict):
     from kgen.kernels.gemm.grouped import grouped_problem
 
-    return [grouped_problem(case["groups"], case["m"], case["n"], case["k"], case["dtype"], case["layout"])]
+    return grouped_problem(case["groups"], case["m"], case["n"], case["k"], case["dtype"], case["layout"])
+
+
+def _grouped_problems(case: dict) -> list:
+    """The problems of every grouped family that runs a grouped case here (their keys, for
+    ``kgen tune <family> --from``)."""
+    from kgen.kernels.gemm.grouped import route
+    from kgen.problem import Target
+
+    return [p for _, p in route(Target.detect(0), _grouped_problem(case))]
 
 
 def bench_grouped(case: dict, args, torch, kgen, flush, log) -> dict:
@@ -167,15 +175,9 @@ def bench_grouped(case: dict, args, torch, kgen, flush, log) -> dict:
     row = dict(case, baselines={}, ok=None, config="", how="")
     flops = 2.0 * m * n * k
     c = torch.empty((m, n), device="cuda", dtype=torch.bfloat16)
-    def routed():
-        from kgen.dispatch import default_dispatcher
-        from kgen.registry import get_spec
+    from kgen.ops.gemm_grouped import routed
 
-        problem = _grouped_problems(case)[0]
-        spec = get_spec(problem.family)
-        return spec, problem, default_dispatcher().decide(spec, problem, 0)
-
-    _time_gemm(row, routed, lambda out=None: kgen.gemm_grouped(a, b, ends, out),
+    _time_gemm(row, lambda: routed(_grouped_problem(case), 0), lambda out=None: kgen.gemm_grouped(a, b, ends, out),
                lambda: torch.cat([a[s:e].double() @ b[g].double() for g, (s, e) in enumerate(bounds)]),
                flops, args, flush, log)
     grouped_mm = getattr(torch, "_grouped_mm", None)

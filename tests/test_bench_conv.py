@@ -28,7 +28,7 @@ def test_cases_make_valid_problems():
             families = [p.family for _, p in route(Target.h200(), problem)]
             assert families[-1] == "gemm_batched" and (families[0] == "gemm_batched_wgmma" or case["suite"] != "bmm")
         elif case.get("op") == "grouped":
-            problem, = bench_conv._grouped_problems(case)
+            problem = bench_conv._grouped_problem(case)
             assert problem.family == "gemm_grouped" and (problem["groups"], problem["m"]) == (case["groups"], case["m"])
         else:
             assert bench_conv._flops(case) > 0 and bench_conv._problem(case).family == "conv2d"

@@ -1,5 +1,5 @@
-"""Grouped GEMM on the GPU: sampled configs on uneven, empty and odd-sized groups against the float64
-product (NaN-poisoned outputs); ``kgen.gemm_grouped`` on PyTorch tensors with device ends against
+"""Grouped GEMM on the GPU: sampled configs of both families (mma.sync; wgmma with its groups'
+table) on uneven, empty and odd-sized groups against the float64 product (NaN-poisoned outputs); ``kgen.gemm_grouped`` on PyTorch tensors with device ends against
 a loop of ``torch.matmul`` in float64, on the caller's stream; host ends from CuPy; rows past the
 last end left as they were; ends that fall or pass the rows clamped, never read past A or
 written past C."""
@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from kgen.kernels.gemm.grouped import GemmGrouped, grouped_problem
+from kgen.kernels.gemm.grouped_wgmma import GemmGroupedWgmma
 
 from memory_gpu import check_config, target
 
@@ -24,14 +25,37 @@ CASES = [
 ]
 
 
+# wgmma: sizes TMA can read; groups of a few rows (tiles reaching into the next group's rows),
+# empty groups, one group, many groups, K past the last whole k-block
+WGMMA = GemmGroupedWgmma()
+WGMMA_CASES = [
+    (8, 1000, 136, 72, "bfloat16", "NN", "none"),
+    (64, 300, 64, 200, "float16", "NT", "relu"),
+    (3, 40, 24, 16, "float16", "NN", "gelu"),
+    (1, 777, 256, 64, "bfloat16", "NT", "none"),
+    (1000, 5000, 64, 64, "bfloat16", "NT", "none"),
+    (16, 64, 512, 520, "bfloat16", "NT", "none"),
+]
+
+
+def _check_sampled(spec, case, family, count):
+    groups, m, n, k, dtype, layout, epilogue = case
+    problem = grouped_problem(groups, m, n, k, dtype, layout, family=family, epilogue=epilogue)
+    assert spec.supports(problem, target())
+    space = spec.space(problem, target())
+    for seed, config in enumerate([spec.default_config(problem, target())] + space.sample(count, seed=groups)):
+        check, _ = check_config(spec, problem, config, seed=seed)
+        assert check.ok, f"{config.name} on {problem.key}: {check.detail}"
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_sampled_configs_are_correct(case):
-    groups, m, n, k, dtype, layout, epilogue = case
-    problem = grouped_problem(groups, m, n, k, dtype, layout, epilogue=epilogue)
-    space = SPEC.space(problem, target())
-    for seed, config in enumerate([SPEC.default_config(problem, target())] + space.sample(3, seed=groups)):
-        check, _ = check_config(SPEC, problem, config, seed=seed)
-        assert check.ok, f"{config.name} on {problem.key}: {check.detail}"
+    _check_sampled(SPEC, case, "gemm_grouped", 3)
+
+
+@pytest.mark.parametrize("case", WGMMA_CASES)
+def test_wgmma_sampled_configs_are_correct(case):
+    _check_sampled(WGMMA, case, "gemm_grouped_wgmma", 4)
 
 
 def _loop_reference(torch, a, b, ends):
@@ -47,6 +71,7 @@ def _loop_reference(torch, a, b, ends):
 def test_torch_device_ends_on_the_callers_stream():
     torch = pytest.importorskip("torch")
     import kgen
+    from kgen.dispatch import default_dispatcher
 
     gen = torch.Generator(device="cuda").manual_seed(0)
     rows, k, n, groups = 3000, 256, 384, 16
@@ -69,6 +94,9 @@ def test_torch_device_ends_on_the_callers_stream():
     err = (c[:last].double() - want[:last]).abs().max() / want[:last].abs().max()
     assert float(err) < 1e-2
     assert torch.equal(mine[:last], c[:last]) and bool((mine[last:] == 7.0).all())      # past the last end: untouched
+    hopper = torch.cuda.get_device_capability() == (9, 0)
+    family = "gemm_grouped_wgmma" if hopper else "gemm_grouped"
+    assert any(p["groups"] == groups for p, _ in default_dispatcher().loaded(family))
 
 
 def test_cupy_host_ends_and_clamped_device_ends():

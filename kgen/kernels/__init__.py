@@ -9,6 +9,7 @@ BUILTIN_FAMILIES = {
     "gemm_batched": "kgen.kernels.gemm.batched:GemmBatched",
     "gemm_batched_wgmma": "kgen.kernels.gemm.batched_wgmma:GemmBatchedWgmma",
     "gemm_grouped": "kgen.kernels.gemm.grouped:GemmGrouped",
+    "gemm_grouped_wgmma": "kgen.kernels.gemm.grouped_wgmma:GemmGroupedWgmma",
     "elementwise": "kgen.kernels.memory.elementwise:Elementwise",
     "cast": "kgen.kernels.memory.cast:Cast",
     "reduce": "kgen.kernels.memory.reduce:Reduce",

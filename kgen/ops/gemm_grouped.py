@@ -8,7 +8,9 @@ where each group's rows end: ``ends[g]`` is one past group g's last row (group g
 an int32 device array of G values of the caller's library (read by the kernel, never by the
 host: no synchronisation), or a host sequence of G ints (checked, then copied on the caller's
 stream). Rows at and past ``ends[-1]`` are not written. The result is (T, N), of the caller's
-library, on its current stream; ``activation`` (relu, gelu) is fused.
+library, on its current stream; ``activation`` (relu, gelu) is fused. On Hopper, with 16-bit
+operands TMA can read, the kernel is ``gemm_grouped_wgmma``'s; elsewhere ``gemm_grouped``'s
+(mma.sync); of two that can, the faster measured, else the Hopper one (``routed``).
 """
 
 from __future__ import annotations
@@ -101,9 +103,26 @@ def gemm_grouped(a, b, ends, out=None, *, activation=None, precision=None, dtype
             # in this stream's order, so the copy may be dropped once the kernel is queued
             copied = None if host is None else _to_device(host)
             ends_ptr = device_ends.ptr if copied is None else copied.data.ptr
-            launch_family("gemm_grouped", problem, ai.device, kind,
+            spec, chosen, _ = routed(problem, ai.device)
+            launch_family(spec.family, chosen, ai.device, kind,
                           {"a": ai.ptr, "b": bi.ptr, "c": target.ptr, "ends": ends_ptr, "alpha": 1.0, "beta": 0.0})
     return to_jax(target.obj, out_t) if kind == "jax" else target.obj
+
+
+def routed(problem, device: int):
+    """(spec, problem, choice) of the family that runs a grouped ``problem`` on ``device``: of
+    those that can (``kgen.kernels.gemm.grouped.route``), the one the dispatcher ranks first
+    (measured times, then the preferred family's pick)."""
+    from kgen.dispatch import default_dispatcher
+    from kgen.kernels.gemm.grouped import route
+
+    dispatcher = default_dispatcher()
+    target = dispatcher.target(device)
+    candidates = [(spec, p, dispatcher.decide(spec, p, device)) for spec, p in route(target, problem)]
+    if not candidates:
+        raise DeviceError(f"no grouped GEMM family runs on {target.name} (compute capability {target.cc})",
+                          remedy="use a GPU of compute capability 8.0 or later")
+    return min(enumerate(candidates), key=lambda item: (item[1][2].rank, item[0]))[1]
 
 
 def _to_device(host: np.ndarray):

@@ -45,12 +45,27 @@ from kgen.spec import Launch
 FAMILY = "gemm_grouped"
 MAX_GROUPS = 4096           # each block scans the groups' ends, 32 a step
 LAYOUTS = ("NN", "NT")      # A is the tokens' rows (row-major); B either way
+# the families that run a grouped request, most preferred first (``route``)
+ROUTES = ("gemm_grouped_wgmma", FAMILY)
+
+
+def route(target: Target, problem: Problem) -> list[tuple[Any, Problem]]:
+    """(spec, problem) of every family that can run the grouped ``problem`` on ``target``, most
+    preferred first: wgmma (Hopper, 16-bit, TMA-readable operands), then mma.sync (any)."""
+    from kgen.registry import get_spec
+
+    found = []
+    for family in ROUTES:
+        spec, candidate = get_spec(family), Problem.of(family, **dict(problem.params))
+        if spec.supports(candidate, target):
+            found.append((spec, candidate))
+    return found
 
 
 def grouped_problem(groups: int, m: int, n: int, k: int, dtype: str = "bfloat16", layout: str = "NN",
-                    **kw) -> Problem:
-    """A grouped GEMM problem of ``m`` rows in all (checked); ``kw`` as ``tc_problem`` (out_dtype,
-    epilogue: none, relu or gelu)."""
+                    family: str = FAMILY, **kw) -> Problem:
+    """A grouped GEMM problem of ``family``, ``m`` rows in all (checked); ``kw`` as ``tc_problem``
+    (out_dtype, epilogue: none, relu or gelu)."""
     if isinstance(groups, bool) or not isinstance(groups, (int, np.integer)) or not 1 <= groups <= MAX_GROUPS:
         raise ShapeError(f"groups={groups!r} must be an integer in 1..{MAX_GROUPS}",
                          remedy="split the groups over several calls")
@@ -65,8 +80,8 @@ def grouped_problem(groups: int, m: int, n: int, k: int, dtype: str = "bfloat16"
     size = ITEMSIZE.get(dtype, 1)
     ldb = n if layout[1] == "N" else k
     kw.setdefault("align_b", rules.natural_alignment(math.gcd(ldb, k * n), size))   # every group's matrix
-    one = tc_problem(FAMILY, m, n, k, dtype, layout, **kw)
-    return Problem.of(FAMILY, **dict(one.params), groups=int(groups))
+    one = tc_problem(family, m, n, k, dtype, layout, **kw)
+    return Problem.of(family, **dict(one.params), groups=int(groups))
 
 
 def rows_per_group(problem: Problem) -> int:
@@ -93,9 +108,11 @@ def split_rows(total: int, groups: int, seed: int) -> np.ndarray:
     return np.cumsum(sizes).astype(np.int32)
 
 
-class GemmGrouped(MmaVariant):
-    family = FAMILY
-    template = "gemm/mma_grouped.cu.j2"
+class GroupedGemm:
+    """What the grouped families (listed before their kernel base) answer alike: the problem
+    (``grouped_problem``'s fields), a space for one group of the average size, its operands (the
+    ends in the bias slot), reference, baseline, FLOPs and bytes."""
+
     problem_fields = ((Field("groups", int, "problems in the group (experts)"),)
                       + tuple(Field("m", int, "rows of A and C, every group's together") if f.name == "m" else f
                               for f in GEMM_FIELDS))
@@ -103,46 +120,32 @@ class GemmGrouped(MmaVariant):
 
     def problem(self, groups: int, m: int, n: int, k: int, dtype: str = "bfloat16", layout: str = "NN",
                 **kw) -> Problem:
-        return grouped_problem(groups, m, n, k, dtype, layout, **kw)
+        return grouped_problem(groups, m, n, k, dtype, layout, family=self.family, **kw)
 
     def tiles(self, problem: Problem, bm: int, bn: int) -> int:
         return problem["groups"] * -(-rows_per_group(problem) // bm) * -(-problem["n"] // bn)
 
-    # ---- space ---------------------------------------------------------------------------------
-    def space(self, problem: Problem, target: Target) -> Space:
-        """gemm_mma's space for one group of the average size."""
-        average = tc_problem("gemm_mma", rows_per_group(problem), problem["n"], problem["k"], problem["dtype"],
-                             problem["layout"], problem["out_dtype"], problem["epilogue"], problem["align_a"],
-                             problem["align_b"])
-        return super().space(average, target).renamed("gemm_mma_", "gemm_grouped_")
+    def average_group(self, problem: Problem, family: str) -> Problem:
+        """One group of the average size, as a plain GEMM problem of ``family``."""
+        return tc_problem(family, rows_per_group(problem), problem["n"], problem["k"], problem["dtype"],
+                          problem["layout"], problem["out_dtype"], problem["epilogue"], problem["align_a"],
+                          problem["align_b"])
 
     def vendor_supported(self, problem: Problem) -> bool:
         return False          # cuBLAS has no grouped call of device-side row counts
 
-    # ---- render and launch ---------------------------------------------------------------------
-    def context(self, problem: Problem, config, space) -> dict[str, Any]:
-        ctx = super().context(problem, config, space)
-        ctx.update(GROUPS=problem["groups"], BATCH_STRIDE_B=problem["k"] * problem["n"])
-        return ctx
-
-    def launch(self, problem: Problem, config) -> Launch:
-        v = config.as_dict()
-        blocks = row_tile_bound(problem, v["BM"]) * -(-problem["n"] // v["BN"])
-        warps = (v["BM"] // v["WM"]) * (v["BN"] // v["WN"]) * v["WK"]
-        return Launch((blocks, 1, 1), (32 * warps, 1, 1), tile_shape(problem["dtype"], problem["layout"], v)["SMEM"])
-
-    def arg_recipe(self, problem: Problem, config) -> list[dict]:
-        """GEMM's arguments with the group ends in the bias slot and the leading dimensions the
+    def grouped_recipe(self, recipe: list[dict], problem: Problem) -> list[dict]:
+        """An ``arg_recipe`` with the group ends in the bias slot and the leading dimensions the
         problem fixes."""
         lds = dict(zip("abc", leading_dims(problem)))
-        recipe = []
-        for item in super().arg_recipe(problem, config):
+        grouped = []
+        for item in recipe:
             if item.get("pointer") == "bias":
                 item = {"pointer": "ends"}
             elif "ld" in item:
                 item = {"value": lds[item["ld"]], "type": "int64"}
-            recipe.append(item)
-        return recipe
+            grouped.append(item)
+        return grouped
 
     def args(self, problem: Problem, config, operands: Mapping[str, Any]) -> list:
         build = self.arg_builder(problem, config, leading_dims(problem))
@@ -219,3 +222,28 @@ class GemmGrouped(MmaVariant):
         groups, m, n, k = (problem[x] for x in ("groups", "m", "n", "k"))
         size, out = ITEMSIZE[problem["dtype"]], TC_OUTPUTS[problem["out_dtype"]][1]
         return float(size * (m * k + groups * k * n) + out * m * n)
+
+
+class GemmGrouped(GroupedGemm, MmaVariant):
+    family = FAMILY
+    template = "gemm/mma_grouped.cu.j2"
+
+    # ---- space ---------------------------------------------------------------------------------
+    def space(self, problem: Problem, target: Target) -> Space:
+        """gemm_mma's space for one group of the average size."""
+        return super().space(self.average_group(problem, "gemm_mma"), target).renamed("gemm_mma_", "gemm_grouped_")
+
+    # ---- render and launch ---------------------------------------------------------------------
+    def context(self, problem: Problem, config, space) -> dict[str, Any]:
+        ctx = super().context(problem, config, space)
+        ctx.update(GROUPS=problem["groups"], BATCH_STRIDE_B=problem["k"] * problem["n"])
+        return ctx
+
+    def launch(self, problem: Problem, config) -> Launch:
+        v = config.as_dict()
+        blocks = row_tile_bound(problem, v["BM"]) * -(-problem["n"] // v["BN"])
+        warps = (v["BM"] // v["WM"]) * (v["BN"] // v["WN"]) * v["WK"]
+        return Launch((blocks, 1, 1), (32 * warps, 1, 1), tile_shape(problem["dtype"], problem["layout"], v)["SMEM"])
+
+    def arg_recipe(self, problem: Problem, config) -> list[dict]:
+        return self.grouped_recipe(super().arg_recipe(problem, config), problem)
