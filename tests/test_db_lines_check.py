@@ -85,3 +85,28 @@ def test_unchecked_lines_are_parsed_whole(monkeypatch):
     monkeypatch.setattr(parse, "CHECK_LINES", 2)
     numbers, error, skipped = parse.parse_chunk(lines, 1, len(lines), "", as_rows=True)
     assert [n for n, _ in numbers] == [1, 2, 3, 4, 5, 6, 8] and error[0] == 9 and skipped == []
+
+
+def test_why_each_gives_why_of_each_record_however_problems_follow_one_another():
+    """Validator.why_each (the rows' check) reuses the last record's problem: each verdict is
+    still ``why``'s, for a record that differs from a valid one before it in one value, in
+    its name, its time or its problem, and for one whose problem comes back after another."""
+    from kgen.db.validity import Validator
+
+    other = gemm_problem(256, 256, 256)
+    big = {**CONFIGS[0].as_dict(), "BM": 256, "BN": 256}                 # a tile of declared choices
+    digest = SPEC.template_digest()
+
+    def fields(config, name=None, key=P.key, time_ms=0.5, cc="9.0", kind=None, family="gemm"):
+        return (family, key, name or SPEC.space(P, Target.h200()).make(config).name, config, time_ms,
+                "NVIDIA H200", cc, digest, kind)
+
+    c0, c1 = CONFIGS[0].as_dict(), CONFIGS[1].as_dict()
+    rows = [fields(c0), fields({**c0, "BM": 100}), fields(c0), fields(c0, name="evil_entry"),
+            fields(c1, time_ms=1e-9), fields(c1, key=other.key), fields({**c1, "VA": True}, name=CONFIGS[1].name),
+            fields(big, key=other.key), fields(c0), fields(c0, cc="9.x"), fields(c0, family="nosuch"),
+            fields(c0, kind="constraints"), fields({**c0, "GM": 1.0}, name=CONFIGS[0].name), fields(c1)]
+    expected = [Validator().why(*f) for f in rows]
+    assert list(Validator().why_each(rows)) == expected
+    assert expected[0] is None and expected[2] is None and expected[-1] is None
+    assert all(expected[i] for i in (1, 3, 4, 6, 9, 10, 12))

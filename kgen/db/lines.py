@@ -127,10 +127,10 @@ def _checked(parsed: list[tuple[int, Any]], fields: list[tuple] | None, error: t
     ``skip_invalid`` leaves out to ``skipped``; the error that ends the chunk (the first invalid
     record, else ``error``, the one that ended the parse), or None."""
     validator = _validator()
-    why_of, record_of = validator.why, validator.record
-    for i, (number, item) in enumerate(parsed):
+    verdicts = validator.why_each(fields) if fields is not None else map(validator.record, (r for _, r in parsed))
+    for number, item in parsed:
         try:
-            why = record_of(item) if fields is None else why_of(*fields[i])
+            why = next(verdicts)
         except (ValueError, DatabaseError, TypeError, KeyError, OverflowError, RecursionError) as exc:
             return number, _why(exc, False), False
         if why:

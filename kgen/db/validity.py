@@ -33,7 +33,7 @@ from __future__ import annotations
 import copy
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable, Iterator
 
 from kgen.errors import KgenError, SpaceError, UnknownFamilyError
 from kgen.measurement import Record
@@ -91,6 +91,21 @@ class Validator:
         """Why a record of these fields may not be stored, or None when it may. ``time_ms`` is
         the record's usable time (None for a failure)."""
         problem = self._problems.get((family, problem_key, cc)) or self._problem(family, problem_key, device, cc)
+        return self._verdict(problem, family, problem_key, config_name, config, time_ms, digest, failure_kind)
+
+    def why_each(self, fields: Iterable[tuple]) -> Iterator[str | None]:
+        """``why(*f)`` of each ``f`` of ``fields``, in order: an import reads many records of one
+        problem in a row, and each finds its problem without a lookup when it is the last one's."""
+        verdict, problems, last, last_fc, problem = self._verdict, self._problems, None, None, None
+        for family, key, config_name, config, time_ms, device, cc, digest, failure_kind in fields:
+            if key != last or (family, cc) != last_fc:
+                problem = problems.get((family, key, cc)) or self._problem(family, key, device, cc)
+                last, last_fc = key, (family, cc)
+            yield verdict(problem, family, key, config_name, config, time_ms, digest, failure_kind)
+
+    def _verdict(self, problem: _Problem, family: str, problem_key: str, config_name: str, config: dict,
+                 time_ms: float | None, digest: str, failure_kind: str | None) -> str | None:
+        """``why`` of a record of ``problem``."""
         if problem.error is not None:
             return problem.error
         if digest == VENDOR_DIGEST or config_name == VENDOR_CONFIG:

@@ -15,6 +15,7 @@ widest vector (in elements) that the pointer and leading dimension of A / B allo
 
 from __future__ import annotations
 
+import functools
 import math
 from pathlib import Path
 from typing import Any, Mapping
@@ -50,6 +51,26 @@ def _filling_split(space, values: dict, m: int, n: int, sms: int) -> dict:
         if space.is_valid(candidate):
             chosen = candidate
     return chosen
+
+
+@functools.lru_cache(maxsize=8)
+def _params(vecs: tuple[int, ...]) -> tuple[Param, ...]:
+    """The space's parameters for these vector widths: the same (immutable) Params for every
+    problem, built once (an import builds a space per problem it reads)."""
+    return (
+            Param("BM", (16, 32, 64, 128, 256)),
+            Param("BN", (16, 32, 64, 128, 256)),
+            Param("TM", (2, 4, 8, 16)),
+            Param("TN", (2, 4, 8, 16)),
+            Param("BK", (8, 16, 32)),
+            Param("VA", vecs),
+            Param("VB", vecs),
+            Param("DB", (0, 1)),
+            Param("UNROLL", (1, 4, 0)),          # 0: unroll the whole BK loop
+            Param("GM", (1, 8)),
+            Param("SK", (1, 2, 4, 8, 16)),
+            Param("MINB", (1, 2)),
+    )
 
 
 class GemmSimt(GemmFamily, KernelSpec):
@@ -118,49 +139,47 @@ class GemmSimt(GemmFamily, KernelSpec):
             prefetch = ((v["BM"] * bk // (va * count)) * va + (v["BN"] * bk // (vb * count)) * vb) * staged_words
             return (tm * tn + tm + tn) * words + prefetch + 28
 
+        # the target's limits read once: constraints run once per config an import reads
+        max_threads, smem_limit = target.max_threads_per_block, target.smem_per_block_optin
+        regs_per_sm, smem_per_sm = target.regs_per_sm, target.smem_per_sm
+        accumulator_words = ct_size // 4
+
         def fits_minb(v):
-            count = threads(v)
+            count, blocks_per_sm = threads(v), v["MINB"]
             estimate = regs(v, count)
-            return estimate <= 255 and estimate * count * v["MINB"] <= target.regs_per_sm and \
-                smem(v) * v["MINB"] <= target.smem_per_sm
+            return estimate <= 255 and estimate * count * blocks_per_sm <= regs_per_sm and \
+                smem(v) * blocks_per_sm <= smem_per_sm
+
+        def whole_vectors(tile: str, vec: str):
+            """Every thread loads whole vectors of the tile, at least one: ``loads`` >= 1 and
+            the tile's elements split evenly over the block's vectors."""
+            def holds(v):
+                elements, per_round = v[tile] * v["BK"], v[vec] * threads(v)
+                return elements // per_round >= 1 and elements % per_round == 0
+            return holds
 
         def blocks(v):
             return math.ceil(m / v["BM"]) * math.ceil(n / v["BN"])
 
-        params = [
-            Param("BM", (16, 32, 64, 128, 256)),
-            Param("BN", (16, 32, 64, 128, 256)),
-            Param("TM", (2, 4, 8, 16)),
-            Param("TN", (2, 4, 8, 16)),
-            Param("BK", (8, 16, 32)),
-            Param("VA", vecs),
-            Param("VB", vecs),
-            Param("DB", (0, 1)),
-            Param("UNROLL", (1, 4, 0)),          # 0: unroll the whole BK loop
-            Param("GM", (1, 8)),
-            Param("SK", (1, 2, 4, 8, 16)),
-            Param("MINB", (1, 2)),
-        ]
+        params = _params(vecs)
         constraints = [
             Constraint("block tile fits the problem", lambda v: v["BM"] <= widest_m and v["BN"] <= widest_n,
                        ("BM", "BN")),
             Constraint("thread tile divides block tile", lambda v: v["BM"] % v["TM"] == 0
                        and v["BN"] % v["TN"] == 0, ("BM", "BN", "TM", "TN")),
-            Constraint("64 <= threads per block <= 512", lambda v: 64 <= threads(v) <= 512
-                       and threads(v) <= target.max_threads_per_block, ("BM", "BN", "TM", "TN")),
-            Constraint("accumulators fit in registers", lambda v: v["TM"] * v["TN"] * (ct_size // 4) <= 128,
+            Constraint("64 <= threads per block <= 512", lambda v: 64 <= (t := threads(v)) <= 512
+                       and t <= max_threads, ("BM", "BN", "TM", "TN")),
+            Constraint("accumulators fit in registers", lambda v: v["TM"] * v["TN"] * accumulator_words <= 128,
                        ("TM", "TN")),
             Constraint("A vector fits alignment and tile", lambda v: v["VA"] <= align_a and
                        (v["BK"] if a_contig_k else v["BM"]) % v["VA"] == 0, ("BM", "BK", "VA")),
-            Constraint("every thread loads whole A vectors", lambda v: loads(v, v["BM"], v["VA"]) >= 1 and
-                       (v["BM"] * v["BK"]) % (v["VA"] * threads(v)) == 0,
+            Constraint("every thread loads whole A vectors", whole_vectors("BM", "VA"),
                        ("BM", "BN", "TM", "TN", "BK", "VA")),
             Constraint("B vector fits alignment and tile", lambda v: v["VB"] <= align_b and
                        (v["BK"] if b_contig_k else v["BN"]) % v["VB"] == 0, ("BN", "BK", "VB")),
-            Constraint("every thread loads whole B vectors", lambda v: loads(v, v["BN"], v["VB"]) >= 1 and
-                       (v["BN"] * v["BK"]) % (v["VB"] * threads(v)) == 0,
+            Constraint("every thread loads whole B vectors", whole_vectors("BN", "VB"),
                        ("BM", "BN", "TM", "TN", "BK", "VB")),
-            Constraint("shared memory fits the device", lambda v: smem(v) <= target.smem_per_block_optin,
+            Constraint("shared memory fits the device", lambda v: smem(v) <= smem_limit,
                        ("BM", "BN", "BK", "DB")),
             Constraint("unroll within BK", lambda v: v["UNROLL"] < v["BK"], ("BK", "UNROLL")),
             Constraint("grouping only with several block rows",
@@ -187,8 +206,10 @@ class GemmSimt(GemmFamily, KernelSpec):
             "REGS_EST": regs,
         }
 
+        prefix = f"gemm_simt_{short}_{layout.lower()}"
+
         def namer(v):
-            return (f"gemm_simt_{short}_{layout.lower()}_{v['BM']}x{v['BN']}x{v['BK']}"
+            return (f"{prefix}_{v['BM']}x{v['BN']}x{v['BK']}"
                     f"_t{v['TM']}x{v['TN']}_va{v['VA']}_vb{v['VB']}_db{v['DB']}_u{v['UNROLL']}"
                     f"_g{v['GM']}_sk{v['SK']}_mb{v['MINB']}")
 
