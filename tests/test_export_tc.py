@@ -425,6 +425,8 @@ GENERIC = {
                           "epilogue=none|k=64|layout=NT|m=512|n=512|out_dtype=bfloat16|precision=native",
     "gemm_grouped": "gemm_grouped|align_a=8|align_b=8|dtype=bfloat16|epilogue=none|groups=16|k=4096|layout=NT|m=512|"
                     "n=4096|out_dtype=bfloat16|precision=native",
+    "gemm_grouped_wgmma": "gemm_grouped_wgmma|align_a=8|align_b=8|dtype=bfloat16|epilogue=none|groups=16|k=4096|"
+                          "layout=NT|m=512|n=4096|out_dtype=bfloat16|precision=native",
 }
 
 
@@ -472,7 +474,7 @@ def test_generic_exports_give_kgens_result(family, tmp_path):
         want = kgen.conv2d(x, w, padding=(p["ph"], p["pw"]), dtype="bfloat16")
         got = cupy.full(want.shape, 0xFFFF, dtype=cupy.uint16)
         module.run(GENERIC[family], x=x, w=w, y=got)
-    elif family == "gemm_grouped":
+    elif family.startswith("gemm_grouped"):
         a, b = rand(p["m"], p["k"]), rand(p["groups"], p["n"], p["k"])                  # layout NT: b read transposed
         ends = cupy.asarray(split_rows(p["m"], p["groups"], seed=5))
         want = kgen.gemm_grouped(a, b.transpose(0, 2, 1), ends, dtype="bfloat16")
