@@ -13,7 +13,8 @@ epilogue, kgen_ms, baselines ({"cudnn": ms}), tflops (kgen's), speedup (cuDNN ms
 or for batched GEMMs (suite "bmm": ``kgen.gemm`` on 3-D tensors against ``torch.matmul``; suite
 "bmm-random": shapes drawn by ``random_bmm``, its seed in the meta, which no record is tuned on) op
 ("bmm"), batch, m, n, k, layout, dtype, kgen_ms, baselines ({"cublas": ms}), tflops, speedup;
-suite "grouped" (``kgen.gemm_grouped``, mixture-of-experts layers) op ("grouped"), groups, m (rows
+suite "grouped" (``kgen.gemm_grouped``, mixture-of-experts layers; "grouped-random": layers drawn by
+``random_grouped``, which no record is tuned on) op ("grouped"), groups, m (rows
 in all), n, k, layout, dtype, kgen_ms, baselines ({"cublas": one torch.matmul a group,
 "torch._grouped_mm": ms}), tflops, speedup (over the cuBLAS loop), speedup_vs_fastest;
 suite "backward" (ResNet-50's layers at batch 64 but the stem): op "dgrad" (``kgen.torch.
@@ -78,7 +79,8 @@ GROUPED = [
     (128, 16384, 768, 2048, "NT"), (128, 16384, 2048, 768, "NN"), (256, 8192, 2048, 7168, "NT"),
     (16, 512, 4096, 4096, "NT"), (32, 2048, 4096, 1024, "NN"),
 ]
-SUITES = ("resnet50-b64", "resnet50-b1", "odd", "epilogue", "tf32", "bmm", "bmm-random", "grouped", "backward")
+SUITES = ("resnet50-b64", "resnet50-b1", "odd", "epilogue", "tf32", "bmm", "bmm-random", "grouped", "grouped-random",
+          "backward")
 RANDOM_BMM_SEED = 20261206       # the bmm-random suite's draw (no record is tuned on it)
 
 
@@ -100,6 +102,27 @@ def random_bmm(count: int, seed: int = RANDOM_BMM_SEED) -> list[tuple]:
 
     return [(log_uniform(2, 256), side(16, 1024), side(16, 1024), 8 * round(log_uniform(64, 1024) / 8),
              rng.choice(("NN", "NT", "TN", "TT")), rng.choice(("bfloat16", "float16"))) for _ in range(count)]
+
+
+def random_grouped(count: int, seed: int = RANDOM_BMM_SEED) -> list[tuple]:
+    """Mixture-of-experts layers nobody tuned for (groups, rows in all, n, k, layout): experts
+    log-uniform in 4..256, rows an expert 4..2048, N and K in 256..8192 (multiples of 64), B
+    either way, at most 2e12 FLOPs."""
+    import math
+    import random
+
+    rng, shapes = random.Random(seed + 1), []
+
+    def log_uniform(lo, hi):
+        return math.exp(rng.uniform(math.log(lo), math.log(hi)))
+
+    while len(shapes) < count:
+        groups = int(round(log_uniform(4, 256)))
+        rows = max(groups, int(groups * log_uniform(4, 2048)))
+        n, k = (64 * max(4, round(log_uniform(256, 8192) / 64)) for _ in range(2))
+        if 2.0 * rows * n * k <= 2e12:
+            shapes.append((groups, rows, n, k, rng.choice(("NN", "NT"))))
+    return shapes
 FIELDS = ("n", "h", "w", "c", "k", "r", "s", "stride", "padding", "dilation")
 
 
@@ -140,6 +163,10 @@ def _cases(quick: bool, suites: set[str]) -> list[dict]:
         for groups, m, n, k, layout in (GROUPED[::3] if quick else GROUPED):
             cases.append(dict(op="grouped", groups=groups, m=m, n=n, k=k, layout=layout, dtype="bfloat16",
                               suite="grouped"))
+    if "grouped-random" in suites:
+        for groups, m, n, k, layout in random_grouped(3 if quick else 10):
+            cases.append(dict(op="grouped", groups=groups, m=m, n=n, k=k, layout=layout, dtype="bfloat16",
+                              suite="grouped-random"))
     return cases
 
 
@@ -416,8 +443,8 @@ def main(argv=None) -> int:
             "cudnn.benchmark=True (bmm: torch.matmul; grouped: a torch.matmul a group, and torch._grouped_mm)"}
     rows = []
     suites = set(filter(None, args.suites.split(",")))
-    if "bmm-random" in suites:
-        meta["bmm_random_seed"] = RANDOM_BMM_SEED
+    if "bmm-random" in suites or "grouped-random" in suites:
+        meta["random_seed"] = RANDOM_BMM_SEED     # random_bmm's; random_grouped draws from it + 1
     if suites - set(SUITES):
         parser.error(f"unknown suites {sorted(suites - set(SUITES))}; choose from {', '.join(SUITES)}")
     for case in _cases(args.quick, suites):

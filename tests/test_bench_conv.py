@@ -40,5 +40,10 @@ def test_cases_make_valid_problems():
     assert shapes == bench_conv.random_bmm(16) and len(set(shapes)) == 16      # reproducible, distinct
     assert {s[4] for s in shapes} == {"NN", "NT", "TN", "TT"} and any(s[1] % 8 or s[2] % 8 for s in shapes)
     assert all(2 <= s[0] <= 256 and 16 <= min(s[1:3]) and max(s[1:3]) <= 1024 and 64 <= s[3] <= 1024 for s in shapes)
+    layers = bench_conv.random_grouped(10)
+    assert layers == bench_conv.random_grouped(10) and len(set(layers)) == 10
+    assert all(4 <= g <= 256 and g <= m and n % 64 == k % 64 == 0 and 2.0 * m * n * k <= 2e12 for g, m, n, k, _ in layers)
+    assert {case[:5] for case in (tuple(c[f] for f in ("groups", "m", "n", "k", "layout")) for c in cases
+                                  if c["suite"] == "grouped-random")} == set(layers)
     quick = bench_conv._cases(True, {"resnet50-b64", "bmm", "grouped"})
     assert 0 < len(quick) < len(cases) and {c["suite"] for c in quick} == {"resnet50-b64", "bmm", "grouped"}
