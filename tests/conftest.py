@@ -43,3 +43,28 @@ def parallel_parse(monkeypatch, request):
     monkeypatch.setattr(parse, "CHUNK_LINES", 20)
     monkeypatch.setenv("KGEN_DB_WORKERS", "2")
     return parse
+
+
+@pytest.fixture
+def fake_tma_maps(monkeypatch):
+    """kgen.tma's and the exported runtime's encoders record each tensor map instead of calling
+    the driver: the list of maps (ptr, dims, stride, box, batch_stride), each a fake record of
+    what went into it; both caches emptied before and after."""
+    from kgen import tma, tma_encode
+    from kgen.export_runtime import replay
+
+    calls = []
+
+    def fake(ptr, dtype, dims, row_stride_bytes, box, swizzle_bytes, call=None, batch_stride_bytes=0):
+        calls.append(dict(ptr=ptr, dims=tuple(dims), stride=row_stride_bytes, box=tuple(box),
+                          batch_stride=batch_stride_bytes))
+        return tma_encode.words_to_desc([ptr, *dims, row_stride_bytes, *box, swizzle_bytes, batch_stride_bytes]
+                                        + [0] * (12 - len(dims) - len(box)))
+
+    tma.clear_cache()
+    replay._MAPS.clear()
+    monkeypatch.setattr(tma, "_driver_encode", lambda *a: fake(*a[:6], batch_stride_bytes=a[6] if len(a) > 6 else 0))
+    monkeypatch.setattr(tma_encode, "encode_tiled", fake)
+    yield calls
+    tma.clear_cache()
+    replay._MAPS.clear()

@@ -113,3 +113,16 @@ def recorded_gpu(recording, seed: int = 0):
             return dataclasses.replace(super().answer(task), timing=Timing())
 
     return RecordedGPU(recording, seed=seed)
+
+
+def differing_arguments(got, want) -> list[int]:
+    """Indices where two kernel argument lists differ (tensor-map records compared by bytes)."""
+    if len(got) != len(want):
+        return [-1]
+
+    def same(g, w):
+        if getattr(g, "dtype", None) is not None and g.dtype.names:
+            return bytes(memoryview(g)) == bytes(memoryview(w))
+        return g == w
+
+    return [i for i, (g, w) in enumerate(zip(got, want)) if not same(g, w)]

@@ -13,7 +13,6 @@ import re
 
 import pytest
 
-from kgen import tma, tma_encode
 from kgen.export_runtime import replay
 from kgen.kernels.gemm.grouped import grouped_problem, route, row_tile_bound
 from kgen.kernels.gemm.grouped_wgmma import MAX_GROUPS, TABLE_BYTES, GemmGroupedWgmma
@@ -24,7 +23,7 @@ from kgen.registry import get_spec
 from kgen.render import render
 
 from compiling import compile_cases, compile_failures, per_case, sass_or_skip
-from fakes import BASE
+from fakes import BASE, differing_arguments
 
 SPEC = GemmGroupedWgmma()
 FAMILY = "gemm_grouped_wgmma"
@@ -87,29 +86,14 @@ def test_render_builds_the_table_and_loads_b_by_group(target):
     assert "const int M = group_end;" in code and "5000" not in code          # T is an argument, never compiled in
 
 
-@pytest.fixture
-def recorded_maps(monkeypatch):
-    calls = []
-
-    def fake(ptr, dtype, dims, row_stride_bytes, box, swizzle_bytes, batch_stride_bytes=0):
-        calls.append(dict(ptr=ptr, dims=dims, stride=row_stride_bytes, box=box, batch_stride=batch_stride_bytes))
-        return tma.words_to_desc([ptr, *dims, row_stride_bytes, *box, swizzle_bytes, batch_stride_bytes]
-                                 + [0] * (16 - 4 - len(dims) - len(box)))
-
-    tma.clear_cache()
-    monkeypatch.setattr(tma, "_driver_encode", fake)
-    yield calls
-    tma.clear_cache()
-
-
 @pytest.mark.parametrize("layout", ["NN", "NT"])
-def test_arguments_map_every_row_of_a_and_each_groups_b(target, recorded_maps, layout):
+def test_arguments_map_every_row_of_a_and_each_groups_b(target, fake_tma_maps, layout):
     groups, m, n, k = 6, 500, 72, 40
     p = _problem(groups, m, n, k, "bfloat16", layout)
     config = SPEC.default_config(p, target)
     pa, pb, pc, pends = BASE, BASE + (1 << 22), BASE + (1 << 23), BASE + (1 << 24)
     args = SPEC.args(p, config, {"a": pa, "b": pb, "c": pc, "ends": pends})
-    maps = {call["ptr"]: call for call in recorded_maps}
+    maps = {call["ptr"]: call for call in fake_tma_maps}
     assert maps[pa]["dims"] == (k, m) and maps[pa]["stride"] == 2 * k and maps[pa]["batch_stride"] == 0
     assert maps[pb]["dims"] == ((n, k) if layout[1] == "N" else (k, n)) + (groups,)
     assert maps[pb]["batch_stride"] == 2 * k * n and pc not in maps             # C from registers
@@ -117,15 +101,7 @@ def test_arguments_map_every_row_of_a_and_each_groups_b(target, recorded_maps, l
     assert [int(x) for x in args[9:13]] == [m, n, k, n] and int(args[15]) == 0
 
 
-def test_exported_recipe_rebuilds_the_same_arguments(target, monkeypatch):
-    def fake(ptr, dtype, dims, row_stride_bytes, box, swizzle_bytes, call=None, batch_stride_bytes=0):
-        return tma_encode.words_to_desc([ptr, *dims, row_stride_bytes, *box, swizzle_bytes, batch_stride_bytes]
-                                        + [0] * (16 - 4 - len(dims) - len(box)))
-
-    tma.clear_cache()
-    replay._MAPS.clear()
-    monkeypatch.setattr(tma, "_driver_encode", lambda *a: fake(*a[:6], batch_stride_bytes=a[6] if len(a) > 6 else 0))
-    monkeypatch.setattr(tma_encode, "encode_tiled", fake)
+def test_exported_recipe_rebuilds_the_same_arguments(target, fake_tma_maps):
     p = _problem(16, 512, 4096, 4096, "bfloat16", "NT")
     config = SPEC.default_config(p, target)
     pointers = {"a": BASE, "b": BASE + (1 << 26), "c": BASE + (1 << 30), "ends": BASE + (1 << 31)}
@@ -133,13 +109,7 @@ def test_exported_recipe_rebuilds_the_same_arguments(target, monkeypatch):
     recipe = json.loads(json.dumps(SPEC.arg_recipe(p, config)))
     assert {"pointer": "ends"} in recipe
     got = replay.arguments(recipe, {name: (ptr, 0) for name, ptr in pointers.items()}, {})
-    assert len(got) == len(want)
-    for i, (g, w) in enumerate(zip(got, want)):
-        same = bytes(memoryview(g)) == bytes(memoryview(w)) if getattr(g, "dtype", None) is not None and g.dtype.names \
-            else g == w
-        assert same, i
-    tma.clear_cache()
-    replay._MAPS.clear()
+    assert differing_arguments(got, want) == []
 
 
 @pytest.fixture(scope="module")

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from kgen.errors import DeviceError, DtypeError, InputError, LayoutError, ShapeError
+from kgen.errors import DtypeError, InputError, LayoutError, ShapeError
 from kgen.kernels.conv.problem import DTYPES, check_precision, conv2d_problem, geometry
 from kgen.kernels.gemm.dtypes import checked_output, epilogue_name
 from kgen.ops.caller import (caller_array, check_no_overlap, custom_op, output_array, result_array, returned,
                              same_device, torch_graph_call)
-from kgen.ops.launch import launch_family, pointer
+from kgen.ops.launch import first_ranked, launch_family, pointer
 
 _TO_CHANNELS_LAST = (0, 2, 3, 1)      # a PyTorch NCHW-shaped tensor's dims in NHWC order
 _FROM_CHANNELS_LAST = (0, 3, 1, 2)
@@ -43,16 +43,9 @@ def routed(problem, device: int):
     """(spec, problem, choice) of the family to run a conv2d problem on ``device``: of those that
     can (``kgen.kernels.conv.family.route``), the one the dispatcher ranks first (measured
     times, then the cost model's predictions), the preferred one of equals."""
-    from kgen.dispatch import default_dispatcher
     from kgen.kernels.conv.family import route
 
-    dispatcher = default_dispatcher()
-    target = dispatcher.target(device)
-    candidates = [(spec, p, dispatcher.decide(spec, p, device)) for spec, p in route(target, problem)]
-    if not candidates:
-        raise DeviceError(f"no conv2d family runs on {target.name} (compute capability {target.cc})",
-                          remedy="use a GPU of compute capability 8.0 or later")
-    return min(enumerate(candidates), key=lambda item: (item[1][2].rank, item[0]))[1]
+    return first_ranked(route, problem, device, "conv2d")
 
 
 def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, activation: str | None = None, *, out=None,

@@ -19,7 +19,7 @@ from kgen.errors import DeviceError, DtypeError, InputError, LayoutError, ShapeE
 from kgen.kernels.gemm import rules
 from kgen.kernels.gemm.dtypes import checked_output, epilogue_name
 from kgen.ops.caller import CallerArray, check_no_overlap, new_array, on_caller_stream, to_jax
-from kgen.ops.launch import launch_family
+from kgen.ops.launch import first_ranked, launch_family
 
 
 def dense_matrices(info, name: str) -> tuple[int, int, int, str]:
@@ -116,16 +116,9 @@ def routed(problem, device: int):
     """(spec, problem, choice) of the family that runs a batched ``problem`` on ``device``: of
     those that can (``kgen.kernels.gemm.batched.route``), the one the dispatcher ranks first
     (measured times, then the vendor, then the preferred family's pick)."""
-    from kgen.dispatch import default_dispatcher
     from kgen.kernels.gemm.batched import route
 
-    dispatcher = default_dispatcher()
-    target = dispatcher.target(device)
-    candidates = [(spec, p, dispatcher.decide(spec, p, device)) for spec, p in route(target, problem)]
-    if not candidates:
-        raise DeviceError(f"no batched GEMM family runs on {target.name} (compute capability {target.cc})",
-                          remedy="use a GPU of compute capability 8.0 or later")
-    return min(enumerate(candidates), key=lambda item: (item[1][2].rank, item[0]))[1]
+    return first_ranked(route, problem, device, "batched GEMM")
 
 
 def _run(problem, device: int, kind: str, operands: dict[str, Any], arrays: tuple) -> None:

@@ -24,7 +24,7 @@ from kgen.kernels.gemm.dtypes import checked_output, epilogue_name
 from kgen.ops.caller import (CallerArray, check_no_overlap, contiguous, on_caller_stream, output_array, result_array,
                              same_device, to_jax)
 from kgen.ops.gemm_batched import dense_matrices
-from kgen.ops.launch import launch_family
+from kgen.ops.launch import first_ranked, launch_family
 
 
 def _host_ends(ends, groups: int, rows: int) -> np.ndarray | None:
@@ -113,16 +113,9 @@ def routed(problem, device: int):
     """(spec, problem, choice) of the family that runs a grouped ``problem`` on ``device``: of
     those that can (``kgen.kernels.gemm.grouped.route``), the one the dispatcher ranks first
     (measured times, then the preferred family's pick)."""
-    from kgen.dispatch import default_dispatcher
     from kgen.kernels.gemm.grouped import route
 
-    dispatcher = default_dispatcher()
-    target = dispatcher.target(device)
-    candidates = [(spec, p, dispatcher.decide(spec, p, device)) for spec, p in route(target, problem)]
-    if not candidates:
-        raise DeviceError(f"no grouped GEMM family runs on {target.name} (compute capability {target.cc})",
-                          remedy="use a GPU of compute capability 8.0 or later")
-    return min(enumerate(candidates), key=lambda item: (item[1][2].rank, item[0]))[1]
+    return first_ranked(route, problem, device, "grouped GEMM")
 
 
 def _to_device(host: np.ndarray):

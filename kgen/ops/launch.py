@@ -26,6 +26,23 @@ def launch_family(family: str, problem: Problem, device: int, kind: str, operand
         default_dispatcher().call(spec, problem, operands, device)
 
 
+def first_ranked(route, problem: Problem, device: int, what: str):
+    """(spec, problem, choice) of the family that runs ``problem`` on ``device``: of those
+    ``route(target, problem)`` names (preferred first), the one whose choice the dispatcher
+    ranks first (measured times, then the vendor, then the models' picks), the preferred one of
+    equals. DeviceError where none runs it."""
+    from kgen import dispatch
+    from kgen.errors import DeviceError
+
+    dispatcher = dispatch.default_dispatcher()
+    target = dispatcher.target(device)
+    candidates = [(spec, p, dispatcher.decide(spec, p, device)) for spec, p in route(target, problem)]
+    if not candidates:
+        raise DeviceError(f"no {what} family runs on {target.name} (compute capability {target.cc})",
+                          remedy="use a GPU of compute capability 8.0 or later")
+    return min(enumerate(candidates), key=lambda item: (item[1][2].rank, item[0]))[1]
+
+
 def choice_of(family: str, problem: Problem, device: int):
     """The dispatcher's choice for ``problem`` (config and how it was chosen), without a launch."""
     return default_dispatcher().decide(get_spec(family), problem, device)

@@ -61,14 +61,9 @@ def batched_problem(batch: int, m: int, n: int, k: int, dtype: str = "bfloat16",
 def route(target: Target, problem: Problem) -> list[tuple[Any, Problem]]:
     """(spec, problem) of every family that can run the batched ``problem`` on ``target``, most
     preferred first: wgmma (Hopper, 16-bit, TMA-readable operands), then mma.sync (any)."""
-    from kgen.registry import get_spec
+    from kgen.kernels.gemm.route import families_that_run
 
-    found = []
-    for family in ROUTES:
-        spec, candidate = get_spec(family), Problem.of(family, **dict(problem.params))
-        if spec.supports(candidate, target):
-            found.append((spec, candidate))
-    return found
+    return families_that_run(target, problem, ROUTES)
 
 
 def batch_strides(problem: Problem) -> tuple[int, int, int]:

@@ -33,60 +33,39 @@ from kgen import tma
 from kgen.kernels.gemm.batched import BatchedGemm, batch_strides, leading_dims
 from kgen.kernels.gemm.dtypes import ITEMSIZE
 from kgen.kernels.gemm.tc import modelled_time
-from kgen.kernels.gemm.wgmma import _EMPTY_MAP, GemmWgmma, row_stride
+from kgen.kernels.gemm.wgmma import _EMPTY_MAP, row_stride
 from kgen.kernels.gemm.wgmma_geometry import smem_bytes
+from kgen.kernels.gemm.wgmma_variant import WgmmaVariant
 from kgen.problem import Problem, Target
-from kgen.space import Param, Space
-from kgen.spec import GENERIC_RUNTIME, KernelSpec, Launch
+from kgen.space import Space
+from kgen.spec import Launch
 
 FAMILY = "gemm_batched_wgmma"
-DTYPES = ("bfloat16", "float16")
 
 
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-class GemmBatchedWgmma(BatchedGemm, GemmWgmma):
+class GemmBatchedWgmma(BatchedGemm, WgmmaVariant):
     family = FAMILY
-    export_runtime = GENERIC_RUNTIME
-    export_files, export_extras = KernelSpec.export_files, KernelSpec.export_extras
-
-    def request(self, target: Target, **values):
-        values["layout"] = str(values.get("layout", "NN")).upper()
-        values.pop("precision", None)
-        return self, self.problem(**{k: v for k, v in values.items() if v is not None})
 
     def supports(self, problem: Problem, target: Target) -> bool:
         """Hopper, 16-bit inputs, and operands TMA can describe: 16-byte aligned starts and
         row strides (``align_a``/``align_b``), and matrices a multiple of 16 bytes apart."""
-        if problem["dtype"] not in DTYPES or not super().supports(problem, target):
+        if not super().supports(problem, target):
             return False
         size = ITEMSIZE[problem["dtype"]]
         stride_a, stride_b, _ = batch_strides(problem)
         return (stride_a * size) % 16 == 0 and (stride_b * size) % 16 == 0
 
-    def staging_needed(self, problem: Problem) -> tuple[bool, bool]:
-        return False, False
-
     # ---- space and picks -----------------------------------------------------------------------
     def space(self, problem: Problem, target: Target) -> Space:
-        whole = super().space(problem, target)
-        params = [Param("SPLITK", (1,), default=1) if p.name == "SPLITK" else p for p in whole.params]
-        return Space(params, whole.constraints, whole.derived, whole.namer).renamed("gemm_wgmma_", FAMILY + "_")
+        return self.fixed_space(super().space(problem, target), {"SPLITK": 1})
 
     def tile_time(self, problem: Problem, rows: int, cols: int, tile: tuple[int, int], sms: int) -> float:
         """The waves of every batch's tiles (each batch's rows padded to whole tiles)."""
         return modelled_time(problem["batch"] * _ceil_div(rows, tile[0]) * tile[0], cols, tile[0], tile[1], sms)
-
-    def default_split(self, problem: Problem, rows: int, cols: int, bm: int, bn: int, sms: int) -> int:
-        return 1
-
-    def model_choice(self, problem: Problem, target: Target):
-        return None           # the GEMM cost model knows no batches
-
-    def model_version(self) -> str | None:
-        return None
 
     # ---- render and launch ---------------------------------------------------------------------
     def context(self, problem: Problem, config, space) -> dict[str, Any]:

@@ -30,14 +30,14 @@ from kgen import tma
 from kgen.kernels.gemm.dtypes import ITEMSIZE
 from kgen.kernels.gemm.grouped import GroupedGemm, leading_dims, rows_per_group, row_tile_bound
 from kgen.kernels.gemm.tc import modelled_time
-from kgen.kernels.gemm.wgmma import GemmWgmma, row_stride
+from kgen.kernels.gemm.wgmma import row_stride
 from kgen.kernels.gemm.wgmma_geometry import smem_bytes
+from kgen.kernels.gemm.wgmma_variant import WgmmaVariant
 from kgen.problem import Problem, Target
-from kgen.space import Constraint, Param, Space
-from kgen.spec import GENERIC_RUNTIME, KernelSpec, Launch
+from kgen.space import Constraint, Space
+from kgen.spec import Launch
 
 FAMILY = "gemm_grouped_wgmma"
-DTYPES = ("bfloat16", "float16")
 MAX_GROUPS = 1024           # the table: 8 bytes of shared memory a group
 TABLE_BYTES = 8             # a group's row end and running unit count
 
@@ -46,50 +46,26 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-class GemmGroupedWgmma(GroupedGemm, GemmWgmma):
+class GemmGroupedWgmma(GroupedGemm, WgmmaVariant):
     family = FAMILY
-    export_runtime = GENERIC_RUNTIME
-    export_files, export_extras = KernelSpec.export_files, KernelSpec.export_extras
-
-    def request(self, target: Target, **values):
-        values["layout"] = str(values.get("layout", "NN")).upper()
-        values.pop("precision", None)
-        return self, self.problem(**{k: v for k, v in values.items() if v is not None})
 
     def supports(self, problem: Problem, target: Target) -> bool:
         """Hopper, 16-bit inputs, at most MAX_GROUPS groups, operands whose rows TMA can read."""
-        return (problem["dtype"] in DTYPES and problem["groups"] <= MAX_GROUPS
-                and super().supports(problem, target))
-
-    def staging_needed(self, problem: Problem) -> tuple[bool, bool]:
-        return False, False
+        return problem["groups"] <= MAX_GROUPS and super().supports(problem, target)
 
     # ---- space and picks -----------------------------------------------------------------------
     def space(self, problem: Problem, target: Target) -> Space:
-        whole = super().space(self.average_group(problem, "gemm_wgmma"), target)
-        fixed = {"SPLITK": 1, "TMA_STORE": 0}
-        params = [Param(p.name, (fixed[p.name],), default=fixed[p.name]) if p.name in fixed else p
-                  for p in whole.params]
         table = TABLE_BYTES * problem["groups"]
-        constraints = [*whole.constraints, Constraint(
-            "shared memory with the groups' table fits the device",
-            lambda v: smem_bytes(v["BM"], v["BN"], v["STAGES"], v["CONSUMERS"], 0, v["XS"]) + table
-            <= target.smem_per_block_optin, ("BM", "BN", "STAGES", "CONSUMERS", "XS"))]
-        return Space(params, constraints, whole.derived, whole.namer).renamed("gemm_wgmma_", FAMILY + "_")
+        fits = Constraint("shared memory with the groups' table fits the device",
+                          lambda v: smem_bytes(v["BM"], v["BN"], v["STAGES"], v["CONSUMERS"], 0, v["XS"]) + table
+                          <= target.smem_per_block_optin, ("BM", "BN", "STAGES", "CONSUMERS", "XS"))
+        return self.fixed_space(super().space(self.average_group(problem, "gemm_wgmma"), target),
+                                {"SPLITK": 1, "TMA_STORE": 0}, [fits])
 
     def tile_time(self, problem: Problem, rows: int, cols: int, tile: tuple[int, int], sms: int) -> float:
         """The waves of every group's tiles, each group of the average size."""
         rows = problem["groups"] * _ceil_div(rows_per_group(problem), tile[0]) * tile[0]
         return modelled_time(rows, cols, tile[0], tile[1], sms)
-
-    def default_split(self, problem: Problem, rows: int, cols: int, bm: int, bn: int, sms: int) -> int:
-        return 1
-
-    def model_choice(self, problem: Problem, target: Target):
-        return None           # the GEMM cost model knows no groups
-
-    def model_version(self) -> str | None:
-        return None
 
     # ---- render and launch ---------------------------------------------------------------------
     def context(self, problem: Problem, config, space) -> dict[str, Any]:

@@ -79,6 +79,17 @@ def untuned_group(family: str, group: float) -> float:
     return group
 
 
+def families_that_run(target: Target, problem: Problem, families: tuple[str, ...]) -> list[tuple[object, Problem]]:
+    """(spec, problem) of each of ``families`` (in their order) that runs ``problem``, the
+    problem's fields as that family's problem (batched and grouped GEMM: wgmma, then mma.sync)."""
+    found = []
+    for family in families:
+        spec, candidate = get_spec(family), Problem.of(family, **dict(problem.params))
+        if spec.supports(candidate, target):
+            found.append((spec, candidate))
+    return found
+
+
 def tensor_core_specs(problem_args: dict, target: Target) -> list[tuple[object, Problem]]:
     """(spec, problem) of every tensor-core family that can run the request, preferred first."""
     from kgen.registry import families
