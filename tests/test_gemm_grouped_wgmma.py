@@ -1,8 +1,8 @@
 """Grouped GEMM on wgmma with no GPU: what it runs (16-bit, TMA-readable, at most MAX_GROUPS
 groups), the route of ``kgen.gemm_grouped``, its space (gemm_wgmma's for the average group,
-without split-K or TMA stores, the groups' table counted in shared memory), the launch bound,
-rendering (the table and the lookup, A by a 2-D map, B by a 3-D one), the arguments (the ends in
-the bias slot) and the exported recipe, and sampled configs compiled for sm_90a with HGMMA in
+without split-K, the groups' table counted in shared memory), the launch bound, rendering (the
+table and the lookup, A by a 2-D map, B by a 3-D one, TMA stores only of bands inside a group),
+the arguments (the ends in the bias slot) and the exported recipe, and sampled configs compiled for sm_90a with HGMMA in
 their SASS and no spills."""
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def test_space_for_the_average_group_with_the_table_counted(target):
     p = _problem(1000, 8000, 256, 256)
     space = SPEC.space(p, target)
     choices = {q.name: q.choices for q in space.params}
-    assert choices["SPLITK"] == (1,) and choices["TMA_STORE"] == (0,)
+    assert choices["SPLITK"] == (1,) and choices["TMA_STORE"] == (0, 1)
     configs = space.sample(40, seed=4)
     assert configs and all(c.name.startswith(FAMILY + "_bf16_nn_") for c in configs)
     assert all(smem_bytes(c["BM"], c["BN"], c["STAGES"], c["CONSUMERS"]) + TABLE_BYTES * 1000
@@ -84,6 +84,7 @@ def test_render_builds_the_table_and_loads_b_by_group(target):
     assert "group_table<GROUPS, BM * CLUSTER>(reinterpret_cast<const int*>(bias), M" in code
     assert "tma_load_2d(a_dst, &tmap_a, full, k0, m0);" in code and ", k0, batch);" in code
     assert "const int M = group_end;" in code and "5000" not in code          # T is an argument, never compiled in
+    assert "if (c_by_tma && band + STORE_ROWS <= M) {" in code and "if (band >= M) continue;" not in code
 
 
 @pytest.mark.parametrize("layout", ["NN", "NT"])
@@ -96,9 +97,10 @@ def test_arguments_map_every_row_of_a_and_each_groups_b(target, fake_tma_maps, l
     maps = {call["ptr"]: call for call in fake_tma_maps}
     assert maps[pa]["dims"] == (k, m) and maps[pa]["stride"] == 2 * k and maps[pa]["batch_stride"] == 0
     assert maps[pb]["dims"] == ((n, k) if layout[1] == "N" else (k, n)) + (groups,)
-    assert maps[pb]["batch_stride"] == 2 * k * n and pc not in maps             # C from registers
+    assert maps[pb]["batch_stride"] == 2 * k * n
+    assert config["TMA_STORE"] == 1 and maps[pc]["dims"] == (n, m) and maps[pc]["batch_stride"] == 0   # C: all T rows
     assert [int(x) for x in args[3:5]] == [pa, pb] and int(args[7]) == pc and int(args[8]) == pends
-    assert [int(x) for x in args[9:13]] == [m, n, k, n] and int(args[15]) == 0
+    assert [int(x) for x in args[9:13]] == [m, n, k, n] and int(args[15]) == 1
 
 
 def test_exported_recipe_rebuilds_the_same_arguments(target, fake_tma_maps):

@@ -6,11 +6,11 @@ ends (a device array, never the host) into a shared-memory table of row ends and
 counts, then finds each of its work units by a binary search of that table, so the persistent
 blocks go on from one group's tiles to the next. A is one 2-D tensor map over all T rows (a
 tile's box may reach into the next group's rows, which feed only accumulator rows the epilogue
-drops), B a 3-D map with the group as its batch coordinate, C written from registers below the
-group's row end (a TMA store's 16-row band could cross into the next group's rows). The problem
-is ``gemm_grouped``'s (layouts NN and NT; no bias; relu, gelu); the space is ``gemm_wgmma``'s
-for a group of the average size without split-K or TMA stores, and with the table's shared
-memory counted; the model's picks rank the tiles by the waves of every group's tiles. No vendor
+drops), B a 3-D map with the group as its batch coordinate, C written below the group's row
+end: by TMA stores of 16-row bands wholly inside the group (``TMA_STORE``), from registers where
+a band crosses the group's end (a TMA store would write the next group's rows). The problem is
+``gemm_grouped``'s (layouts NN and NT; no bias; relu, gelu); the space is ``gemm_wgmma``'s for
+a group of the average size without split-K, and with the table's shared memory counted; the model's picks rank the tiles by the waves of every group's tiles. No vendor
 candidate: cuBLAS has no grouped call that reads device-side row counts.
 
 >>> from kgen.problem import Target
@@ -19,7 +19,7 @@ candidate: cuBLAS has no grouped call that reads device-side row counts.
 >>> spec.supports(p, Target.h200())
 True
 >>> spec.default_config(p, Target.h200()).name
-'gemm_grouped_wgmma_bf16_nt_128x256x64_s4_c2_g1_x2'
+'gemm_grouped_wgmma_bf16_nt_128x256x64_s4_c2_g1_ts_x2'
 """
 
 from __future__ import annotations
@@ -57,10 +57,11 @@ class GemmGroupedWgmma(GroupedGemm, WgmmaVariant):
     def space(self, problem: Problem, target: Target) -> Space:
         table = TABLE_BYTES * problem["groups"]
         fits = Constraint("shared memory with the groups' table fits the device",
-                          lambda v: smem_bytes(v["BM"], v["BN"], v["STAGES"], v["CONSUMERS"], 0, v["XS"]) + table
-                          <= target.smem_per_block_optin, ("BM", "BN", "STAGES", "CONSUMERS", "XS"))
-        return self.fixed_space(super().space(self.average_group(problem, "gemm_wgmma"), target),
-                                {"SPLITK": 1, "TMA_STORE": 0}, [fits])
+                          lambda v: smem_bytes(v["BM"], v["BN"], v["STAGES"], v["CONSUMERS"], v["TMA_STORE"], v["XS"])
+                          + table <= target.smem_per_block_optin,
+                          ("BM", "BN", "STAGES", "CONSUMERS", "TMA_STORE", "XS"))
+        return self.fixed_space(super().space(self.average_group(problem, "gemm_wgmma"), target), {"SPLITK": 1},
+                                [fits])
 
     def tile_time(self, problem: Problem, rows: int, cols: int, tile: tuple[int, int], sms: int) -> float:
         """The waves of every group's tiles, each group of the average size."""
@@ -77,7 +78,8 @@ class GemmGroupedWgmma(GroupedGemm, WgmmaVariant):
         units = row_tile_bound(problem, config["BM"] * cluster) * _ceil_div(problem["n"], config["BN"])
         return Launch((cluster * max(1, min(units, self.sm_count // cluster)), 1, 1),
                       (128 * (config["CONSUMERS"] + 1), 1, 1),
-                      smem_bytes(config["BM"], config["BN"], config["STAGES"], config["CONSUMERS"], 0, 0))
+                      smem_bytes(config["BM"], config["BN"], config["STAGES"], config["CONSUMERS"],
+                                 config.get("TMA_STORE", 0), 0))
 
     def map_plans(self, problem: Problem, config) -> tuple:
         """``gemm_wgmma``'s plans over all T rows of A, and B's with the groups as a third
@@ -93,9 +95,6 @@ class GemmGroupedWgmma(GroupedGemm, WgmmaVariant):
                                       row_stride(dims, arrays[name].ld) * size, box, swizzle,
                                       between if len(dims) == 3 else 0)
                      for name, dims, box, swizzle in self.map_plans(problem, config))
-
-    def output_plan(self, problem: Problem, config):
-        return None           # C from registers, below each group's row end
 
     def arg_recipe(self, problem: Problem, config) -> list[dict]:
         """``gemm_wgmma``'s recipe with the ends in the bias slot, fixed leading dimensions, and
