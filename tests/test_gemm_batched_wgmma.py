@@ -158,3 +158,15 @@ def test_sampled_configs_compile_with_hgmma_and_3d_tma(compiled, dtype):
         sass = sass_or_skip(result.binary.cubin)
         assert re.search(r"\bHGMMA\.", sass) and "UTMALDG.3D" in sass, config.name
         assert "LDL" not in sass and "STL" not in sass, f"{config.name} spills"
+
+
+def test_request_from_command_line_fields(target):
+    from kgen.fields import parse_args
+
+    from kgen.errors import DtypeError
+
+    args = ["--batch", "64", "--m", "512", "--n", "512", "--k", "64", "--layout", "nt", "--broadcast", "a"]
+    spec, problem = SPEC.request(target, **parse_args(SPEC.fields(), args + ["--dtype", "bfloat16"], FAMILY))
+    assert spec is SPEC and problem == _problem(64, 512, 512, 64, "bfloat16", "NT", "a")
+    with pytest.raises(DtypeError, match="gemm_batched"):           # float32: the mma.sync family's, as tf32
+        SPEC.request(target, **parse_args(SPEC.fields(), args, FAMILY))

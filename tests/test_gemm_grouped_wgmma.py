@@ -137,3 +137,12 @@ def test_sampled_configs_compile_with_hgmma(compiled, dtype):
         sass = sass_or_skip(result.binary.cubin)
         assert re.search(r"\bHGMMA\.", sass) and "UTMALDG.3D" in sass, config.name
         assert "LDL" not in sass and "STL" not in sass, f"{config.name} spills"
+
+
+def test_request_from_command_line_fields(target):
+    from kgen.fields import parse_args
+
+    values = parse_args(SPEC.fields(), ["--groups", "64", "--m", "8192", "--n", "1408", "--k", "2048", "--layout",
+                                        "nt", "--dtype", "float16", "--epilogue", "relu"], FAMILY)
+    spec, problem = SPEC.request(target, **values)
+    assert spec is SPEC and problem == _problem(64, 8192, 1408, 2048, "float16", "NT", epilogue="relu")

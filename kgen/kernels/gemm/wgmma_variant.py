@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kgen.errors import DtypeError
 from kgen.kernels.gemm.wgmma import GemmWgmma
 from kgen.problem import Problem, Target
 from kgen.space import Param, Space
@@ -23,6 +24,10 @@ class WgmmaVariant(GemmWgmma):
     def request(self, target: Target, **values):
         values["layout"] = str(values.get("layout", "NN")).upper()
         values.pop("precision", None)
+        if values.get("dtype", "bfloat16") not in DTYPES:
+            mma = self.family.replace("_wgmma", "")
+            raise DtypeError(f"{self.family} runs {' and '.join(DTYPES)}, not {values['dtype']}",
+                             remedy=f"pass --dtype bfloat16 (or float16); float32 runs as tf32 on {mma}")
         return self, self.problem(**{k: v for k, v in values.items() if v is not None})
 
     def supports(self, problem: Problem, target: Target) -> bool:
