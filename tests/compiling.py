@@ -71,3 +71,17 @@ def gpu_kernels(cases, workers: int = 16) -> list:
         assert result.failure is None, f"{config.name}: {result.failure}"
         out.append((problem, config, CupyKernel(result.binary.cubin, result.binary.entry, result.binary.path)))
     return out
+
+
+def hopper_sass_faults(rows, needed: tuple[str, ...] = ()) -> list[str]:
+    """Of a sample of compiled rows (six spread over them), each config whose SASS lacks HGMMA or
+    one of the ``needed`` instructions, or spills to local memory; skipped with no disassembler."""
+    import re
+
+    faults = []
+    for _, config, _, result in rows[:: max(1, len(rows) // 6)]:
+        sass = sass_or_skip(result.binary.cubin)
+        missing = [name for name in ("HGMMA.", *needed) if not re.search(r"\b" + re.escape(name), sass)]
+        if missing or "LDL" in sass or "STL" in sass:
+            faults.append(f"{config.name}: missing {missing}" if missing else f"{config.name} spills")
+    return faults

@@ -13,6 +13,16 @@ def target():
     return Target.detect(0)
 
 
+def check_sampled(spec, problem, count: int, seed: int) -> None:
+    """The default config and ``count`` sampled ones of a problem the family runs, each correct
+    on fresh operands (NaN-poisoned outputs)."""
+    assert spec.supports(problem, target())
+    space = spec.space(problem, target())
+    for i, config in enumerate([spec.default_config(problem, target())] + space.sample(count, seed=seed)):
+        check, _ = check_config(spec, problem, config, seed=i)
+        assert check.ok, f"{config.name} on {problem.key}: {check.detail}"
+
+
 def check_config(spec, problem, config, seed: int = 0, operands=None):
     """(Check, operands) of ``config`` on fresh random operands (or ``operands``)."""
     from kgen.measure.launch import CupyKernel

@@ -10,7 +10,7 @@ import pytest
 from kgen.kernels.gemm.batched import GemmBatched, batched_problem
 from kgen.kernels.gemm.batched_wgmma import GemmBatchedWgmma
 
-from memory_gpu import check_config, target
+from memory_gpu import check_sampled
 
 pytestmark = pytest.mark.gpu
 
@@ -40,24 +40,19 @@ WGMMA_CASES = [
 ]
 
 
-def _check_sampled(spec, case, family, count):
+def _problem(case, family):
     batch, m, n, k, dtype, layout, broadcast, epilogue = case
-    problem = batched_problem(batch, m, n, k, dtype, layout, broadcast, family=family, epilogue=epilogue)
-    assert spec.supports(problem, target())
-    space = spec.space(problem, target())
-    for seed, config in enumerate([spec.default_config(problem, target())] + space.sample(count, seed=batch)):
-        check, _ = check_config(spec, problem, config, seed=seed)
-        assert check.ok, f"{config.name} on {problem.key}: {check.detail}"
+    return batched_problem(batch, m, n, k, dtype, layout, broadcast, family=family, epilogue=epilogue)
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_sampled_configs_are_correct(case):
-    _check_sampled(SPEC, case, "gemm_batched", 3)
+    check_sampled(SPEC, _problem(case, "gemm_batched"), 3, seed=case[0])
 
 
 @pytest.mark.parametrize("case", WGMMA_CASES)
 def test_wgmma_sampled_configs_are_correct(case):
-    _check_sampled(WGMMA, case, "gemm_batched_wgmma", 4)
+    check_sampled(WGMMA, _problem(case, "gemm_batched_wgmma"), 4, seed=case[0])
 
 
 def test_kgen_gemm_on_3d_torch_tensors():

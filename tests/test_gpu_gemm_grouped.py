@@ -11,7 +11,7 @@ import pytest
 from kgen.kernels.gemm.grouped import GemmGrouped, grouped_problem
 from kgen.kernels.gemm.grouped_wgmma import GemmGroupedWgmma
 
-from memory_gpu import check_config, target
+from memory_gpu import check_sampled
 
 pytestmark = pytest.mark.gpu
 
@@ -38,24 +38,19 @@ WGMMA_CASES = [
 ]
 
 
-def _check_sampled(spec, case, family, count):
+def _problem(case, family):
     groups, m, n, k, dtype, layout, epilogue = case
-    problem = grouped_problem(groups, m, n, k, dtype, layout, family=family, epilogue=epilogue)
-    assert spec.supports(problem, target())
-    space = spec.space(problem, target())
-    for seed, config in enumerate([spec.default_config(problem, target())] + space.sample(count, seed=groups)):
-        check, _ = check_config(spec, problem, config, seed=seed)
-        assert check.ok, f"{config.name} on {problem.key}: {check.detail}"
+    return grouped_problem(groups, m, n, k, dtype, layout, family=family, epilogue=epilogue)
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_sampled_configs_are_correct(case):
-    _check_sampled(SPEC, case, "gemm_grouped", 3)
+    check_sampled(SPEC, _problem(case, "gemm_grouped"), 3, seed=case[0])
 
 
 @pytest.mark.parametrize("case", WGMMA_CASES)
 def test_wgmma_sampled_configs_are_correct(case):
-    _check_sampled(WGMMA, case, "gemm_grouped_wgmma", 4)
+    check_sampled(WGMMA, _problem(case, "gemm_grouped_wgmma"), 4, seed=case[0])
 
 
 def _loop_reference(torch, a, b, ends):

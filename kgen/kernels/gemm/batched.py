@@ -58,7 +58,7 @@ def batched_problem(batch: int, m: int, n: int, k: int, dtype: str = "bfloat16",
     return Problem.of(family, **dict(one.params), batch=int(batch), broadcast=broadcast)
 
 
-def route(target: Target, problem: Problem) -> list[tuple[Any, Problem]]:
+def route(target: Target, problem: Problem) -> tuple[tuple[Any, Problem], ...]:
     """(spec, problem) of every family that can run the batched ``problem`` on ``target``, most
     preferred first: wgmma (Hopper, 16-bit, TMA-readable operands), then mma.sync (any)."""
     from kgen.kernels.gemm.route import families_that_run

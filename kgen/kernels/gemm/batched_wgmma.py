@@ -6,10 +6,12 @@ over the batch's tiles, so a persistent block goes on from one batch's tiles to 
 and the operands and the output are 3-D tensor maps (inner, outer, batch) read at the unit's
 batch, each matrix's edges clipping the boxes as a 2-D map's do (no row of the next matrix is
 read in as a row of this one, whatever M, N, K). A broadcast operand (one matrix for every
-batch) is a map of one matrix, read at batch 0. The problem is ``gemm_batched``'s; the space is
-``gemm_wgmma``'s without split-K (the batch fills the SMs) for bfloat16 and float16 (tf32
-batches stay on ``gemm_batched``'s mma.sync, whose operands need no TMA); the model's picks
-rank the tiles by the waves of every batch's tiles. cuBLAS's batched call is the vendor
+batch) is a map of one matrix, read at batch 0. A dense batch's matrices lie rows x leading
+dimension apart, so rows TMA can read (``align_a``/``align_b``) make a batch stride it can
+step. The problem is ``gemm_batched``'s; the space is ``gemm_wgmma``'s without split-K (the
+batch fills the SMs) for bfloat16 and float16 (tf32 batches stay on ``gemm_batched``'s
+mma.sync, whose operands need no TMA); the model's picks rank the tiles by the waves of every
+batch's tiles. cuBLAS's batched call is the vendor
 candidate, as for ``gemm_batched``.
 
 >>> from kgen.problem import Target
@@ -49,15 +51,6 @@ def _ceil_div(a: int, b: int) -> int:
 
 class GemmBatchedWgmma(BatchedGemm, WgmmaVariant):
     family = FAMILY
-
-    def supports(self, problem: Problem, target: Target) -> bool:
-        """Hopper, 16-bit inputs, and operands TMA can describe: 16-byte aligned starts and
-        row strides (``align_a``/``align_b``), and matrices a multiple of 16 bytes apart."""
-        if not super().supports(problem, target):
-            return False
-        size = ITEMSIZE[problem["dtype"]]
-        stride_a, stride_b, _ = batch_strides(problem)
-        return (stride_a * size) % 16 == 0 and (stride_b * size) % 16 == 0
 
     # ---- space and picks -----------------------------------------------------------------------
     def space(self, problem: Problem, target: Target) -> Space:

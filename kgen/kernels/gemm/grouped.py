@@ -49,7 +49,7 @@ LAYOUTS = ("NN", "NT")      # A is the tokens' rows (row-major); B either way
 ROUTES = ("gemm_grouped_wgmma", FAMILY)
 
 
-def route(target: Target, problem: Problem) -> list[tuple[Any, Problem]]:
+def route(target: Target, problem: Problem) -> tuple[tuple[Any, Problem], ...]:
     """(spec, problem) of every family that can run the grouped ``problem`` on ``target``, most
     preferred first: wgmma (Hopper, 16-bit, TMA-readable operands), then mma.sync (any)."""
     from kgen.kernels.gemm.route import families_that_run

@@ -14,6 +14,8 @@ True
 
 from __future__ import annotations
 
+import functools
+
 from kgen.errors import DtypeError, KgenError
 from kgen.kernels.gemm.dtypes import ITEMSIZE, TC_INPUTS
 from kgen.kernels.gemm.problem import tc_problem
@@ -79,15 +81,17 @@ def untuned_group(family: str, group: float) -> float:
     return group
 
 
-def families_that_run(target: Target, problem: Problem, families: tuple[str, ...]) -> list[tuple[object, Problem]]:
+@functools.lru_cache(maxsize=1024)
+def families_that_run(target: Target, problem: Problem, families: tuple[str, ...]) -> tuple[tuple[object, Problem], ...]:
     """(spec, problem) of each of ``families`` (in their order) that runs ``problem``, the
-    problem's fields as that family's problem (batched and grouped GEMM: wgmma, then mma.sync)."""
+    problem's fields as that family's problem (batched and grouped GEMM: wgmma, then mma.sync).
+    Remembered: every call asks for it, and the answer depends on nothing else."""
     found = []
     for family in families:
         spec, candidate = get_spec(family), Problem.of(family, **dict(problem.params))
         if spec.supports(candidate, target):
             found.append((spec, candidate))
-    return found
+    return tuple(found)
 
 
 def tensor_core_specs(problem_args: dict, target: Target) -> list[tuple[object, Problem]]:
