@@ -120,12 +120,18 @@ class Space:
 
     ``derived`` maps a name to a function of the parameter values; derived values are visible
     to constraints and templates but are not part of the identity.
+
+    ``check``, when given, is the config's name where every constraint holds and None
+    elsewhere, from the parameter values as arguments in the space's order
+    (``kgen.space_rules.Rules.check``, compiled from the same text as the constraints and the
+    namer): checking a config read from a file then takes one call.
     """
 
     params: Sequence[Param]
     constraints: Sequence[Constraint] = ()
     derived: Mapping[str, Callable[[Values], Any]] = field(default_factory=dict)
     namer: Callable[[Values], str] = _default_namer
+    check: Callable[..., str | None] | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "params", tuple(self.params))
@@ -134,6 +140,11 @@ class Space:
         if len(set(names)) != len(names):
             raise SpaceError(f"parameter names repeat: {list(names)}")
         object.__setattr__(self, "_names", names)
+        if self.check is not None and (getattr(self.check, "params", None), getattr(self.check, "titles", None),
+                                       getattr(self.check, "namer", None)) != \
+                (names, tuple(c.name for c in self.constraints), self.namer):
+            raise SpaceError("the space's check is not compiled from its parameters, constraints and namer "
+                             "(kgen.space_rules)")
         object.__setattr__(self, "_name_set", frozenset(names))
         # constraints that declare the parameters they read are checked on the parameters alone
         # (as enumeration checks them); the others on the values with every derived one
@@ -244,6 +255,7 @@ class Space:
         kinds = tuple(dict(zip(p.choices, map(type, p.choices))) for p in self.params)
         on_params = tuple(c.holds for c, on in zip(self.constraints, self._on_params) if on)
         on_full = tuple(c.holds for c, on in zip(self.constraints, self._on_params) if not on)
+        fused = self.check
         get, is_ = dict.get, operator.is_
         values_of = operator.itemgetter(*names) if count > 1 else lambda v: tuple(v[n] for n in names)
 
@@ -263,6 +275,12 @@ class Space:
                     return None
             except TypeError:                       # an unhashable value is no choice
                 return None
+            if fused is not None:                   # every constraint and the name in one call
+                try:
+                    name = fused(*vals)
+                except (ZeroDivisionError, ValueError, KeyError, TypeError):
+                    return None
+                return name if name is not None and _IDENTIFIER.match(name) else None
             ordered = dict(zip(names, vals))
             try:
                 for holds in on_params:

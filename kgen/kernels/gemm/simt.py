@@ -26,7 +26,8 @@ from kgen.kernels.gemm import rules
 from kgen.kernels.gemm.dtypes import DTYPES
 from kgen.kernels.gemm.family import GemmFamily
 from kgen.problem import Problem, Target
-from kgen.space import Config, Constraint, Param, Space
+from kgen.space import Config, Param, Space
+from kgen.space_rules import Rules
 from kgen.spec import KernelSpec, Launch
 
 
@@ -116,84 +117,47 @@ class GemmSimt(GemmFamily, KernelSpec):
         vecs = tuple(v for v in (1, 2, 4, 8) if v <= widest)
         m, n, k = problem["m"], problem["n"], problem["k"]
         align_a, align_b = problem["align_a"], problem["align_b"]
-        a_contig_k, b_contig_k = layout[0] == "N", layout[1] == "T"
-        frag = 16 // ct_size
-        pad = 16 // ct_size
-
+        frag = pad = 16 // ct_size
         words, staged_words = ct_size // 4 or 1, max(1, st_size // 4)
-        widest_m, widest_n = max(16, _pow2_at_least(m)), max(16, _pow2_at_least(n))
-
-        def threads(v):
-            return (v["BM"] // v["TM"]) * (v["BN"] // v["TN"])
-
-        def loads(v, tile, vec):
-            return tile * v["BK"] // (vec * threads(v))
-
-        def smem(v):
-            return (2 if v["DB"] else 1) * v["BK"] * (v["BM"] + pad + v["BN"] + pad) * ct_size
-
-        def regs(v, count=None):
-            """Registers a thread needs (estimate); ``count``: its block's threads, if known."""
-            tm, tn, bk, va, vb = v["TM"], v["TN"], v["BK"], v["VA"], v["VB"]
-            count = count or threads(v)
-            prefetch = ((v["BM"] * bk // (va * count)) * va + (v["BN"] * bk // (vb * count)) * vb) * staged_words
-            return (tm * tn + tm + tn) * words + prefetch + 28
-
-        # the target's limits read once: constraints run once per config an import reads
-        max_threads, smem_limit = target.max_threads_per_block, target.smem_per_block_optin
-        regs_per_sm, smem_per_sm = target.regs_per_sm, target.smem_per_sm
-        accumulator_words = ct_size // 4
-
-        def fits_minb(v):
-            count, blocks_per_sm = threads(v), v["MINB"]
-            estimate = regs(v, count)
-            return estimate <= 255 and estimate * count * blocks_per_sm <= regs_per_sm and \
-                smem(v) * blocks_per_sm <= smem_per_sm
-
-        def whole_vectors(tile: str, vec: str):
-            """Every thread loads whole vectors of the tile, at least one: ``loads`` >= 1 and
-            the tile's elements split evenly over the block's vectors."""
-            def holds(v):
-                elements, per_round = v[tile] * v["BK"], v[vec] * threads(v)
-                return elements // per_round >= 1 and elements % per_round == 0
-            return holds
-
-        def blocks(v):
-            return math.ceil(m / v["BM"]) * math.ceil(n / v["BN"])
-
         params = _params(vecs)
-        constraints = [
-            Constraint("block tile fits the problem", lambda v: v["BM"] <= widest_m and v["BN"] <= widest_n,
-                       ("BM", "BN")),
-            Constraint("thread tile divides block tile", lambda v: v["BM"] % v["TM"] == 0
-                       and v["BN"] % v["TN"] == 0, ("BM", "BN", "TM", "TN")),
-            Constraint("64 <= threads per block <= 512", lambda v: 64 <= (t := threads(v)) <= 512
-                       and t <= max_threads, ("BM", "BN", "TM", "TN")),
-            Constraint("accumulators fit in registers", lambda v: v["TM"] * v["TN"] * accumulator_words <= 128,
-                       ("TM", "TN")),
-            Constraint("A vector fits alignment and tile", lambda v: v["VA"] <= align_a and
-                       (v["BK"] if a_contig_k else v["BM"]) % v["VA"] == 0, ("BM", "BK", "VA")),
-            Constraint("every thread loads whole A vectors", whole_vectors("BM", "VA"),
-                       ("BM", "BN", "TM", "TN", "BK", "VA")),
-            Constraint("B vector fits alignment and tile", lambda v: v["VB"] <= align_b and
-                       (v["BK"] if b_contig_k else v["BN"]) % v["VB"] == 0, ("BN", "BK", "VB")),
-            Constraint("every thread loads whole B vectors", whole_vectors("BN", "VB"),
-                       ("BM", "BN", "TM", "TN", "BK", "VB")),
-            Constraint("shared memory fits the device", lambda v: smem(v) <= smem_limit,
-                       ("BM", "BN", "BK", "DB")),
-            Constraint("unroll within BK", lambda v: v["UNROLL"] < v["BK"], ("BK", "UNROLL")),
-            Constraint("grouping only with several block rows",
-                       lambda v: v["GM"] == 1 or v["GM"] < math.ceil(m / v["BM"]), ("BM", "GM")),
-            Constraint("split-K needs fp32/fp64 output, >= 4 k-tiles per split, and too few blocks",
-                       lambda v: v["SK"] == 1 or (dtype != "float16" and k >= 4 * v["SK"] * v["BK"]
-                                                  and blocks(v) * v["SK"] <= 4 * target.sm_count),
-                       ("BM", "BN", "BK", "SK")),
-            Constraint("register estimate fits MINB blocks", fits_minb, tuple(p.name for p in params)),
-        ]
+        # the constraints as expressions (kgen.space_rules): one compiled check of all of them
+        # for a config read from a file, and each one for enumeration and its messages
+        rules = Rules(
+            [p.name for p in params],
+            {"widest_m": max(16, _pow2_at_least(m)), "widest_n": max(16, _pow2_at_least(n)), "m": m, "n": n,
+             "k": k, "half_output": dtype == "float16", "align_a": align_a, "align_b": align_b,
+             "a_contig_k": layout[0] == "N", "b_contig_k": layout[1] == "T", "pad": pad,
+             "ct_size": ct_size, "words": words, "staged_words": staged_words, "accumulator_words": ct_size // 4,
+             "max_threads": target.max_threads_per_block, "smem_limit": target.smem_per_block_optin,
+             "regs_per_sm": target.regs_per_sm, "smem_per_sm": target.smem_per_sm, "sm_count": target.sm_count,
+             "prefix": f"gemm_simt_{short}_{layout.lower()}"},
+            {"threads": "(BM // TM) * (BN // TN)",
+             "la": "BM * BK // (VA * threads)",                  # A vectors a thread loads per k tile
+             "lb": "BN * BK // (VB * threads)",
+             "smem": "(2 if DB else 1) * BK * (BM + pad + BN + pad) * ct_size",
+             "regs_est": "(TM * TN + TM + TN) * words + (la * VA + lb * VB) * staged_words + 28",
+             "blocks": "-(-m // BM) * -(-n // BN)"},
+            [("block tile fits the problem", "BM <= widest_m and BN <= widest_n"),
+             ("thread tile divides block tile", "BM % TM == 0 and BN % TN == 0"),
+             ("64 <= threads per block <= 512", "64 <= threads <= 512 and threads <= max_threads"),
+             ("accumulators fit in registers", "TM * TN * accumulator_words <= 128"),
+             ("A vector fits alignment and tile", "VA <= align_a and (BK if a_contig_k else BM) % VA == 0"),
+             # every thread loads whole vectors of the tile, at least one
+             ("every thread loads whole A vectors", "la >= 1 and BM * BK % (VA * threads) == 0"),
+             ("B vector fits alignment and tile", "VB <= align_b and (BK if b_contig_k else BN) % VB == 0"),
+             ("every thread loads whole B vectors", "lb >= 1 and BN * BK % (VB * threads) == 0"),
+             ("shared memory fits the device", "smem <= smem_limit"),
+             ("unroll within BK", "UNROLL < BK"),
+             ("grouping only with several block rows", "GM == 1 or GM < -(-m // BM)"),
+             ("split-K needs fp32/fp64 output, >= 4 k-tiles per split, and too few blocks",
+              "SK == 1 or (not half_output and k >= 4 * SK * BK and blocks * SK <= 4 * sm_count)"),
+             ("register estimate fits MINB blocks",
+              "regs_est <= 255 and regs_est * threads * MINB <= regs_per_sm and smem * MINB <= smem_per_sm")],
+            "{prefix}_{BM}x{BN}x{BK}_t{TM}x{TN}_va{VA}_vb{VB}_db{DB}_u{UNROLL}_g{GM}_sk{SK}_mb{MINB}")
         derived = {
-            "THREADS": threads,
-            "LA": lambda v: loads(v, v["BM"], v["VA"]),
-            "LB": lambda v: loads(v, v["BN"], v["VB"]),
+            "THREADS": rules.let("threads"),
+            "LA": rules.let("la"),
+            "LB": rules.let("lb"),
             "FVM": lambda v: min(v["TM"], frag),
             "FVN": lambda v: min(v["TN"], frag),
             "CM": lambda v: v["TM"] // min(v["TM"], frag),
@@ -202,18 +166,11 @@ class GemmSimt(GemmFamily, KernelSpec):
             "SB": lambda v: v["BN"] + pad,
             "SVA": lambda v: min(v["VA"], frag),
             "SVB": lambda v: min(v["VB"], frag),
-            "SMEM": smem,
-            "REGS_EST": regs,
+            "SMEM": rules.let("smem"),
+            "REGS_EST": rules.let("regs_est"),
         }
 
-        prefix = f"gemm_simt_{short}_{layout.lower()}"
-
-        def namer(v):
-            return (f"{prefix}_{v['BM']}x{v['BN']}x{v['BK']}"
-                    f"_t{v['TM']}x{v['TN']}_va{v['VA']}_vb{v['VB']}_db{v['DB']}_u{v['UNROLL']}"
-                    f"_g{v['GM']}_sk{v['SK']}_mb{v['MINB']}")
-
-        return Space(params, constraints, derived, namer)
+        return Space(params, rules.constraints(), derived, rules.namer, rules.check)
 
     def context(self, problem: Problem, config: Config, space: Space) -> dict[str, Any]:
         # Only what changes the binary: the shapes are run-time arguments.
