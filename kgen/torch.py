@@ -1,6 +1,6 @@
-"""kgen's operations as PyTorch custom operators: ``torch.ops.kgen.gemm``, ``conv2d``,
-``softmax``, ``rmsnorm`` and ``permute`` (the weight gradient's layout change), each with a fake (meta) implementation giving its output's
-shape, dtype and strides, and a backward.
+"""kgen's operations as PyTorch custom operators: ``torch.ops.kgen.gemm``, ``gemm_grouped``,
+``conv2d``, ``softmax``, ``rmsnorm`` and ``permute`` (the weight gradient's layout change), each
+with a fake (meta) implementation giving its output's shape, dtype and strides, and a backward.
 
 Importing this module registers them; ``kgen.gemm`` and the others hand a call to them (and
 import this module) when ``torch.compile`` traces it or autograd records it (a tensor that
@@ -11,7 +11,10 @@ stream, so it can be captured into a CUDA graph (``torch.cuda.graph``, or
 ``mode="reduce-overhead"``) once a call outside the capture has chosen and loaded the kernel.
 
 Backward: ``gemm`` by two GEMMs through kgen (dA = dC Bᵀ, dB = Aᵀ dC, each scaled by alpha,
-through the activation's derivative; dbias = the column sums); ``softmax`` and ``rmsnorm`` by
+through the activation's derivative; dbias = the column sums); ``gemm_grouped`` by its own
+grouped GEMM for the rows (dA = dC Bᵀ, group by group in one launch) and by one kgen GEMM a
+group for the weights (dB[g] = A_gᵀ dC_g, after reading ``ends`` on the host: a K-grouped GEMM
+is not a family yet); ``softmax`` and ``rmsnorm`` by
 their closed forms in PyTorch ops; ``conv2d``'s data gradient by kgen's convolutions of dy, one
 per phase of the stride (``kgen.kernels.conv.gradients``), its weight gradient by a kgen GEMM
 where it is one (1x1 windows, no padding), else by kgen's convolution of x's channels with dy's
@@ -139,6 +142,87 @@ def gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, *, bias=None, acti
         raise InputError("dtype= names what CuPy uint16 arrays hold; PyTorch tensors carry their dtype",
                          remedy="leave dtype unset")
     return _gemm(a, b, bias, activation, precision, _as_dtype(out_dtype), float(alpha))
+
+
+# ---- grouped GEMM (mixture of experts) -----------------------------------------------------
+
+@torch.library.custom_op(f"{_LIB}::gemm_grouped", mutates_args=())
+def _gemm_grouped(a: Tensor, b: Tensor, ends: Tensor, activation: Optional[str] = None,
+                  precision: Optional[str] = None, out_dtype: Optional[torch.dtype] = None) -> Tensor:
+    from kgen.ops.gemm_grouped import gemm_grouped as eager
+
+    a, b, ends = _plain(a, b, ends)
+    out = a.new_zeros((a.shape[0], b.shape[-1]), dtype=out_dtype or a.dtype)   # rows past ends[-1]: zeros
+    return eager(a, b, ends, out, activation=activation, precision=precision, out_dtype=_dtype_name(out_dtype))
+
+
+@_gemm_grouped.register_fake
+def _gemm_grouped_fake(a, b, ends, activation=None, precision=None, out_dtype=None):
+    torch._check(a.dim() == 2 and b.dim() == 3 and a.shape[1] == b.shape[1],
+                 lambda: f"kgen.gemm_grouped: a (T, K) and b (G, K, N) expected; got {a.shape} and {b.shape}")
+    return a.new_empty((a.shape[0], b.shape[2]), dtype=out_dtype or a.dtype)
+
+
+@torch.library.custom_op(f"{_LIB}::gemm_grouped_weight_gradient", mutates_args=())
+def _grouped_weight_gradient(a: Tensor, g: Tensor, ends: Tensor, groups: int, precision: Optional[str] = None) -> Tensor:
+    """(G, K, N): a[rows of group i]ᵀ @ g[rows of group i] for each group i (zeros for an empty
+    one). One kgen GEMM a group, after reading ``ends`` to the host (a synchronisation with the
+    stream): the reduction runs over each group's rows, a K-grouped GEMM no family runs yet."""
+    from kgen.ops.gemm import gemm as eager
+
+    a, g, ends = _plain(a, g, ends)
+    out = a.new_zeros((groups, a.shape[1], g.shape[1]))
+    start = 0
+    for i, end in enumerate(ends.tolist()):
+        end = min(max(end, start), a.shape[0])
+        if end > start:
+            out[i] = eager(a[start:end].t(), g[start:end], precision=precision)
+        start = end
+    return out
+
+
+@_grouped_weight_gradient.register_fake
+def _grouped_weight_gradient_fake(a, g, ends, groups, precision=None):
+    return a.new_empty((groups, a.shape[1], g.shape[1]))
+
+
+def _gemm_grouped_setup(ctx, inputs, output):
+    a, b, ends, activation, precision, out_dtype = inputs
+    ctx.options = (activation, precision)
+    ctx.save_for_backward(a, b, ends, output if activation == "relu" else None)
+
+
+def _gemm_grouped_backward(ctx, grad):
+    a, b, ends, output = ctx.saved_tensors
+    activation, precision = ctx.options
+    g = grad
+    if activation == "relu":
+        g = g * (output > 0)
+    elif activation == "gelu":
+        z = _gemm_grouped(a, b, ends, None, precision, grad.dtype)      # the pre-activation, again
+        g = (g.float() * _gelu_derivative(z)).to(grad.dtype)
+    g = g.to(a.dtype).contiguous()
+    grad_a = grad_b = None
+    if ctx.needs_input_grad[0]:          # each group's rows times its matrix transposed: the same grouping
+        grad_a = _gemm_grouped(g, b.transpose(1, 2), ends, None, precision, None)
+    if ctx.needs_input_grad[1]:
+        grad_b = _grouped_weight_gradient(a, g, ends, b.shape[0], precision).to(b.dtype)
+    return grad_a, grad_b, None, None, None, None
+
+
+_gemm_grouped.register_autograd(_gemm_grouped_backward, setup_context=_gemm_grouped_setup)
+
+
+def gemm_grouped(a, b, ends, out=None, *, activation=None, precision=None, dtype=None, out_dtype=None):
+    """``kgen.gemm_grouped`` as the custom operator (functional form only; ``ends`` a host
+    sequence becomes an int32 tensor on a's device). Rows at and past ``ends[-1]`` are zeros."""
+    if out is not None or dtype is not None:
+        raise InputError("in PyTorch's graph (torch.compile, or autograd recording), kgen.gemm_grouped returns a "
+                         "new tensor and reads the tensors' dtype: out and dtype are not taken",
+                         remedy="leave out and dtype unset, or call it under torch.no_grad()")
+    if not isinstance(ends, torch.Tensor):
+        ends = torch.tensor(list(ends), dtype=torch.int32, device=a.device)
+    return _gemm_grouped(a, b, ends, activation, precision, _as_dtype(out_dtype))
 
 
 # ---- conv2d --------------------------------------------------------------------------------

@@ -105,6 +105,27 @@ def test_weight_gradient_of_a_window_is_the_swapped_convolution(batch, stride, p
     assert _relerr(got, want) < 2e-2 and _relerr(cudnn, want) < 2e-2
 
 
+@pytest.mark.parametrize("activation", [None, "gelu"])
+def test_grouped_gemm_compiled_with_gradients(activation):
+    """Experts' nn.Linear-like weights (G, N, K) read transposed, an empty group and rows past
+    the last group (zeros, no gradient), against float64 autograd of one matmul a group."""
+    starts, stops = [0, 50, 50, 170], [50, 50, 170, 290]
+    a, w = _rand(300, 128, requires_grad=True), _rand(4, 72, 128, seed=1, requires_grad=True)
+    ends = torch.tensor(stops, dtype=torch.int32, device="cuda")
+    step = torch.compile(lambda a, w: kgen.gemm_grouped(a, w.transpose(1, 2), ends, activation=activation),
+                         fullgraph=True)
+    out = step(a, w)
+    ad, wd = (t.detach().double().requires_grad_() for t in (a, w))
+    z = torch.cat([ad[s:e] @ wd[i].T for i, (s, e) in enumerate(zip(starts, stops))] + [ad.new_zeros(10, 72)])
+    want = torch.nn.functional.gelu(z) if activation else z
+    assert _relerr(out, want) < 2e-2 and not out[290:].any()
+    grad = _rand(300, 72, seed=2)
+    out.backward(grad)
+    want.backward(grad.double())
+    assert a.grad.dtype == w.grad.dtype == torch.bfloat16 and not a.grad[290:].any()
+    assert _relerr(a.grad, ad.grad) < 2e-2 and _relerr(w.grad, wd.grad) < 2e-2
+
+
 def test_softmax_and_rmsnorm_compiled_with_gradients():
     x = _rand(8, 3, 1000, dtype=torch.float32, requires_grad=True)
     g = _rand(1000, dtype=torch.float32, seed=1, requires_grad=True)
@@ -121,6 +142,8 @@ def test_softmax_and_rmsnorm_compiled_with_gradients():
 
 @pytest.mark.parametrize("op, args", [
     ("gemm", lambda: (_rand(64, 48), _rand(48, 40, seed=1))),
+    ("gemm_grouped", lambda: (_rand(64, 48), _rand(3, 48, 40, seed=1),
+                              torch.tensor([10, 30, 60], dtype=torch.int32, device="cuda"))),
     ("softmax", lambda: (_rand(16, 100, dtype=torch.float32),)),
     ("rmsnorm", lambda: (_rand(16, 100, dtype=torch.float32), _rand(100, dtype=torch.float32, seed=1), 1e-5)),
 ])

@@ -34,6 +34,7 @@ def cpu_kernels(monkeypatch):
     """The eager functions the operators call, replaced by PyTorch on the CPU."""
     import kgen.ops.conv
     import kgen.ops.gemm
+    import kgen.ops.gemm_grouped
     import kgen.ops.rownorm
 
     def gemm(a, b, c=None, alpha=1.0, beta=0.0, *, bias=None, activation=None, precision=None, dtype=None,
@@ -51,7 +52,16 @@ def cpu_kernels(monkeypatch):
     def rmsnorm(x, weight, eps=1e-6, *, out=None, dtype=None):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
 
+    def gemm_grouped(a, b, ends, out=None, *, activation=None, precision=None, dtype=None, out_dtype=None):
+        result = out if out is not None else a.new_zeros((a.shape[0], b.shape[-1]))
+        start = 0
+        for i, end in enumerate(ends.tolist()):
+            result[start:end] = _act(a[start:end] @ b[i], activation).to(result.dtype)
+            start = end
+        return result
+
     monkeypatch.setattr(kgen.ops.gemm, "gemm", gemm)
+    monkeypatch.setattr(kgen.ops.gemm_grouped, "gemm_grouped", gemm_grouped)
     monkeypatch.setattr(kgen.ops.conv, "conv2d", conv2d)
     monkeypatch.setattr(kgen.ops.rownorm, "softmax", lambda x, axis=-1, *, out=None, dtype=None: torch.softmax(x, -1))
     monkeypatch.setattr(kgen.ops.rownorm, "rmsnorm", rmsnorm)
@@ -178,6 +188,36 @@ def test_gemm_backward(cpu_kernels, activation, shapes):
             b += 0.05 * torch.sign(b)
     assert torch.autograd.gradcheck(lambda a, b, bias: torch.ops.kgen.gemm(a, b, bias, activation, None, None, 0.5),
                                     (a, b, bias))
+
+
+@pytest.mark.parametrize("activation", [None, "relu", "gelu"])
+@pytest.mark.parametrize("transposed", [False, True])
+def test_gemm_grouped_backward(cpu_kernels, activation, transposed):
+    """Groups of 2, 0 and 5 rows of 9 (the last two rows in no group), b as (G, K, N) or as the
+    transposed view of nn.Linear-like (G, N, K) weights."""
+    a = torch.randn(9, 5, **F64, requires_grad=True)
+    weights = torch.randn(3, 4, 5, **F64) if transposed else torch.randn(3, 5, 4, **F64)
+    if activation == "relu":            # keep the pre-activation away from the kink
+        weights += 0.05 * torch.sign(weights)
+    weights.requires_grad_()
+    ends = torch.tensor([2, 2, 7], dtype=torch.int32)
+
+    def grouped(a, weights):
+        b = weights.transpose(1, 2) if transposed else weights
+        return kgen.gemm_grouped(a, b, ends, activation=activation)       # recorded: the operator
+
+    out = grouped(a, weights)
+    assert out.grad_fn is not None and out.shape == (9, 4) and not out[7:].any()
+    assert torch.autograd.gradcheck(grouped, (a, weights))
+
+
+def test_gemm_grouped_operator_on_meta_tensors():
+    a = torch.randn(40, 16, **META, requires_grad=True)
+    b = torch.randn(4, 16, 24, **META, requires_grad=True)
+    out = kt.gemm_grouped(a, b, torch.empty(4, device="meta", dtype=torch.int32), activation="relu")
+    assert out.shape == (40, 24) and out.dtype == torch.bfloat16
+    with pytest.raises(InputError, match="new tensor"):
+        kt.gemm_grouped(a, b, [10, 20, 30, 40], out=torch.empty(40, 24, **META))
 
 
 CONV_CASES = [  # window, stride, padding, dilation, kgen convolutions in the data gradient, gradients by GEMM

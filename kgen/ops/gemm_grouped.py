@@ -21,8 +21,8 @@ from kgen.arrays import array_kind, describe
 from kgen.errors import DeviceError, DtypeError, InputError, LayoutError, ShapeError
 from kgen.kernels.gemm import rules
 from kgen.kernels.gemm.dtypes import checked_output, epilogue_name
-from kgen.ops.caller import (CallerArray, check_no_overlap, contiguous, on_caller_stream, output_array, result_array,
-                             same_device, to_jax)
+from kgen.ops.caller import (CallerArray, check_no_overlap, contiguous, custom_op, on_caller_stream, output_array,
+                             result_array, same_device, to_jax, torch_graph_call)
 from kgen.ops.gemm_batched import dense_matrices
 from kgen.ops.launch import first_ranked, launch_family
 
@@ -55,7 +55,13 @@ def _device_ends(ends, groups: int, like: CallerArray) -> CallerArray:
 
 
 def gemm_grouped(a, b, ends, out=None, *, activation=None, precision=None, dtype=None, out_dtype=None):
-    """``out[rows of g] = act(a[rows of g] @ b[g])`` for every group g (see the module text)."""
+    """``out[rows of g] = act(a[rows of g] @ b[g])`` for every group g (see the module text).
+
+    Inside ``torch.compile``, or where autograd records it, the call is the custom operator
+    ``torch.ops.kgen.gemm_grouped`` (``kgen.torch``), with a backward."""
+    if torch_graph_call(a, b):
+        return custom_op("gemm_grouped")(a, b, ends, out, activation=activation, precision=precision, dtype=dtype,
+                                         out_dtype=out_dtype)
     from kgen.kernels.gemm.grouped import MAX_GROUPS, grouped_problem
     from kgen.ops.gemm_tc import input_dtype
 
