@@ -11,10 +11,11 @@ elsewhere (``Space.check``): one call with the values as arguments instead of a 
 dictionary lookup a value per constraint. Both come from the same text, so they cannot
 disagree. A let is also a function of a config's values (``let``: a space's derived value).
 
-The text is compiled once per distinct set of expressions and name (a family builds a space per problem:
-only the constants change, and they are the functions' globals). The expressions are the
-family's source, never data: a value read from a file is an argument of the compiled functions,
-not part of their text.
+The text is compiled once per distinct set of expressions and name (a family builds a space
+per problem: only the constants change, and they are the functions' globals). The expressions
+are the family's source, never data: a value read from a file is an argument of the compiled
+functions, not part of their text. ``v`` is the compiled functions' own name for the values,
+so no parameter, constant or let may take it.
 
 >>> rules = Rules(("block", "vec"), {"limit": 512}, {"work": "block * vec"},
 ...               [("work fits", "work <= limit"), ("vec divides block", "block % vec == 0")],
@@ -87,6 +88,9 @@ class Rules:
 @functools.lru_cache(maxsize=64)
 def _program(params: tuple[str, ...], constants: frozenset, lets: tuple[tuple[str, str], ...],
              rules: tuple[tuple[str, str], ...], name: str) -> _Program:
+    if "v" in set(params) | set(constants) | {n for n, _ in lets}:
+        raise SpaceError("'v' names the values in the compiled functions: give the parameter, constant or let "
+                         "another name")
     known = set(params) | set(constants) | set(vars(builtins))
     named = f"f{name!r}"
     unknown = _names(named, "name") - known
@@ -141,7 +145,11 @@ def _program(params: tuple[str, ...], constants: frozenset, lets: tuple[tuple[st
                 done.add(let)
         source += [f"    if not ({text}):", "        return None"]
     source.append(f"    return {named}")
-    return _Program(compile("\n".join(source), "<kgen.space_rules>", "exec"), tuple(rule_params))
+    try:
+        code = compile("\n".join(source), "<kgen.space_rules>", "exec")
+    except SyntaxError as exc:            # a keyword for a name, a comment in an expression, ...
+        raise SpaceError(f"the constraint expressions do not compile: {exc.msg} in {exc.text!r}") from None
+    return _Program(code, tuple(rule_params))
 
 
 def _names(text: str, where: str) -> set[str]:

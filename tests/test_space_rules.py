@@ -61,6 +61,8 @@ def test_constants_are_values_never_text():
     ({"block": "vec * 2"}, ("r", "block > 0"), "{block}", "not a new identifier"),
     ({"later": "sooner + 1", "sooner": "1"}, ("r", "later > 0"), "{block}", "unknown names ['sooner']"),
     ({}, ("r", "block > 0"), "{nosuch}", "the name"),
+    ({}, ("r", "block > 0  # a comment"), "{block}", "do not compile"),
+    ({"v": "block"}, ("r", "v > 0"), "{block}", "'v' names the values"),
 ])
 def test_a_broken_text_is_a_space_error(lets, rule, name, words):
     with pytest.raises(SpaceError, match=words.replace("[", r"\[").replace("]", r"\]")):
