@@ -82,6 +82,9 @@ class Dispatcher:
         self._targets: dict[int, Target] = dict(targets or {})
         self._loaded: dict[tuple[str, str, int], _Loaded] = {}
         self._decided: dict[tuple[str, str, int], Choice] = {}   # choices made, not yet loaded
+        # loaded kernels by binary and device: problems that differ only in what the kernel takes
+        # as arguments (a grouped GEMM's token count) render one source, loaded once
+        self._kernels: dict[tuple[str, str, str, int], Any] = {}
         self.plans: dict = {}    # families' per-signature call plans (see kgen.kernels.gemm.gemm)
         self._lock = threading.Lock()
         self._miss_tuner = miss_tuner        # (spec, problem, target, device, db) -> None: tune on miss
@@ -261,7 +264,7 @@ class Dispatcher:
                     raise CompileError(f"{choice.config.name} did not compile: {result.failure.detail[:2000]}",
                                        remedy="report it with the saved source; meanwhile tune the problem",
                                        config=choice.config.name)
-                loaded = _Loaded(spec, problem, choice, self.launcher.load(result.binary))
+                loaded = _Loaded(spec, problem, choice, self._kernel(result.binary, device))
                 if choice.how == "tuned":
                     dispatch_memo.remember(
                         dispatch_memo.memo_key(spec.family, problem.key, device, spec.template_digest()),
@@ -274,6 +277,14 @@ class Dispatcher:
                     self._tune_in_background(spec, problem, device, target)
             self._loaded[key] = loaded
         return loaded
+
+    def _kernel(self, binary: Binary, device: int):
+        """``binary`` loaded on ``device`` (the current one), once for every problem it serves."""
+        key = (binary.source_digest, binary.arch, binary.entry, device)
+        kernel = self._kernels.get(key)
+        if kernel is None:
+            kernel = self._kernels[key] = self.launcher.load(binary)
+        return kernel
 
     def _memo_entry(self, spec, problem: Problem, device: int) -> dict | None:
         """A tuned choice remembered by an earlier process, when still valid (see dispatch_memo)."""
@@ -299,7 +310,7 @@ class Dispatcher:
             return None
         self._targets.setdefault(device, target)
         choice = Choice(config, "tuned", entry.get("time_ms"), problem.key)
-        return _Loaded(spec, problem, choice, self.launcher.load(binary))
+        return _Loaded(spec, problem, choice, self._kernel(binary, device))
 
     # ---- tune on miss ----------------------------------------------------------------------------
     def _tune_in_background(self, spec, problem: Problem, device: int, target: Target) -> None:
@@ -350,6 +361,7 @@ class Dispatcher:
         with self._lock:
             self._loaded.clear()
             self._decided.clear()
+            self._kernels.clear()
             self.plans.clear()
 
     refresh = clear

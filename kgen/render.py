@@ -94,6 +94,37 @@ def template_files(spec) -> list[Path]:
     return ([] if main is None else [main]) + sorted(pieces)
 
 
+_digests: dict[tuple, tuple[tuple, str]] = {}       # (template, inline text) -> (files' stats, digest)
+
+
+def _stats(files: list[Path]) -> tuple | None:
+    """Each file's path, modification time (ns) and size; None where one is gone."""
+    try:
+        return tuple((str(f), *(lambda st: (st.st_mtime_ns, st.st_size))(f.stat())) for f in files)
+    except OSError:
+        return None
+
+
+def remembered_digest(spec, digest) -> str:
+    """``digest(files)`` of ``spec``'s template files, remembered while every one of them keeps
+    its modification time and size: a dispatch decision for a new problem asks for it, and
+    reading a template with its pieces costs milliseconds where looking at the files' stats
+    costs microseconds. An edited template or piece (a new include changes the file that names
+    it) is read again; the stats are taken before the files are read, so an edit made while
+    they are read is seen by the next call."""
+    inline = template_text(spec)
+    key = (inline, str(templates_root()) if inline else str(_template_path(spec)))   # (the root may move: tests)
+    found = _digests.get(key)
+    if found is not None and _stats([Path(f) for f, _, _ in found[0]]) == found[0]:
+        return found[1]
+    files = template_files(spec)
+    stats = _stats(files)
+    value = digest(files)
+    if stats is not None:
+        _digests[key] = (stats, value)
+    return value
+
+
 def _bytecode_cache() -> jinja2.BytecodeCache | None:
     """Compiled templates on disk beside the cubins: a new process skips Jinja's parser."""
     import jinja2

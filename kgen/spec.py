@@ -251,15 +251,19 @@ class KernelSpec:
 
     # --- identity ------------------------------------------------------------------------
     def template_digest(self) -> str:
-        """sha256 of the template and every shared piece it includes (first 16 hex)."""
-        from kgen.render import template_files, template_text
+        """sha256 of the template and every shared piece it includes (first 16 hex); remembered
+        while none of those files changes (``kgen.render.remembered_digest``)."""
+        from kgen.render import remembered_digest, template_text
 
-        h = hashlib.sha256()
-        inline = template_text(self)
-        if inline:
-            h.update(inline.encode())
-        for path in template_files(self):
-            h.update(path.name.encode())
-            h.update(path.read_bytes())
-        return h.hexdigest()[:16]
+        def digest(files) -> str:
+            h = hashlib.sha256()
+            inline = template_text(self)
+            if inline:
+                h.update(inline.encode())
+            for path in files:
+                h.update(path.name.encode())
+                h.update(path.read_bytes())
+            return h.hexdigest()[:16]
+
+        return remembered_digest(self, digest)
 

@@ -134,6 +134,22 @@ def test_prepare_is_cached_per_problem(fake):
     assert first is second and len(fake.launcher.kernels) == 1
 
 
+def test_problems_that_render_one_binary_load_it_once(fake):
+    """A grouped GEMM's token count is an argument of its kernel, not compiled in: calls of
+    other counts that choose the same config share one loaded kernel (a layer whose count
+    changes every step loads no module a step)."""
+    from kgen.kernels.gemm.grouped import grouped_problem
+    from kgen.registry import get_spec
+
+    spec = get_spec("gemm_grouped_wgmma")
+    loaded = [fake.dispatcher.prepare(spec, grouped_problem(64, rows, 1408, 2048, "bfloat16", "NT",
+                                                            family=spec.family), 0)
+              for rows in range(8000, 8100, 7)]
+    configs = {item.choice.config.name for item in loaded}
+    assert len(fake.launcher.kernels) == len(configs) < len(loaded)
+    assert len({id(item.kernel) for item in loaded}) == len(configs)
+
+
 @pytest.mark.parametrize("shape", [(0, 16, 8), (16, 0, 8), (0, 0, 0)])
 def test_empty_outputs_do_not_launch(fake, shape):
     m, n, k = shape

@@ -1,6 +1,7 @@
 """A family's template digest covers every file its template includes, however deep: editing
 a shared piece makes the records measured with the old one another template version."""
 
+import os
 import shutil
 
 import jinja2
@@ -58,6 +59,23 @@ def test_editing_any_included_piece_changes_the_digest(family, tree):
         before = spec.template_digest()
         (tree / piece).write_text((tree / piece).read_text() + "\n// edited\n")
         assert spec.template_digest() != before, piece
+
+
+def test_a_digest_is_remembered_until_a_file_changes(tree, monkeypatch):
+    """A second call looks at the files' stats only; an edit that keeps a piece's size is seen
+    by its modification time."""
+    spec = get_spec("gemm_wgmma")
+    before = spec.template_digest()
+    listed = []
+    real = kgen.render.template_files
+    monkeypatch.setattr(kgen.render, "template_files", lambda s: listed.append(s) or real(s))
+    assert spec.template_digest() == before and not listed
+    piece = tree / _pieces("gemm_wgmma", tree)[0]
+    text, stat = piece.read_text(), piece.stat()
+    piece.write_text(text[:-1] + ("x" if text[-1] != "x" else "y"))
+    os.utime(piece, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+    assert piece.stat().st_size == stat.st_size
+    assert spec.template_digest() != before and listed
 
 
 def test_a_piece_no_template_includes_changes_no_digest(tree):
