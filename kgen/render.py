@@ -94,13 +94,13 @@ def template_files(spec) -> list[Path]:
     return ([] if main is None else [main]) + sorted(pieces)
 
 
-_digests: dict[tuple, tuple[tuple, str]] = {}       # (template, inline text) -> (files' stats, digest)
+_digests: dict[tuple, tuple[tuple, str]] = {}       # (inline text, template or root) -> (files' stats, digest)
 
 
 def _stats(files: list[Path]) -> tuple | None:
     """Each file's path, modification time (ns) and size; None where one is gone."""
     try:
-        return tuple((str(f), *(lambda st: (st.st_mtime_ns, st.st_size))(f.stat())) for f in files)
+        return tuple((str(f), st.st_mtime_ns, st.st_size) for f in files for st in (f.stat(),))
     except OSError:
         return None
 
