@@ -94,13 +94,13 @@ def template_files(spec) -> list[Path]:
     return ([] if main is None else [main]) + sorted(pieces)
 
 
-_digests: dict[tuple, tuple[tuple, str]] = {}       # (inline text, template or root) -> (files' stats, digest)
+_digests: dict[tuple, tuple[list, tuple, str]] = {}  # (inline text, template or root) -> (files, their stats, digest)
 
 
 def _stats(files: list[Path]) -> tuple | None:
-    """Each file's path, modification time (ns) and size; None where one is gone."""
+    """Each file's modification time (ns) and size; None where one is gone."""
     try:
-        return tuple((str(f), st.st_mtime_ns, st.st_size) for f in files for st in (f.stat(),))
+        return tuple((st.st_mtime_ns, st.st_size) for st in map(Path.stat, files))
     except OSError:
         return None
 
@@ -115,13 +115,13 @@ def remembered_digest(spec, digest) -> str:
     inline = template_text(spec)
     key = (inline, str(templates_root()) if inline else str(_template_path(spec)))   # (the root may move: tests)
     found = _digests.get(key)
-    if found is not None and _stats([Path(f) for f, _, _ in found[0]]) == found[0]:
-        return found[1]
+    if found is not None and _stats(found[0]) == found[1]:
+        return found[2]
     files = template_files(spec)
     stats = _stats(files)
     value = digest(files)
     if stats is not None:
-        _digests[key] = (stats, value)
+        _digests[key] = (files, stats, value)
     return value
 
 

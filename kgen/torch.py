@@ -33,6 +33,7 @@ from typing import Optional, Sequence
 
 import torch
 
+from kgen.arrays import array_kind
 from kgen.errors import InputError
 from kgen.kernels.conv.gradients import (covers_every_pixel, data_gradient_phases, weight_gradient_conv,
                                         weight_gradient_is_gemm)
@@ -220,8 +221,14 @@ def gemm_grouped(a, b, ends, out=None, *, activation=None, precision=None, dtype
         raise InputError("in PyTorch's graph (torch.compile, or autograd recording), kgen.gemm_grouped returns a "
                          "new tensor and reads the tensors' dtype: out and dtype are not taken",
                          remedy="leave out and dtype unset, or call it under torch.no_grad()")
-    if not isinstance(ends, torch.Tensor):
-        ends = torch.tensor(list(ends), dtype=torch.int32, device=a.device)
+    if not isinstance(ends, torch.Tensor):       # a host sequence: checked as the eager call checks it
+        from kgen.ops.gemm_grouped import host_ends
+
+        checked = host_ends(ends, b.shape[0] if b.dim() == 3 else len(ends), a.shape[0])
+        if checked is None:                      # another library's device array
+            raise InputError(f"ends is a {array_kind(ends)} array and a a PyTorch tensor",
+                             remedy="pass ends as an int32 tensor or a list of ints")
+        ends = torch.from_numpy(checked).to(a.device)
     return _gemm_grouped(a, b, ends, activation, precision, _as_dtype(out_dtype))
 
 

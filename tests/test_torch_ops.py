@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 
 import kgen  # noqa: E402
 import kgen.torch as kt  # noqa: E402
-from kgen.errors import InputError  # noqa: E402
+from kgen.errors import InputError, ShapeError  # noqa: E402
 from kgen.ops import caller  # noqa: E402
 
 META = dict(device="meta", dtype=torch.bfloat16)
@@ -218,6 +218,9 @@ def test_gemm_grouped_operator_on_meta_tensors():
     assert out.shape == (40, 24) and out.dtype == torch.bfloat16
     with pytest.raises(InputError, match="new tensor"):
         kt.gemm_grouped(a, b, [10, 20, 30, 40], out=torch.empty(40, 24, **META))
+    assert kt.gemm_grouped(a, b, [10, 20, 30, 40]).shape == (40, 24)
+    with pytest.raises(ShapeError, match="rise"):        # a host list checked as the eager call checks it
+        kt.gemm_grouped(a, b, [10, 5, 30, 40])
 
 
 CONV_CASES = [  # window, stride, padding, dilation, kgen convolutions in the data gradient, gradients by GEMM

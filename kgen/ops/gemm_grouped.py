@@ -27,7 +27,7 @@ from kgen.ops.gemm_batched import dense_matrices
 from kgen.ops.launch import first_ranked, launch_family
 
 
-def _host_ends(ends, groups: int, rows: int) -> np.ndarray | None:
+def host_ends(ends, groups: int, rows: int) -> np.ndarray | None:
     """``ends`` as checked int32 values where it is a host sequence; None for a device array."""
     if hasattr(ends, "__cuda_array_interface__") or array_kind(ends) in ("torch", "jax"):
         return None
@@ -93,7 +93,7 @@ def gemm_grouped(a, b, ends, out=None, *, activation=None, precision=None, dtype
     epilogue = epilogue_name(False, activation)
     out_t = checked_output(in_a, out_dtype, epilogue)
     like = CallerArray(a, kind, ai, in_a)
-    host = _host_ends(ends, groups, rows)
+    host = host_ends(ends, groups, rows)
     device_ends = _device_ends(ends, groups, like) if host is None else None
     target = result_array(output_array(out, like, (rows, n), out_t), like, (rows, n), out_t)
     if out is not None:
