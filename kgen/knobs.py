@@ -173,8 +173,10 @@ class Knobs:
                                  "the fixed cost (microseconds) dispatch adds per staged operand")
     staging_c_min_bytes = _EnvKnob("KGEN_STAGING_C_MIN_BYTES", int, lambda: 4 << 20,
                                    "the Hopper family writes an output of at least this many bytes whose rows "
-                                   "TMA cannot store (not a multiple of 16 bytes) into padded rows, copied back "
-                                   "after the kernel (KGEN_STAGING=0 turns it off with the rest of staging)")
+                                   "TMA cannot store (the caller's row stride or start not a multiple of 16 "
+                                   "bytes, where N's rows are) into padded rows, copied back after the kernel; "
+                                   "an N whose rows are not it writes itself (KGEN_STAGING=0 turns it off with "
+                                   "the rest of staging)")
     untuned = _EnvKnob("KGEN_UNTUNED", _one_of("model", "nearest", "default"), lambda: "model",
                        "how dispatch picks a config for a problem with no tuned record: model (the "
                        "family's cost model ranks its candidates), nearest (the best config of the "

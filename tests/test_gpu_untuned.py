@@ -165,27 +165,36 @@ def test_stage_rows_copies_odd_rows_at_any_offset_into_aligned_rows(itemsize):
 
 
 @pytest.mark.parametrize("kind", ["cupy", "torch"])
-def test_an_unaligned_output_is_written_through_padded_rows_and_is_correct(kind, generated_only):
-    """An output whose rows TMA cannot store (N = 1001 half values), large enough to be staged:
-    a new output, and beta * C read from the caller's C; PyTorch on a side stream."""
+def test_an_unaligned_output_is_written_by_the_kernel_or_through_padded_rows_and_is_correct(kind, generated_only):
+    """An output whose rows TMA cannot store, large enough to matter: where N itself makes them
+    so (N = 1001 half values), a TMA-store config writes them a row at a time and nothing is
+    staged; where only the caller's C does (N = 1000, C a view of rows 1001 wide), C goes
+    through padded rows. A new output, and beta * C read from the caller's C; PyTorch on a side
+    stream."""
     import cupy
     import torch
 
     import kgen
     from kgen.kernels.gemm.tc import as_float64, to_bf16, torch_view
 
-    for dtype, (m, n, k, layout) in [("float16", (4096, 1001, 16, "NN")), ("bfloat16", (3001, 1003, 40, "TN"))]:
+    cases = [("float16", (4096, 1001, 16, "NN"), 0), ("bfloat16", (3001, 1003, 40, "TN"), 0),
+             ("float16", (4096, 1000, 16, "NN"), 1)]
+    for dtype, (m, n, k, layout), pad in cases:
         a, b, ref, kwargs, real = _operands(m, n, k, layout, dtype, seed=5)
-        choice = kgen.gemm_choice(a, b, **kwargs)
-        assert choice.family == "gemm_wgmma" and "c" in choice.staged, choice
         rng = cupy.random.default_rng(9)
-        c0 = (rng.random((m, n), dtype=cupy.float64) * 2 - 1).astype(cupy.float32)
+        c0 = (rng.random((m, n + pad), dtype=cupy.float64) * 2 - 1).astype(cupy.float32)
         c0 = c0.astype(cupy.float16) if real == "float16" else c0
         c0 = to_bf16(c0) if real == "bfloat16" else c0
-        want = 0.5 * ref + 2.0 * as_float64(c0, real)
+        view = c0[:, :n]
+        choice = kgen.gemm_choice(a, b, view, **kwargs)
+        assert choice.family == "gemm_wgmma", choice
+        by_tma = "_ts" in choice.config                            # a config storing by TMA
+        assert ("c" in choice.staged) == (by_tma and pad == 1), (choice, pad)
+        want = 0.5 * ref + 2.0 * as_float64(view, real)
         if kind == "torch":
             ta, tb = torch_view(a, real), torch_view(b, real)
-            tc = torch_view(c0.copy(), real)
+            whole = torch_view(c0.copy(), real)
+            tc = whole[:, :n]
             side = torch.cuda.Stream()
             with torch.cuda.stream(side):
                 out = kgen.gemm(ta, tb)
@@ -194,10 +203,14 @@ def test_an_unaligned_output_is_written_through_padded_rows_and_is_correct(kind,
             side.synchronize()
             new = cupy.from_dlpack(out.view(torch.uint16) if real == "bfloat16" else out)
             acc = cupy.from_dlpack(tc.view(torch.uint16) if real == "bfloat16" else tc)
+            after = cupy.from_dlpack(whole.view(torch.uint16) if real == "bfloat16" else whole)
         else:
             new = kgen.gemm(a, b, **kwargs)
-            acc = c0.copy()
+            after = c0.copy()
+            acc = after[:, :n]
             kgen.gemm(a, b, acc, alpha=0.5, beta=2.0, **kwargs)
         assert _relerr(new, ref, real) <= TOLERANCE[dtype], f"{dtype} {m}x{n}x{k}: new output"
         err = float(cupy.abs(as_float64(acc, real) - want).max()) / float(cupy.abs(want).max())
         assert err <= 2 * TOLERANCE[dtype], f"{dtype} {m}x{n}x{k}: beta, error {err:.2e}"
+        if pad:                                                      # the column past the view is untouched
+            assert bool((after[:, n:].view(cupy.uint16) == c0[:, n:].view(cupy.uint16)).all())

@@ -166,9 +166,11 @@ def test_unaligned_operands_are_staged_for_the_hopper_family_where_that_wins(mon
         assert plan.spec.family == "gemm_mma" and plan.staging is None
 
 
-def test_an_unaligned_output_is_written_through_padded_rows_where_it_is_large(monkeypatch):
-    """C's rows of 2002 bytes cannot be stored by TMA: a plan whose Hopper config stores by TMA
-    writes into 16-byte rows and copies them back, from KGEN_STAGING_C_MIN_BYTES on."""
+def test_an_unaligned_output_is_written_by_the_kernel_or_through_padded_rows_where_it_is_large(monkeypatch):
+    """C's rows of 2002 bytes (N = 1001) cannot be stored by TMA: a Hopper config storing by TMA
+    writes them itself, a row at a time (nothing staged for C). Where only the caller's C makes
+    them so (N = 1000, C a view of rows 1001 wide), that config writes into 16-byte rows and
+    copies them back, from KGEN_STAGING_C_MIN_BYTES on."""
     from kgen.ops.gemm_tc import make_plan
 
     monkeypatch.setenv("KGEN_VENDOR", "0")
@@ -177,14 +179,19 @@ def test_an_unaligned_output_is_written_through_padded_rows_where_it_is_large(mo
         b = FakeArray((16, 1001), "float16", ptr=BASE + 0x1000_0000)      # B's rows unaligned too
         plan = make_plan(f.dispatcher, a, b, None, None, None, None, None, None)
         assert plan.spec.family == "gemm_wgmma" and plan.config.get("TMA_STORE", 0) == 1
-        assert plan.staging.out == (8192, 1001, "float16") and plan.staging.ldc == 1008
-        assert plan.ldc == 1001 and plan.staging.label.endswith("c")
+        assert plan.spec.rows_by_band(plan.problem, plan.config)
+        assert plan.staging.stage == (False, True) and plan.staging.out is None and plan.ldc == 1001
+        b = FakeArray((16, 1000), "float16", ptr=BASE + 0x1000_0000)
+        c = FakeArray((8192, 1000), "float16", ptr=BASE + 0x2000_0000, strides=(1001, 1))
+        plan = make_plan(f.dispatcher, a, b, c, None, None, None, None, None)
+        assert plan.config.get("TMA_STORE", 0) == 1 and not plan.spec.rows_by_band(plan.problem, plan.config)
+        assert plan.staging.out == (8192, 1000, "float16") and plan.staging.ldc == 1000
+        assert plan.ldc == 1001 and plan.staging.label == "c"
         monkeypatch.setenv("KGEN_STAGING_C_MIN_BYTES", str(1 << 30))
-        plan = make_plan(f.dispatcher, a, b, None, None, None, None, None, None)
-        assert plan.staging is None or plan.staging.out is None
-        b = FakeArray((16, 1000), "float16", ptr=BASE + 0x1000_0000)      # aligned rows: nothing staged
+        plan = make_plan(f.dispatcher, a, b, c, None, None, None, None, None)
+        assert plan.staging is None
         monkeypatch.delenv("KGEN_STAGING_C_MIN_BYTES")
-        plan = make_plan(f.dispatcher, a, b, None, None, None, None, None, None)
+        plan = make_plan(f.dispatcher, a, b, None, None, None, None, None, None)   # aligned rows: nothing staged
         assert plan.staging is None
 
 

@@ -461,6 +461,48 @@ def test_tma_store_buffers_take_shared_memory_and_a_name(target):
     assert space.is_valid(dict(plain.as_dict(), BN=192, STAGES=5))
 
 
+@pytest.mark.parametrize("dtype,out,n,by_band", [("bfloat16", "bfloat16", 1001, True), ("bfloat16", "float32", 1002, True),
+                                                ("float16", "float16", 1000, False), ("float32", "float32", 1004, False),
+                                                ("float32", "float32", 1003, True)])
+def test_a_c_tma_cannot_store_goes_out_through_the_store_buffers_a_row_at_a_time(target, dtype, out, n, by_band):
+    """Where C's rows are not 16-byte multiples, a TMA-store config's source writes the band
+    through its buffer, lanes at consecutive columns (and has no use for the fragment stores); an
+    aligned C's source is the one it always was, and so is a config storing from registers."""
+    p = SPEC.problem(700, n, 96, dtype, "TN", out_dtype=out)
+    space = SPEC.space(p, target)
+    bk = block_k(dtype)
+    ts = space.config(BM=128, BN=128, BK=bk, STAGES=4, CONSUMERS=2, GM=1, PINGPONG=0, TMA_STORE=1)
+    plain = space.config(BM=128, BN=128, BK=bk, STAGES=4, CONSUMERS=2, GM=1, PINGPONG=0)
+    assert SPEC.rows_by_band(p, ts) == by_band and not SPEC.rows_by_band(p, plain)
+    code = render(SPEC, p, ts, target, space).code
+    assert ("lanes at consecutive columns" in code) == by_band
+    aligned = SPEC.problem(700, 1024, 96, dtype, "TN", out_dtype=out)
+    same = render(SPEC, aligned, ts, target, SPEC.space(aligned, target)).code
+    assert (code == same) == (not by_band)
+    assert "lanes at consecutive columns" not in render(SPEC, p, plain, target, space).code
+
+
+def test_only_plain_gemm_writes_unaligned_rows_through_the_store_buffers(target):
+    """Batched and grouped kernels write such a C from registers (their batch and group offsets
+    are not the band's), and so does the convolution's."""
+    from kgen.registry import get_spec
+
+    for family in ("gemm_batched_wgmma", "gemm_grouped_wgmma"):
+        assert get_spec(family).stores_rows_by_band is False
+    assert SPEC.stores_rows_by_band is True
+
+
+def test_a_c_through_the_store_buffers_compiles_without_spills(target):
+    """The row path's SASS: 16-bit shared loads and global stores, TMA stores for the C TMA
+    can store, no local memory."""
+    p = SPEC.problem(1012, 10238, 8, "float16", "NN")
+    space = SPEC.space(p, target)
+    config = space.config(BM=128, BN=128, BK=64, STAGES=6, CONSUMERS=2, GM=1, PINGPONG=0, TMA_STORE=1)
+    sass = sass_or_skip(compile_source(render(SPEC, p, config, target, space), use_cache=False).binary.cubin)
+    assert "LDS.U16" in sass and "STG.E.U16" in sass and "UTMASTG" in sass
+    assert "LDL" not in sass and "STL" not in sass
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_tf32_args_encode_maps_only_for_k_major_operands(target, recorded_maps, layout):
     m, n, k = 1000, 520, 776
@@ -646,7 +688,7 @@ def _alpha_beta_jobs(target):
     return jobs
 
 
-STORE_SHAPES = [(1000, 520, 776), (1000, 517, 776)]    # C rows 16-byte aligned; not (stored from registers)
+STORE_SHAPES = [(1000, 520, 776), (1000, 517, 776)]    # C rows 16-byte aligned; not (a row at a time)
 
 
 def _store_jobs(target):
@@ -713,6 +755,28 @@ def _rs_jobs(target):
     return jobs
 
 
+ROWS_CASES = [("float16", "NN", (333, 1001, 72)), ("float32", "TN", (333, 1001, 72)),
+              ("bfloat16", "TT", (70, 1003, 130)), ("float16", "NT", (1, 999, 64))]
+
+
+def _rows_jobs(target):
+    """TMA-store configs on problems whose C rows are not 16-byte multiples (the band through the
+    store buffer, a row at a time): a ping-pong, a split-K (where offered) and a cooperative
+    config per case, a random epilogue; and one config reading C with alpha and beta."""
+    jobs = {}
+    for i, (dtype, layout, shape) in enumerate(ROWS_CASES):
+        rng = random.Random(7000 + i)
+        problem = SPEC.problem(*shape, dtype, layout, out_dtype=rng.choice(allowed_outputs(dtype)),
+                               epilogue=rng.choice(EPILOGUES))
+        stored = [c for c in SPEC.space(problem, target).configs() if c["TMA_STORE"]]
+        jobs[("rows", dtype, layout)] = (problem, _one_of_each_schedule(rng, stored))
+        problem = SPEC.problem(*shape, dtype, layout, out_dtype=rng.choice(allowed_outputs(dtype)),
+                               epilogue="bias_relu")
+        jobs[("ab", "rows", dtype, layout)] = (problem, [rng.choice(
+            [c for c in SPEC.space(problem, target).configs() if c["TMA_STORE"]])])
+    return jobs
+
+
 def _staged_jobs(target):
     """tf32 with an N-major B staged by TMA and transposed by the producers (XS > 0): per shape
     x layout, a ping-pong, a split-K (where offered) and a cooperative config."""
@@ -732,7 +796,8 @@ def gpu():
 
     target = Target.detect(0)
     jobs = {**_odd_jobs(target), **_edge_jobs(target), **_alpha_beta_jobs(target), **_splitk_jobs(target),
-            **_store_jobs(target), **_cluster_jobs(target), **_staged_jobs(target), **_rs_jobs(target)}
+            **_store_jobs(target), **_cluster_jobs(target), **_staged_jobs(target), **_rs_jobs(target),
+            **_rows_jobs(target)}
     for dtype, layout in (("bfloat16", "NT"), ("float32", "NN")):
         big = SPEC.problem(4096, 4096, 4096, dtype, layout)
         jobs[("big", dtype)] = (big, [SPEC.default_config(big, target)])
@@ -833,6 +898,17 @@ def _check_alpha_beta(gpu, key):
 @pytest.mark.parametrize("shape", STORE_SHAPES)
 def test_gpu_tma_store_configs_write_c_by_tma_or_from_registers(gpu, shape, out):
     _verify_all(gpu, ("store", shape, out))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,layout", [case[:2] for case in ROWS_CASES])
+def test_gpu_a_c_tma_cannot_store_is_written_a_row_at_a_time(gpu, dtype, layout):
+    """Every row and column of such a C, and nothing past it (the reference compares C whole;
+    alpha and beta read it at its place)."""
+    problem, configs = gpu[1][("rows", dtype, layout)]
+    assert configs and all(SPEC.rows_by_band(problem, c) for c in configs)
+    _verify_all(gpu, ("rows", dtype, layout))
+    _check_alpha_beta(gpu, ("ab", "rows", dtype, layout))
 
 
 @pytest.mark.gpu

@@ -134,6 +134,7 @@ def make_plan(dispatcher, a, b, c, bias, activation, precision, dtype, out_dtype
     user_ldc = max(ldc, 1)
     output_plan = getattr(spec, "output_plan", None)
     if (knobs.staging and output_plan is not None and output_plan(problem, config) is not None
+            and not spec.rows_by_band(problem, config)      # the kernel writes such rows well itself
             and output_staged(m, n, user_ldc, problem["out_dtype"], ci.ptr if ci is not None else 0)):
         staging = staging or Staging((False, False), (rules.storage_shape(m, n, k, la + lb, "a"),
                                                       rules.storage_shape(m, n, k, la + lb, "b")), in_a, kind)

@@ -27,6 +27,45 @@
                             const unsigned buf = store_bufs + ((cw * 4 + warp) * 2 + (stores & 1)) * STORE_BUF;
                             if (lane == 0) bulk_wait_read<1>();   // the store two back has read this buffer
                             __syncwarp();
+{{ stage_chunk(True) }}                            fence_proxy_async();                      // the staged rows, for the TMA unit
+                            __syncwarp();
+                            if (lane == 0) {
+{% if batched %}
+                                tma_store_3d(&tmap_c, buf, n0 + q * STORE_COLS, band, batch);
+{% else %}
+                                tma_store_2d(&tmap_c, buf, n0 + q * STORE_COLS, band);
+{% endif %}
+                                bulk_commit();
+                            }
+                            ++stores;
+                        }
+{% endmacro %}
+{% macro store_band_rows(with_beta) %}
+                        constexpr bool WITH_BETA = {{ "true" if with_beta else "false" }};   // C read, scaled by beta
+                        const unsigned buf = store_bufs + (cw * 4 + warp) * 2 * STORE_BUF;   // the warp's first buffer
+                        const unsigned char* const buf_at = kgen_smem + (buf - smem_addr(kgen_smem));
+                        #pragma unroll
+                        for (int q = 0; q < BN / STORE_COLS; ++q) {
+                            const int c0 = n0 + q * STORE_COLS;       // the chunk's first column
+                            if (c0 >= N) break;
+                            __syncwarp();                             // the chunk before is read
+{{ stage_chunk(False) }}                            __syncwarp();
+                            // row r of the band by lanes at consecutive columns: 32 values a store
+                            #pragma unroll
+                            for (int r = 0; r < STORE_ROWS; ++r) {
+                                if (band + r >= M) break;
+                                out_t* crow = C + (long long)(band + r) * ldc + c0;
+                                #pragma unroll
+                                for (int p = 0; p < STORE_COLS / 32; ++p) {
+                                    const int c = 32 * p + lane;
+                                    const unsigned byte = c * sizeof(out_t);
+                                    const unsigned at = r * 128 + ((((byte >> 4) ^ (r & 7))) << 4) + (byte & 15);
+                                    if (c0 + c < N) crow[c] = *reinterpret_cast<const out_t*>(buf_at + at);
+                                }
+                            }
+                        }
+{% endmacro %}
+{% macro stage_chunk(by_pairs) %}
                             #pragma unroll
                             for (int jj = 0; jj < STORE_COLS / 8; ++jj) {
                                 const int j = q * (STORE_COLS / 8) + jj;
@@ -38,6 +77,7 @@
                                     float v1 = alpha * acc[s][4 * j + 2 * h + 1];
                                     if (WITH_BETA && band + r < M) {
                                         const out_t* crow = C + (long long)(band + r) * ldc;
+{% if by_pairs %}
                                         if (col + 1 < N) {   // TMA's alignment implies the pair's
                                             const float2 old = unpack2(*reinterpret_cast<const out2_t*>(crow + col));
                                             v0 = fmaf(beta, old.x, v0);
@@ -45,6 +85,10 @@
                                         } else if (col < N) {
                                             v0 = fmaf(beta, to_f32(crow[col]), v0);
                                         }
+{% else %}
+                                        if (col < N) v0 = fmaf(beta, to_f32(crow[col]), v0);   // rows of any alignment
+                                        if (col + 1 < N) v1 = fmaf(beta, to_f32(crow[col + 1]), v1);
+{% endif %}
                                     }
                                     v0 = col < N ? finish(v0, bias, col) : 0.0f;
                                     v1 = col + 1 < N ? finish(v1, bias, col + 1) : 0.0f;
@@ -60,18 +104,6 @@
                                     }
                                 }
                             }
-                            fence_proxy_async();                      // the staged rows, for the TMA unit
-                            __syncwarp();
-                            if (lane == 0) {
-{% if batched %}
-                                tma_store_3d(&tmap_c, buf, n0 + q * STORE_COLS, band, batch);
-{% else %}
-                                tma_store_2d(&tmap_c, buf, n0 + q * STORE_COLS, band);
-{% endif %}
-                                bulk_commit();
-                            }
-                            ++stores;
-                        }
 {% endmacro %}
 {% macro store_rows(with_beta) %}
                     constexpr bool WITH_BETA = {{ "true" if with_beta else "false" }};   // C read, scaled by beta

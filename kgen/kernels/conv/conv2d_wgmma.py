@@ -72,6 +72,7 @@ class Conv2dWgmma(ConvFamily, KernelSpec):
         ctx = _GEMM.context(gemm_view(problem, GEMM), config, space)
         ctx.update(geometry(problem).template_values())
         ctx["entry"] = config.name
+        ctx["ROWS_BY_BAND"] = False     # an output TMA cannot store is written from registers
         return ctx
 
     def launch(self, problem: Problem, config: Config) -> Launch:

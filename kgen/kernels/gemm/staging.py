@@ -54,7 +54,9 @@ def output_staged(rows: int, cols: int, ldc: int, out_dtype: str, ptr: int = 0) 
     """Whether a Hopper kernel storing by TMA writes C through a padded buffer: C's rows (or its
     first element, at ``ptr``) are not 16-byte aligned (TMA cannot store them, and the kernel's
     fallback writes 2- or 4-byte values from registers: 0.35-0.5 TB/s on an H100, where the copy
-    back runs at the copy rate) and C holds at least KGEN_STAGING_C_MIN_BYTES.
+    back runs at the copy rate) and C holds at least KGEN_STAGING_C_MIN_BYTES. The caller asks
+    only where N's own rows are aligned: a kernel built for rows that are not writes them itself
+    (``GemmWgmma.rows_by_band``).
 
     >>> output_staged(4096, 1001, 1001, "float16"), output_staged(4096, 1000, 1000, "float16")
     (True, False)

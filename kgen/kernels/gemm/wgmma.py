@@ -98,6 +98,7 @@ class GemmWgmma(TensorCoreGemm):
     options = ("--std=c++17",)
     sm_count = DEFAULT_SM_COUNT
     tf32_rounding = "truncate"   # wgmma reads float32 tiles from shared memory as they are
+    stores_rows_by_band = True   # an unaligned C through the store buffers (``rows_by_band``)
     export_dependencies = ("cupy-cuda13x", "cuda-bindings")     # its TMA maps are encoded at each call
 
     def compile_arch(self, target: Target) -> str:
@@ -273,7 +274,23 @@ class GemmWgmma(TensorCoreGemm):
         return default_splitk(rows, cols, problem["k"], bm, bn, sms, block_k(problem["dtype"]))
 
     def context(self, problem: Problem, config, space) -> dict:
-        return {**super().context(problem, config, space), "EMPTY_BITS": hex(EMPTY_BITS)}
+        return {**super().context(problem, config, space), "EMPTY_BITS": hex(EMPTY_BITS),
+                "ROWS_BY_BAND": self.rows_by_band(problem, config)}
+
+    def rows_by_band(self, problem: Problem, config) -> bool:
+        """Whether the kernel writes a C whose rows TMA cannot store (not 16-byte multiples: N odd
+        in half precision, say) through its store buffers, a row at a time by lanes at consecutive
+        columns, rather than from registers (8 bytes of a row a store instruction: 0.35-0.5 TB/s
+        on an H100). A config storing by TMA, on a plain GEMM whose C rows are such; its source
+        differs from the aligned problems' only there (their binaries are as before).
+
+        >>> spec = GemmWgmma()
+        >>> config = {"TMA_STORE": 1}
+        >>> [spec.rows_by_band(spec.problem(64, n, 64, "bfloat16", "NN"), config) for n in (1001, 1000)]
+        [True, False]
+        """
+        return (self.stores_rows_by_band and bool(config.get("TMA_STORE", 0)) and problem["m"] > 1
+                and problem["n"] * ITEMSIZE[problem["out_dtype"]] % 16 != 0)
 
     # ---- launch -----------------------------------------------------------------------
     def launch(self, problem: Problem, config: Config) -> Launch:

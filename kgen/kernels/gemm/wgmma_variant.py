@@ -20,6 +20,7 @@ DTYPES = ("bfloat16", "float16")
 class WgmmaVariant(GemmWgmma):
     export_runtime = GENERIC_RUNTIME
     export_files, export_extras = KernelSpec.export_files, KernelSpec.export_extras
+    stores_rows_by_band = False      # a C TMA cannot store is written from registers (batch or group offsets)
 
     def request(self, target: Target, **values):
         values["layout"] = str(values.get("layout", "NN")).upper()
