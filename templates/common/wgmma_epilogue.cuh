@@ -10,10 +10,16 @@
                               the warp's 16 rows from `band` on, 128 bytes of columns at a time,
                               staged in its two 2 KiB swizzled shared buffers and sent by TMA store
                               (batched: into C's 3-D map at the scope's `batch`)
+    store_band_rows(with_beta)
+                              the same band through the warp's first buffer, then out a row at a
+                              time by lanes at consecutive columns (2- or 4-byte stores: a C whose
+                              rows TMA cannot store)
+    stage_chunk(by_pairs)     their common part: a chunk of the band into the swizzled buffer
+                              (by_pairs: C read a pair at a time, as TMA's alignment allows)
     store_rows(with_beta)     the thread's two rows, from registers
     store_rows_transposed()   the same for a kernel computing C^T (its rows are C's columns)
   The code reads, from the scope it is written into: acc, s, lane, warp, cw, m0, n0, row_off,
-  M, N, C, ldc, bias, alpha, beta, vec_ok, frag_row, band, store_bufs, stores, tmap_c; BN,
+  M, N, C, ldc, bias, alpha, beta, vec_ok, frag_row, band, store_bufs, stores, tmap_c, kgen_smem; BN,
   STORE_COLS, STORE_BUF, RS, OUT_F32; out_t, out2_t, finish(v, bias, col) (bias and
   activation), to_f32, from_f32, pack2, unpack2 (common/convert_fp16.cuh), the TMA store of
   common/tma.cuh. Macros, not device functions: written as forceinline functions, the same
