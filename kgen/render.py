@@ -161,24 +161,52 @@ def _check_config(spec, problem: Problem, config, space) -> None:
                          f"({space.make(values).name!r})", remedy="build configs with Space.make or Space.config")
 
 
+_SOURCES: dict[tuple, Source] = {}   # (template, its digest, arch, options, context) -> Source
+_SOURCES_MAX = 512
+
+
+def _context_key(ctx: dict) -> tuple | None:
+    """The context as a hashable key, or None where a value is not hashable."""
+    try:
+        key = tuple(sorted(ctx.items()))
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
 def render(spec, problem: Problem, config, target: Target, space=None) -> Source:
-    """The CUDA source of one config of ``spec`` for ``problem`` on ``target``."""
+    """The CUDA source of one config of ``spec`` for ``problem`` on ``target``. A context seen
+    before with the same template files (their digest) is not rendered again: a family's context
+    holds what changes the binary, not the shape, so a new problem of a known config (a dispatch
+    miss at a new M, a grouped call's new token count) skips Jinja."""
     import jinja2
 
     inline = template_text(spec)
     path = Path(f"<{spec.family} template_source>") if inline else _template_path(spec)
     space = space or spec.space(problem, target)
     _check_config(spec, problem, config, space)
+    options = tuple(spec.options)
+    arch = spec.compile_arch(target)
+    ctx = spec.context(problem, config, space)
+    ctx_key = _context_key(ctx)
+    key = None if ctx_key is None else (inline or str(path), spec.template_digest(), arch, options, ctx_key)
+    found = _SOURCES.get(key) if key is not None else None
+    if found is not None and found.entry == config.name:
+        return found
     env = _environment(str(templates_root()) if inline else str(path.parent))
     try:
         template = env.from_string(inline) if inline else env.get_template(path.name)
-        code = template.render(**spec.context(problem, config, space))
+        code = template.render(**ctx)
     except jinja2.TemplateError as exc:
         raise TemplateError(f"template {path.name} failed to render for {config.name}: "
                             f"{type(exc).__name__}: {exc}",
                             remedy="fix the template or the variables KernelSpec.context gives it",
                             template=str(path), config=config.name) from None
-    options = tuple(spec.options)
-    arch = spec.compile_arch(target)
     digest = hashlib.sha256("\0".join([code, *options, arch]).encode()).hexdigest()
-    return Source(code=code, entry=config.name, options=options, arch=arch, digest=digest)
+    source = Source(code=code, entry=config.name, options=options, arch=arch, digest=digest)
+    if key is not None:
+        if len(_SOURCES) >= _SOURCES_MAX:
+            _SOURCES.clear()
+        _SOURCES[key] = source
+    return source

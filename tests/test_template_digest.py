@@ -110,3 +110,24 @@ def test_an_inline_template_covers_its_pieces_and_a_missing_piece_is_named(tree)
 
     with pytest.raises(TemplateError, match="no_such_piece"):
         Missing().template_digest()
+
+
+def test_a_known_context_is_not_rendered_again_until_a_template_file_changes(tree, monkeypatch):
+    """Two problems of one config share one render (a context holds what changes the binary,
+    not the shape); an edited piece renders anew, with its edit."""
+    from kgen.problem import Target
+    from kgen.render import render
+
+    spec, target = get_spec("gemm_wgmma"), Target.h200()
+    first, second = (spec.problem(m, 1024, 1024, "bfloat16", "NN") for m in (1000, 1016))
+    config = spec.default_config(first, target)
+    assert spec.space(second, target).is_valid(config.as_dict())
+    renders = []
+    real = jinja2.Template.render
+    monkeypatch.setattr(jinja2.Template, "render", lambda self, *a, **k: renders.append(1) or real(self, *a, **k))
+    one, two = render(spec, first, config, target), render(spec, second, config, target)
+    assert two is one and len(renders) == 1
+    piece = tree / _pieces("gemm_wgmma", tree)[0]
+    piece.write_text(piece.read_text() + "\n// edited\n")
+    again = render(spec, second, config, target)
+    assert len(renders) == 2 and again.digest != one.digest and "// edited" in again.code
