@@ -29,8 +29,10 @@ class Source:
     digest: str          # sha256 of code + options + arch: the compile cache key (with NVRTC's version)
 
 
+@lru_cache(maxsize=1)
 def data_root() -> Path:
-    """Folder holding templates/ and tuning_db/ for an installed or a source tree."""
+    """Folder holding templates/ and tuning_db/ for an installed or a source tree (found once:
+    a dispatch miss asks for it several times, and resolving the path costs system calls)."""
     here = Path(__file__).resolve().parent
     installed = here / "_data"
     if (installed / "templates").is_dir():

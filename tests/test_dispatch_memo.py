@@ -139,3 +139,27 @@ def test_import_kgen_loads_neither_sqlalchemy_nor_jinja():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).parent.parent).stdout
     assert out.strip() == "[]"
+
+
+def test_the_fingerprint_sees_every_shipped_file_and_each_change(fresh, monkeypatch, tmp_path):
+    """Every ``*.jsonl`` under the shipped folder, a subfolder's included (as the shipped store
+    reads them): a new file, an edit and a removal each change the fingerprint."""
+    import kgen.render
+
+    root = tmp_path / "data"
+    (root / "tuning_db" / "more").mkdir(parents=True)
+    (root / "tuning_db" / "a.jsonl").write_text("{}\n")
+    (root / "tuning_db" / "notes.txt").write_text("not a record file\n")
+    monkeypatch.setattr(kgen.render, "data_root", lambda: root)
+    monkeypatch.setenv("KGEN_USE_SHIPPED_DB", "1")
+    seen = [dispatch_memo.database_fingerprint()]
+    assert [row[0] for row in seen[0][2:]] == [str(root / "tuning_db" / "a.jsonl")]
+    (root / "tuning_db" / "more" / "b.jsonl").write_text("{}\n")
+    seen.append(dispatch_memo.database_fingerprint())
+    assert str(root / "tuning_db" / "more" / "b.jsonl") in [row[0] for row in seen[1]]
+    (root / "tuning_db" / "a.jsonl").write_text("{}\n{}\n")
+    seen.append(dispatch_memo.database_fingerprint())
+    (root / "tuning_db" / "more" / "b.jsonl").unlink()
+    seen.append(dispatch_memo.database_fingerprint())
+    assert all(x != y for i, x in enumerate(seen) for y in seen[i + 1:])
+    assert seen[-1] == dispatch_memo.database_fingerprint()
