@@ -77,7 +77,7 @@ def _shipped_stats(folder: str) -> list[list]:
         except OSError:
             continue
         for entry in entries:
-            if entry.is_dir():
+            if entry.is_dir(follow_symlinks=False):      # as the store's recursive glob: no linked folders
                 todo.append(entry.path)
             elif entry.name.endswith(".jsonl"):
                 try:
