@@ -163,7 +163,7 @@ def _check_config(spec, problem: Problem, config, space) -> None:
                          f"({space.make(values).name!r})", remedy="build configs with Space.make or Space.config")
 
 
-_SOURCES: dict[tuple, Source] = {}   # (template, its digest, arch, options, context) -> Source
+_SOURCES: dict[tuple, Source] = {}   # (template, its digest, arch, options, entry, context) -> Source
 _SOURCES_MAX = 512
 
 
@@ -192,9 +192,10 @@ def render(spec, problem: Problem, config, target: Target, space=None) -> Source
     arch = spec.compile_arch(target)
     ctx = spec.context(problem, config, space)
     ctx_key = _context_key(ctx)
-    key = None if ctx_key is None else (inline or str(path), spec.template_digest(), arch, options, ctx_key)
+    key = None if ctx_key is None else (inline or str(path), spec.template_digest(), arch, options, config.name,
+                                        ctx_key)
     found = _SOURCES.get(key) if key is not None else None
-    if found is not None and found.entry == config.name:
+    if found is not None:
         return found
     env = _environment(str(templates_root()) if inline else str(path.parent))
     try:
