@@ -5,7 +5,9 @@
 
 Each config is checked against the float64 reference on fresh inputs first (a wrong one is
 reported, not timed), then timed as the tuner times (CUDA events, L2 flushed before each
-run, median). Several problems may be given, each followed by its configs. For the question
+run, median). Several problems may be given, each followed by its configs; a problem may
+also be any family's problem key as the database writes it (``softmax|cols=50257|...``; its
+family is the key's, and there is no baseline but for GEMM). For the question
 "does this change of one parameter pay": the configs run in turns, so a drift of the card
 shows in all of them alike. ``--family`` picks the kernel family (default gemm_wgmma;
 gemm_mma for the portable one). ``--out FILE`` appends the rows as JSON lines.
@@ -32,10 +34,10 @@ ROUNDS = 3            # each config timed ROUNDS times, in turns with the others
 def _groups(items: list[str]) -> list[tuple[str, list[str]]]:
     groups: list[tuple[str, list[str]]] = []
     for item in items:
-        if item.count(":") == 2:
+        if item.count(":") == 2 or "|" in item:
             groups.append((item, []))
         elif not groups:
-            raise SystemExit(f"{item}: name a problem (dtype:layout:MxNxK) before its configs")
+            raise SystemExit(f"{item}: name a problem (dtype:layout:MxNxK or a problem key) before its configs")
         else:
             groups[-1][1].append(item)
     return groups
@@ -50,24 +52,34 @@ def checked_runs(family: str, items: list[str], base_template: Path | None = Non
     from kgen.kernels.gemm.tc import torch_baseline
     from kgen.measure.launch import CupyKernel
     from kgen.measure.verify import verify
-    from kgen.problem import Target
+    from kgen.problem import Problem, Target
     from kgen.render import render
     from kgen.registry import get_spec
 
-    spec, target = get_spec(family), Target.detect(0)
-    variants = [("", spec)]
-    if base_template is not None:
-        if not base_template.is_file():
-            raise SystemExit(f"--base-template {base_template}: no such file")
-        base = copy.copy(spec)
-        base.template = str(base_template.resolve())
-        variants.append(("@base", base))
-    cases = []          # (head, problem, [(name, variant spec, config, future)])
+    if base_template is not None and not base_template.is_file():
+        raise SystemExit(f"--base-template {base_template}: no such file")
+    target = Target.detect(0)
+
+    def variants_of(spec) -> list[tuple[str, object]]:
+        variants = [("", spec)]
+        if base_template is not None:
+            base = copy.copy(spec)
+            base.template = str(base_template.resolve())
+            variants.append(("@base", base))
+        return variants
+
+    cases = []          # (head, spec, problem, [(name, variant spec, config, future)])
     with CompilePool() as pool:          # knobs.compile_workers processes
         for head, names in _groups(items):
-            dtype, layout, shape = head.split(":")
-            m, n, k = (int(x) for x in shape.split("x"))
-            problem = spec.problem(m, n, k, dtype, layout)
+            if "|" in head:
+                problem = Problem.from_key(head)
+                spec = get_spec(problem.family)
+            else:
+                spec = get_spec(family)
+                dtype, layout, shape = head.split(":")
+                m, n, k = (int(x) for x in shape.split("x"))
+                problem = spec.problem(m, n, k, dtype, layout)
+            variants = variants_of(spec)
             space = spec.space(problem, target)
             by_name = space.find(names)
             jobs = []
@@ -78,11 +90,12 @@ def checked_runs(family: str, items: list[str], base_template: Path | None = Non
                 for suffix, variant in variants:
                     jobs.append((name + suffix, variant, by_name[name],
                                  pool.submit(render(variant, problem, by_name[name], target, space))))
-            cases.append((head, problem, jobs))
-        cases = [(head, problem, [(name, variant, config, fut.result()) for name, variant, config, fut in jobs])
-                 for head, problem, jobs in cases]
+            cases.append((head, spec, problem, jobs))
+        cases = [(head, spec, problem,
+                  [(name, variant, config, fut.result()) for name, variant, config, fut in jobs])
+                 for head, spec, problem, jobs in cases]
     checked = []
-    for head, problem, jobs in cases:
+    for head, spec, problem, jobs in cases:
         ops = spec.inputs(problem, seed=1)
         check_ops = spec.inputs(problem, seed=2)          # fresh inputs for the check, and their
         expected = spec.reference(problem, check_ops)     # reference, once for every config
@@ -101,7 +114,7 @@ def checked_runs(family: str, items: list[str], base_template: Path | None = Non
                 continue
             runs[name] = (lambda kernel=kernel, variant=variant, config=config, problem=problem, ops=ops:
                           variant.run(kernel, problem, config, ops))
-        cublas = torch_baseline(problem, ops)
+        cublas = torch_baseline(problem, ops) if "|" not in head else None
         if cublas is not None:
             runs["cublas"] = cublas
         checked.append((head, problem, runs))
@@ -137,14 +150,16 @@ def main(argv: list[str]) -> None:
 
     flush = l2_flusher(Target.detect(0).l2_bytes)
     for head, problem, runs in checked_runs(args.family, args.items, args.base_template):
-        m, n, k = problem["m"], problem["n"], problem["k"]
+        flops = 2 * problem["m"] * problem["n"] * problem["k"] if "|" not in head else None
         times = in_turns(runs, flush)
         base = statistics.median(times["cublas"]) if "cublas" in times else None
         for name, ts in times.items():
             ms = statistics.median(ts)
-            row = {"family": args.family, "problem": head, "config": name, "ms": ms, "rounds_ms": ts,
-                   "vs_cublas": base / ms if base else None, "tflops": 2e-9 * m * n * k / ms}
-            print(f"{head:28s} {name:48s} {ms:8.4f} ms {row['tflops']:6.1f} TFLOP/s"
+            row = {"family": problem.family if "|" in head else args.family, "problem": head, "config": name,
+                   "ms": ms, "rounds_ms": ts, "vs_cublas": base / ms if base else None,
+                   "tflops": 1e-9 * flops / ms if flops else None}
+            print(f"{head:28s} {name:48s} {ms:8.4f} ms"
+                  + (f" {row['tflops']:6.1f} TFLOP/s" if flops else "")
                   + (f"  x{row['vs_cublas']:.3f} cuBLAS" if base else ""), flush=True)
             if args.out:
                 with args.out.open("a") as f:
