@@ -169,11 +169,13 @@ def test_default_rule_picks(target):
     assert pick(4096, 32768) == "softmax_regs_t1024_b1024_v8_i4"
     assert pick(65536, 128) == "softmax_regs_t4_b256_v8_i4"                # several rows a block
     assert pick(1000, 1000) == "softmax_regs_t128_b256_v8_i1"              # more threads: too few rows
-    assert pick(4096, 50257) == "softmax_smem_t1024_b1024_v8_i2"           # two rows fit an SM
+    assert pick(4096, 50257) == "softmax_smem_t512_b512_v8_i2"             # two rows fit an SM, two blocks its registers
+    assert pick(200, 50257) == "softmax_smem_t1024_b1024_v8_i2"            # too few rows for two blocks an SM
     assert pick(8, 262144) == "softmax_regs_t1024_b1024_v8_i4_s8"          # a row over a cluster of 8 blocks
     assert pick(16, 152064, family="rmsnorm") == "rmsnorm_regs_t1024_b1024_v8_i3_s8"
     assert pick(8, 4194304, "float32") == "softmax_reread_t1024_b1024_v4_i2_s8"   # too long for 8 blocks' registers
     assert pick(100, 262144) == "softmax_reread_t1024_b1024_v8_i2"         # 100 rows fill most SMs: no split
+    assert pick(1000, 262144) == "softmax_reread_t512_b512_v8_i2"          # rows for two blocks an SM
     assert pick(7, 7, "float16") == "softmax_regs_t8_b64_v1_i1"
 
 

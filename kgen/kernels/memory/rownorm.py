@@ -55,6 +55,7 @@ REGISTERS_PER_SM = 65536
 HELD_TARGET = 4          # vectors a thread holds in the default (64 bytes in flight a thread)
 SPLITS = (1, 2, 4, 8)    # blocks a row (a cluster: 8 is the portable limit)
 SPLIT_PART = 1024        # body vectors a block takes at least when the default splits a row
+STREAMED_THREADS = 512   # threads of a streamed row where rows are many (streamed_threads)
 
 
 def rownorm_problem(family: str, rows: int, cols: int, dtype: str) -> Problem:
@@ -79,6 +80,14 @@ def _pow2_at_least(n: int) -> int:
 def edge_slots(vec: int, tpr: int) -> int:
     """Edge elements a thread holds: a row's head and tail hold fewer than ``vec`` each."""
     return 0 if vec == 1 else -(-2 * (vec - 1) // tpr)
+
+
+def streamed_threads(rows: int, target: Target) -> int:
+    """Threads of a row held in shared memory or read twice: 512 where the rows give every SM
+    two blocks, so that two fit its registers (a 1024-thread block of the 55-63 registers a
+    thread these take fills them: one an SM, its reduction and its loads never overlapping
+    another's); 1024 where rows are fewer (one block an SM either way: all its threads)."""
+    return STREAMED_THREADS if rows >= 2 * target.sm_count else 1024
 
 
 def held_budget(block: int) -> int:
@@ -180,9 +189,10 @@ class RowNorm(MemoryFamily):
         power of two that gives that, doubled (fewer vectors each) while the problem has too few
         threads to fill the device, 256 threads a block (several rows for short ones). A row
         too long for 1024 threads' registers is held in shared memory where two blocks of a row
-        fit an SM, else read twice; 1024 threads, two vectors each in flight. Where half the SMs
-        or more would have no row, a row is split over a cluster of blocks (sm_90), doubling
-        while the rows' blocks stay within the SMs and each block keeps SPLIT_PART vectors."""
+        fit an SM, else read twice; two vectors a thread in flight, 512 threads a row where rows
+        are many (``streamed_threads``), else 1024. Where half the SMs or more would have no
+        row, a row is split over a cluster of blocks (sm_90), doubling while the rows' blocks
+        stay within the SMs and each block keeps SPLIT_PART vectors."""
         rows, cols, dtype = problem["rows"], problem["cols"], problem["dtype"]
         space = self.space(problem, target)
         widths = vector_widths(dtype)
@@ -200,11 +210,12 @@ class RowNorm(MemoryFamily):
         items = next((i for i in HELD_ITEMS if i * tpr >= part), HELD_ITEMS[-1])
         hold = "smem" if 2 * row_bytes(cols, dtype) + 2 * self._scratch_bytes({"BLOCK": 1024, "TPR": 1024}) <= target.smem_per_sm \
             else "reread"
+        streamed = streamed_threads(rows, target)
         candidates = [
             {"HOLD": "regs", "VEC": vec, "TPR": tpr, "BLOCK": block, "ITEMS": items, "SPLIT": split},
             {"HOLD": "reread", "VEC": vec, "TPR": 1024, "BLOCK": 1024, "ITEMS": 2, "SPLIT": split},
-            {"HOLD": hold, "VEC": vec, "TPR": 1024, "BLOCK": 1024, "ITEMS": 2, "SPLIT": 1},
-            {"HOLD": "reread", "VEC": vec, "TPR": 1024, "BLOCK": 1024, "ITEMS": 2, "SPLIT": 1},
+            {"HOLD": hold, "VEC": vec, "TPR": streamed, "BLOCK": streamed, "ITEMS": 2, "SPLIT": 1},
+            {"HOLD": "reread", "VEC": vec, "TPR": streamed, "BLOCK": streamed, "ITEMS": 2, "SPLIT": 1},
             {"HOLD": "reread", "VEC": vec, "TPR": 1024, "BLOCK": 1024, "ITEMS": 1, "SPLIT": 1},
         ]
         if split == 1:
@@ -234,7 +245,7 @@ class RowNorm(MemoryFamily):
                 candidates.append({**d, "HOLD": "regs", "TPR": tpr, "BLOCK": tpr if split > 1 else d["BLOCK"],
                                    "ITEMS": items, "SPLIT": split})
         for hold in HOLDS[1:]:
-            for tpr in (1024, 512):
+            for tpr in (512, 1024):
                 for items in (2, 4, 1):
                     candidates.append({**d, "HOLD": hold, "TPR": tpr, "BLOCK": tpr, "ITEMS": items})
         picks = [first]
