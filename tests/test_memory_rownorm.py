@@ -175,7 +175,7 @@ def test_default_rule_picks(target):
     assert pick(16, 152064, family="rmsnorm") == "rmsnorm_regs_t1024_b1024_v8_i3_s8"
     assert pick(8, 4194304, "float32") == "softmax_reread_t1024_b1024_v4_i2_s8"   # too long for 8 blocks' registers
     assert pick(100, 262144) == "softmax_reread_t1024_b1024_v8_i2"         # 100 rows fill most SMs: no split
-    assert pick(1000, 262144) == "softmax_reread_t512_b512_v8_i2"          # rows for two blocks an SM
+    assert pick(1000, 262144) == "softmax_reread_t1024_b1024_v8_i2"        # read twice: 1024 threads however many rows
     assert pick(7, 7, "float16") == "softmax_regs_t8_b64_v1_i1"
 
 
