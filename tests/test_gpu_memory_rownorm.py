@@ -79,11 +79,14 @@ def _offset_operands(spec, problem, x_shift: int, out_shift: int, w_shift: int, 
 
 @pytest.mark.parametrize("family", sorted(SPECS))
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
-@pytest.mark.parametrize("hold", ["regs", "smem", "reread"])
+@pytest.mark.parametrize("hold", ["regs", "smem", "reread", "bulk"])
 def test_unaligned_rows_and_outputs(family, dtype, hold):
     """Rows of odd width from an odd offset (each row's head and tail), an output aligned
-    unlike the input (the element path), a weight aligned unlike the rows' bodies."""
+    unlike the input (the element path; a bulk-copied row is then copied by the threads), a
+    weight aligned unlike the rows' bodies."""
     spec, target = SPECS[family], _target()
+    if hold == "bulk" and target.cc < (9, 0):
+        pytest.skip("the bulk-copy unit is sm_90's")
     vec = 8 if dtype == "bfloat16" else 4
     rng = random.Random(zlib.crc32(f"{family} {dtype} {hold}".encode()))
     for rows, cols in ((9, 4097), (4, 1003), (3, 8192)):
@@ -94,6 +97,24 @@ def test_unaligned_rows_and_outputs(family, dtype, hold):
             ops = _offset_operands(spec, problem, *shifts)
             check = _check(spec, problem, config, target, ops)
             assert check.ok, f"{config.name} on {rows} x {cols}, shifts x/out/w {shifts}: {check.detail}"
+
+
+@pytest.mark.parametrize("family", sorted(SPECS))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_bulk_copied_rows_in_every_number_of_pieces(family, dtype):
+    """Rows bulk-copied into shared memory in 1 to 8 pieces, at widths whose body a piece count
+    does not divide, from aligned and unaligned starts (the threads' copy)."""
+    spec, target = SPECS[family], _target()
+    if target.cc < (9, 0):
+        pytest.skip("the bulk-copy unit is sm_90's")
+    for rows, cols in ((300, 50257), (7, 4099), (2, 100003)):
+        problem = rownorm_problem(family, rows, cols, dtype)
+        bulk = [c for c in spec.space(problem, target).configs() if c["HOLD"] == "bulk"]
+        for items in (1, 2, 4, 8):
+            for config in [c for c in bulk if c["ITEMS"] == items][-1:]:
+                for shifts in ((0, 0, 0), (1, 1, 0)):
+                    check = _check(spec, problem, config, target, _offset_operands(spec, problem, *shifts))
+                    assert check.ok, f"{config.name} on {rows} x {cols}, shifts {shifts}: {check.detail}"
 
 
 @pytest.mark.parametrize("family", sorted(SPECS))

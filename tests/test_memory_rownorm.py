@@ -111,23 +111,27 @@ def test_every_config_fits_the_width(target, cols, dtype):
             else:
                 assert v["ITEMS"] in STREAM_ITEMS
                 assert v["ITEMS"] == 1 or v["TPR"] * v["ITEMS"] * v["VEC"] <= cols
-            if v["HOLD"] == "smem":
+            if v["HOLD"] in ("smem", "bulk"):
                 assert spec.launch(problem, c).shared_mem + 8 * v["BLOCK"] // 32 <= target.smem_per_block_optin
+            if v["HOLD"] == "bulk":
+                assert v["BLOCK"] == v["TPR"] and split == 1 and v["VEC"] * element(dtype).size == 16
 
 
 def test_which_holds_exist_per_width(target):
-    def holds(cols, dtype="bfloat16", rows=4096, split=1):
+    def holds(cols, dtype="bfloat16", rows=4096, split=1, target=target):
         return {c["HOLD"] for c in SPECS["softmax"].space(rownorm_problem("softmax", rows, cols, dtype),
                                                           target).configs() if c["SPLIT"] == split}
 
     assert holds(8192) == set(HOLDS)
     assert holds(32768) == set(HOLDS)                       # 1024 threads x 32 values
-    assert holds(65539) == {"smem", "reread"}               # too long for one block's registers ...
-    assert holds(65539, split=2) == set(HOLDS)              # ... not for two blocks'
+    assert holds(65539) == {"smem", "reread", "bulk"}       # too long for one block's registers ...
+    assert holds(65539, split=2) == {"regs", "smem", "reread"}   # ... not for two blocks' (bulk: whole rows)
     assert holds(262144) == {"reread"}                      # too long for shared memory
     assert holds(262144, split=8) == {"regs", "reread"}     # an eighth of it: 4 vectors a thread
     assert holds(131072, "float32") == {"reread"}
-    assert holds(1) == {"regs", "smem", "reread"}
+    assert holds(1) == {"regs", "smem", "reread"}           # bulk: 16-byte vectors
+    assert holds(8192, "float32") == set(HOLDS)
+    assert "bulk" not in holds(8192, target=Target.h200(cc=(8, 0)))   # the bulk-copy unit is sm_90's
     assert holds(1, split=2) == set()                       # a split needs a vector a thread in every block
     sm80 = Target.h200(cc=(8, 0))
     assert {c["SPLIT"] for c in SPECS["softmax"].space(rownorm_problem("softmax", 8, 262144, "bfloat16"),
@@ -160,7 +164,7 @@ def test_default_config_is_valid_and_uses_wide_vectors(target, family, cols, dty
 
 
 def test_default_rule_picks(target):
-    def pick(rows, cols, dtype="bfloat16", family="softmax"):
+    def pick(rows, cols, dtype="bfloat16", family="softmax", target=target):
         return SPECS[family].default_config(rownorm_problem(family, rows, cols, dtype), target).name
 
     assert pick(32768, 8192) == "softmax_regs_t256_b256_v8_i4"           # 64 bytes a thread, held
@@ -169,8 +173,10 @@ def test_default_rule_picks(target):
     assert pick(4096, 32768) == "softmax_regs_t1024_b1024_v8_i4"
     assert pick(65536, 128) == "softmax_regs_t4_b256_v8_i4"                # several rows a block
     assert pick(1000, 1000) == "softmax_regs_t128_b256_v8_i1"              # more threads: too few rows
-    assert pick(4096, 50257) == "softmax_smem_t512_b512_v8_i2"             # two rows fit an SM, two blocks its registers
-    assert pick(200, 50257) == "softmax_smem_t1024_b1024_v8_i2"            # too few rows for two blocks an SM
+    assert pick(4096, 50257) == "softmax_bulk_t512_b512_v8_i4"             # two rows fit an SM, two blocks its registers
+    assert pick(200, 50257) == "softmax_bulk_t1024_b1024_v8_i4"            # too few rows for two blocks an SM
+    assert pick(1024, 100000) == "softmax_bulk_t1024_b1024_v8_i4"          # one row fits a block's shared memory
+    assert pick(4096, 50257, target=Target.h200(cc=(8, 0))) == "softmax_smem_t512_b512_v8_i2"   # no bulk copies
     assert pick(8, 262144) == "softmax_regs_t1024_b1024_v8_i4_s8"          # a row over a cluster of 8 blocks
     assert pick(16, 152064, family="rmsnorm") == "rmsnorm_regs_t1024_b1024_v8_i3_s8"
     assert pick(8, 4194304, "float32") == "softmax_reread_t1024_b1024_v4_i2_s8"   # too long for 8 blocks' registers

@@ -7,7 +7,11 @@
 //   KGEN_HOLD_REGS    in registers: ITEMS vectors a thread, read once (the row fits them);
 //   KGEN_HOLD_SMEM    in shared memory (a row's slot: cols elements), read once; ITEMS
 //                     vectors a thread in flight a step;
-//   KGEN_HOLD_REREAD  nowhere: read again (from L2, mostly) after the reduction.
+//   KGEN_HOLD_REREAD  nowhere: read again (from L2, mostly) after the reduction;
+//   KGEN_HOLD_BULK    in shared memory (sm_90, one row a block, 16-byte vectors), copied there
+//                     by the bulk-copy unit in ITEMS pieces, each on its own mbarrier, so that
+//                     no thread holds a load in flight and the first piece is summed while the
+//                     rest arrive; two vectors a thread a step from there on.
 // A thread owns the same elements in both passes, so an output may alias the input.
 //
 // SPLIT > 1 (sm_90): a row is split over the SPLIT blocks of a cluster (ROWS == 1), each
@@ -25,6 +29,8 @@
 #define KGEN_HOLD_REGS 0
 #define KGEN_HOLD_SMEM 1
 #define KGEN_HOLD_REREAD 2
+#define KGEN_HOLD_BULK 3
+#define KGEN_BULK_BAR_BYTES 64      // the pieces' mbarriers (8 at most), just before the row's slot
 
 template <typename T, int VEC, bool VECTOR>
 __device__ __forceinline__ kgen_vec<T, VEC> kgen_row_vec_load(const T* p) {
@@ -62,6 +68,62 @@ __device__ __forceinline__ void kgen_row_weights(float (&wf)[VEC], const typenam
     }
 }
 
+// KGEN_HOLD_BULK: the block's NB body vectors from xb to its row's slot srow, in PIECES bulk
+// copies, each signalled on its mbarrier (a piece without bytes arrives at once).
+template <typename T, int VEC, int PIECES>
+__device__ __forceinline__ void kgen_row_bulk_load(T* srow, const T* xb, int nb) {
+    const unsigned slot = (unsigned)__cvta_generic_to_shared(srow);
+    const unsigned bars = slot - KGEN_BULK_BAR_BYTES;
+    const int per = (nb + PIECES - 1) / PIECES;
+    if (threadIdx.x == 0) {
+#pragma unroll
+        for (int c = 0; c < PIECES; ++c) mbar_init(bars + 8 * c, 1);
+        mbar_init_fence();
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+#pragma unroll 1
+        for (int c = 0; c < PIECES; ++c) {
+            const int lo = c * per;
+            const unsigned bytes = (unsigned)max(0, min(per, nb - lo)) * (VEC * sizeof(T));
+            if (bytes > 0) {
+                mbar_arrive_expect_tx(bars + 8 * c, bytes);
+                bulk_copy_to_shared(slot + lo * (VEC * sizeof(T)), xb + (long long)lo * VEC, bytes, bars + 8 * c);
+            } else {
+                mbar_arrive(bars + 8 * c);
+            }
+        }
+    }
+}
+
+// KGEN_HOLD_BULK's first pass: each piece, once landed, added to acc from shared memory, two
+// vectors a thread a step.
+template <class Op, class E, int TPR, int VEC, int PIECES>
+__device__ __forceinline__ void kgen_row_bulk_add(typename Op::acc_t& acc, const typename E::t* srow, int nb,
+                                                  int lane) {
+    using T = typename E::t;
+    constexpr int U = 2;
+    const unsigned bars = (unsigned)__cvta_generic_to_shared(srow) - KGEN_BULK_BAR_BYTES;
+    const int per = (nb + PIECES - 1) / PIECES;
+#pragma unroll 1
+    for (int c = 0; c < PIECES; ++c) {
+        mbar_wait(bars + 8 * c, 0);
+        const int hi = min(nb, (c + 1) * per);
+        for (int base = c * per; base < hi; base += TPR * U) {
+            float f[U * VEC];
+#pragma unroll
+            for (int k = 0; k < U; ++k) {
+                const int j = base + lane + k * TPR;
+                kgen_vec<T, VEC> raw;
+                if (j < hi) raw = kgen_load_vec<T, VEC>(srow + j * VEC);
+#pragma unroll
+                for (int e = 0; e < VEC; ++e) f[k * VEC + e] = j < hi ? E::load(raw.v[e]) : Op::pad();
+            }
+            Op::add(acc, f);
+        }
+    }
+}
+
 template <class Op, class E, int TPR, int ROWS, int VEC, int ITEMS, int HOLD, int SPLIT, bool ALIGNED>
 __device__ __forceinline__ void kgen_rownorm(const typename E::t* __restrict__ x, const typename E::t* __restrict__ w,
                                              typename E::t* __restrict__ y, long long rows, int cols, float param,
@@ -73,6 +135,7 @@ __device__ __forceinline__ void kgen_rownorm(const typename E::t* __restrict__ x
     constexpr int EDGE = VEC == 1 ? 0 : (2 * (VEC - 1) + TPR - 1) / TPR;
     constexpr int EDGE_SLOTS = EDGE > 0 ? EDGE : 1;
     constexpr int STEP = TPR * ITEMS;
+    constexpr int OUT_ITEMS = HOLD == KGEN_HOLD_BULK ? 2 : ITEMS;     // vectors a thread a step of the second pass
     constexpr int REDUCE_SLOTS = TPR > 32 ? ROWS * TPR / 32 : 0;    // scratch's slots for the reduction; then SPLIT + 1
 
     const int lane = threadIdx.x % TPR;
@@ -153,10 +216,11 @@ __device__ __forceinline__ void kgen_rownorm(const typename E::t* __restrict__ x
     } else {
         acc_t acc = Op::empty();
         T* srow = nullptr;
-        if constexpr (HOLD == KGEN_HOLD_SMEM) {
+        if constexpr (HOLD == KGEN_HOLD_SMEM || HOLD == KGEN_HOLD_BULK) {
             constexpr int ALIGN = 16 / sizeof(T);
             srow = smem + (long long)slot * ((cols + ALIGN - 1) / ALIGN * ALIGN);
         }
+        if constexpr (HOLD == KGEN_HOLD_BULK) kgen_row_bulk_load<T, VEC, ITEMS>(srow, xb, nb);
         if constexpr (EDGE > 0) {
             float ev[EDGE];
 #pragma unroll
@@ -167,7 +231,8 @@ __device__ __forceinline__ void kgen_rownorm(const typename E::t* __restrict__ x
             Op::add(acc, ev);
         }
         // pass 1: ITEMS vectors in flight a step
-        for (int base = 0; base < nb; base += STEP) {
+        if constexpr (HOLD == KGEN_HOLD_BULK) kgen_row_bulk_add<Op, E, TPR, VEC, ITEMS>(acc, srow, nb, lane);
+        else for (int base = 0; base < nb; base += STEP) {
             V raw[ITEMS];
 #pragma unroll
             for (int k = 0; k < ITEMS; ++k) {
@@ -189,18 +254,18 @@ __device__ __forceinline__ void kgen_rownorm(const typename E::t* __restrict__ x
         const acc_t total = kgen_split_merge<Op, SPLIT>(kgen_row_reduce<Op, TPR>(acc, scratch), scratch + REDUCE_SLOTS);
         const typename Op::stat_t st = Op::stat(total, cols, param);
         // pass 2
-        for (int base = 0; base < nb; base += STEP) {
-            V raw[ITEMS];
+        for (int base = 0; base < nb; base += TPR * OUT_ITEMS) {
+            V raw[OUT_ITEMS];
 #pragma unroll
-            for (int k = 0; k < ITEMS; ++k) {
+            for (int k = 0; k < OUT_ITEMS; ++k) {
                 const int j = base + lane + k * TPR;
                 if (j < nb) {
-                    if constexpr (HOLD == KGEN_HOLD_SMEM) raw[k] = kgen_load_vec<T, VEC>(srow + j * VEC);
+                    if constexpr (HOLD != KGEN_HOLD_REREAD) raw[k] = kgen_load_vec<T, VEC>(srow + j * VEC);
                     else raw[k] = kgen_row_vec_load<T, VEC, ALIGNED>(xb + j * VEC);
                 }
             }
 #pragma unroll
-            for (int k = 0; k < ITEMS; ++k) {
+            for (int k = 0; k < OUT_ITEMS; ++k) {
                 const int j = base + lane + k * TPR;
                 if (j < nb) {
                     float wf[VEC];
@@ -237,6 +302,8 @@ __device__ __forceinline__ void kgen_rownorm_rows(const typename E::t* __restric
         kgen_rownorm<Op, E, TPR, ROWS, VEC, ITEMS, HOLD, SPLIT, true>(x, w, y, rows, cols, param, scratch, smem);
     } else if (apart % (VEC * sizeof(typename E::t)) == 0) {
         kgen_rownorm<Op, E, TPR, ROWS, VEC, ITEMS, HOLD, SPLIT, true>(x, w, y, rows, cols, param, scratch, smem);
+    } else if constexpr (HOLD == KGEN_HOLD_BULK) {   // a bulk copy needs the body aligned: the threads copy it
+        kgen_rownorm<Op, E, TPR, ROWS, VEC, 2, KGEN_HOLD_SMEM, SPLIT, false>(x, w, y, rows, cols, param, scratch, smem);
     } else {
         kgen_rownorm<Op, E, TPR, ROWS, VEC, ITEMS, HOLD, SPLIT, false>(x, w, y, rows, cols, param, scratch, smem);
     }

@@ -11,7 +11,9 @@ The knobs:
 - ``HOLD``: where the row waits between the reduction's two sides. ``regs``: in registers,
   read once (ITEMS is then the vectors a thread holds, the fewest that cover the row);
   ``smem``: in shared memory, read once; ``reread``: read again, from L2 mostly (ITEMS is then
-  the vectors a thread has in flight a step);
+  the vectors a thread has in flight a step); ``bulk`` (sm_90, one row a block, 16-byte
+  vectors): in shared memory, copied there by the bulk-copy unit in ITEMS pieces, each on its
+  own mbarrier, no thread holding a load in flight;
 - ``TPR``: threads a row; ``BLOCK``: threads a block (``BLOCK / TPR`` rows);
 - ``VEC``: elements a vector (up to 16 bytes); ``ITEMS``: vectors a thread, as above;
 - ``SPLIT`` (sm_90): blocks a row, a thread-block cluster whose blocks each take a SPLIT-th of
@@ -44,7 +46,8 @@ from kgen.problem import Problem, Target
 from kgen.space import Config, Constraint, Param, Space
 from kgen.spec import Launch, scalar_operand
 
-HOLDS = ("regs", "smem", "reread")
+HOLDS = ("regs", "smem", "reread", "bulk")
+BULK_BAR_BYTES = 64      # a bulk-copied row's mbarriers, before its slot (KGEN_BULK_BAR_BYTES)
 THREADS = tuple(1 << i for i in range(11))            # threads a row: 1 .. 1024
 BLOCKS = (32, 64, 128, 256, 512, 1024)
 HELD_ITEMS = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64)
@@ -56,6 +59,7 @@ HELD_TARGET = 4          # vectors a thread holds in the default (64 bytes in fl
 SPLITS = (1, 2, 4, 8)    # blocks a row (a cluster: 8 is the portable limit)
 SPLIT_PART = 1024        # body vectors a block takes at least when the default splits a row
 SMEM_THREADS = 512       # threads of a row held in shared memory where rows are many (smem_threads)
+BULK_PIECES = 4          # the default's pieces of a bulk-copied row (1 to 8 within 0.5 % on an H100)
 
 
 def rownorm_problem(family: str, rows: int, cols: int, dtype: str) -> Problem:
@@ -83,10 +87,11 @@ def edge_slots(vec: int, tpr: int) -> int:
 
 
 def smem_threads(rows: int, target: Target) -> int:
-    """Threads of a row held in shared memory: 512 where the rows give every SM two blocks, so
-    that two fit its registers (a 1024-thread block of the 55-63 registers a thread these take
-    fills them: one an SM, its reduction and its loads never overlapping another's); 1024
-    where rows are fewer (one block an SM either way: all its threads). A row read twice keeps
+    """Threads of a row held in shared memory where two rows fit an SM's: 512 where the rows
+    give every SM two blocks, so that two fit its registers (a 1024-thread block of the 55-63
+    registers a thread these take fills them: one an SM, its reduction and its loads never
+    overlapping another's); 1024 where rows are fewer (one block an SM either way: all its
+    threads). A row read twice keeps
     1024: two blocks an SM put twice the rows in flight, and the second read finds fewer of
     them in the L2 (H200, 2048 x 40000 float32: 0.242 ms at 512 against 0.196 at 1024)."""
     return SMEM_THREADS if rows >= 2 * target.sm_count else 1024
@@ -136,10 +141,15 @@ class RowNorm(MemoryFamily):
             need = -(-part(v) // v["TPR"])
             return next((i for i in HELD_ITEMS if i >= need), 0)
 
-        def fits_registers(v) -> bool:
+        def in_flight(v) -> int:
+            """Vectors a thread holds (regs) or has in flight a step (bulk: ITEMS are pieces, two a step)."""
+            return 2 if v["HOLD"] == "bulk" else v["ITEMS"]
+
+        def held(v) -> bool:
+            """What a thread holds (regs) or has in flight, raw and as floats, fits its registers."""
             if v["HOLD"] == "regs":
                 return v["ITEMS"] * v["VEC"] + edge_slots(v["VEC"], v["TPR"]) <= held_budget(v["BLOCK"])
-            return v["ITEMS"] * v["VEC"] <= held_budget(v["BLOCK"]) // 2
+            return in_flight(v) * v["VEC"] <= held_budget(v["BLOCK"]) // 2
 
         constraints = [
             Constraint("a vector is no longer than the row", lambda v: v["VEC"] <= cols, ("VEC",)),
@@ -160,11 +170,16 @@ class RowNorm(MemoryFamily):
                                                          (v["ITEMS"] == 1 or v["TPR"] * v["ITEMS"] * v["VEC"] <= cols)),
                        ("VEC", "TPR", "HOLD", "ITEMS")),
             Constraint("the values a thread holds fit its registers",
-                       fits_registers, ("VEC", "TPR", "BLOCK", "HOLD", "ITEMS")),
+                       held, ("VEC", "TPR", "BLOCK", "HOLD", "ITEMS")),
             Constraint("held in shared memory: the block's rows fit it",
-                       lambda v: v["HOLD"] != "smem" or
-                       v["BLOCK"] // v["TPR"] * row_bytes(cols, dtype) + self._scratch_bytes(v) <= smem_limit,
+                       lambda v: v["HOLD"] not in ("smem", "bulk") or
+                       self._shared_bytes(v, cols, dtype) + self._scratch_bytes(v) <= smem_limit,
                        ("VEC", "TPR", "BLOCK", "HOLD")),
+            Constraint("bulk-copied (sm_90): one whole row a block, 16-byte vectors",
+                       lambda v: v["HOLD"] != "bulk" or (target.cc >= (9, 0) and v["BLOCK"] == v["TPR"]
+                                                         and v["SPLIT"] == 1
+                                                         and v["VEC"] * element(dtype).size == VECTOR_BYTES),
+                       ("VEC", "TPR", "BLOCK", "HOLD", "SPLIT")),
         ]
         return Space([Param("HOLD", HOLDS), Param("VEC", vector_widths(dtype)), Param("TPR", THREADS),
                       Param("BLOCK", BLOCKS), Param("ITEMS", ITEMS), Param("SPLIT", SPLITS, default=1)],
@@ -172,6 +187,15 @@ class RowNorm(MemoryFamily):
                      derived={"ROWS": lambda v: v["BLOCK"] // v["TPR"], "SCRATCH": self._scratch_slots},
                      namer=lambda v: (f"{self.family}_{v['HOLD']}_t{v['TPR']}_b{v['BLOCK']}_v{v['VEC']}"
                                       f"_i{v['ITEMS']}" + (f"_s{v['SPLIT']}" if v["SPLIT"] > 1 else "")))
+
+    @staticmethod
+    def _shared_bytes(values: Mapping[str, Any], cols: int, dtype: str) -> int:
+        """Dynamic shared memory: the block's rows where they are held there, and a bulk-copied
+        row's barriers."""
+        if values["HOLD"] not in ("smem", "bulk"):
+            return 0
+        rows = values["BLOCK"] // values["TPR"] * row_bytes(cols, dtype)
+        return rows + (BULK_BAR_BYTES if values["HOLD"] == "bulk" else 0)
 
     @staticmethod
     def _scratch_slots(values: Mapping[str, Any]) -> int:
@@ -190,11 +214,13 @@ class RowNorm(MemoryFamily):
         fits is held in registers, HELD_TARGET vectors a thread (64 bytes in flight): TPR the
         power of two that gives that, doubled (fewer vectors each) while the problem has too few
         threads to fill the device, 256 threads a block (several rows for short ones). A row
-        too long for 1024 threads' registers is held in shared memory where two blocks of a row
-        fit an SM (512 threads a row where rows are many, ``smem_threads``), else read twice
-        (1024 threads); two vectors a thread in flight. Where half the SMs or more would have no
-        row, a row is split over a cluster of blocks (sm_90), doubling while the rows' blocks
-        stay within the SMs and each block keeps SPLIT_PART vectors."""
+        too long for 1024 threads' registers is held in shared memory where it fits a block's:
+        bulk-copied in BULK_PIECES pieces (sm_90, 16-byte vectors), else copied by the threads
+        where two blocks of a row fit an SM; 512 threads a row where two fit and rows are many
+        (``smem_threads``), else 1024. A longer row is read twice (1024 threads, two vectors
+        each in flight). Where half the SMs or more would have no row, a row is split over a
+        cluster of blocks (sm_90), doubling while the rows' blocks stay within the SMs and each
+        block keeps SPLIT_PART vectors."""
         rows, cols, dtype = problem["rows"], problem["cols"], problem["dtype"]
         space = self.space(problem, target)
         widths = vector_widths(dtype)
@@ -210,14 +236,15 @@ class RowNorm(MemoryFamily):
             tpr *= 2
         block = tpr if split > 1 else max(tpr, min(256, max(32, tpr * _pow2_at_least(rows))))
         items = next((i for i in HELD_ITEMS if i * tpr >= part), HELD_ITEMS[-1])
-        hold = "smem" if 2 * row_bytes(cols, dtype) + 2 * self._scratch_bytes({"BLOCK": 1024, "TPR": 1024}) <= target.smem_per_sm \
-            else "reread"
-        smem_tpr = smem_threads(rows, target)
+        scratch = self._scratch_bytes({"BLOCK": 1024, "TPR": 1024})
+        two_fit = 2 * (row_bytes(cols, dtype) + BULK_BAR_BYTES + scratch) <= target.smem_per_sm
+        smem_tpr = smem_threads(rows, target) if two_fit else 1024
         candidates = [
             {"HOLD": "regs", "VEC": vec, "TPR": tpr, "BLOCK": block, "ITEMS": items, "SPLIT": split},
             {"HOLD": "reread", "VEC": vec, "TPR": 1024, "BLOCK": 1024, "ITEMS": 2, "SPLIT": split},
-            {"HOLD": hold, "VEC": vec, "TPR": smem_tpr if hold == "smem" else 1024,
-             "BLOCK": smem_tpr if hold == "smem" else 1024, "ITEMS": 2, "SPLIT": 1},
+            {"HOLD": "bulk", "VEC": vec, "TPR": smem_tpr, "BLOCK": smem_tpr, "ITEMS": BULK_PIECES, "SPLIT": 1},
+            {"HOLD": "smem" if two_fit else "reread", "VEC": vec, "TPR": smem_tpr if two_fit else 1024,
+             "BLOCK": smem_tpr if two_fit else 1024, "ITEMS": 2, "SPLIT": 1},
             {"HOLD": "reread", "VEC": vec, "TPR": 1024, "BLOCK": 1024, "ITEMS": 2, "SPLIT": 1},
             {"HOLD": "reread", "VEC": vec, "TPR": 1024, "BLOCK": 1024, "ITEMS": 1, "SPLIT": 1},
         ]
@@ -228,7 +255,8 @@ class RowNorm(MemoryFamily):
     def model_picks(self, problem: Problem, target: Target, count: int) -> list[Config]:
         """The default, then its neighbours: twice and half its threads a row (held configs with
         the ITEMS that cover the row), half and twice its split where rows are fewer than SMs,
-        every place to hold the row with 512 and 1024 threads, then the space's configs in order."""
+        every other place to hold the row with 512 and 1024 threads, then the space's configs in
+        order."""
         space = self.space(problem, target)
         first = self.default_config(problem, target)
         d = first.as_dict()
@@ -247,9 +275,9 @@ class RowNorm(MemoryFamily):
                 items = next((i for i in HELD_ITEMS if i * tpr >= share), HELD_ITEMS[-1])
                 candidates.append({**d, "HOLD": "regs", "TPR": tpr, "BLOCK": tpr if split > 1 else d["BLOCK"],
                                    "ITEMS": items, "SPLIT": split})
-        for hold in HOLDS[1:]:
-            for tpr in (512, 1024):
-                for items in (2, 4, 1):
+        for tpr in (512, 1024):
+            for items in (2, 4, 1):
+                for hold in HOLDS[1:]:
                     candidates.append({**d, "HOLD": hold, "TPR": tpr, "BLOCK": tpr, "ITEMS": items})
         picks = [first]
         for values in candidates:
@@ -275,7 +303,7 @@ class RowNorm(MemoryFamily):
     def launch(self, problem: Problem, config: Config) -> Launch:
         rows_a_block = config["BLOCK"] // config["TPR"]
         blocks = -(-problem["rows"] // rows_a_block) * config["SPLIT"]
-        shared = rows_a_block * row_bytes(problem["cols"], problem["dtype"]) if config["HOLD"] == "smem" else 0
+        shared = self._shared_bytes(config, problem["cols"], problem["dtype"])
         return Launch((blocks, 1, 1), (config["BLOCK"], 1, 1), shared)
 
     def sizes(self, problem: Problem) -> list[Any]:
