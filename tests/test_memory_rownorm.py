@@ -345,6 +345,13 @@ def test_sass_has_128_bit_loads_and_stores_and_the_ops_instructions(target, fami
     sass = sass_or_skip(_binary(family, target, short, HOLD="regs", VEC=4, TPR=8, BLOCK=256, ITEMS=4).cubin)
     assert re.search(r"LDG\.E\.128", sass) and "BAR.SYNC" not in sass         # a row in a warp: shuffles only
 
+    long = rownorm_problem(family, 4096, 50257, "bfloat16")
+    sass = sass_or_skip(_binary(family, target, long, HOLD="bulk", VEC=8, TPR=512, BLOCK=512, ITEMS=4).cubin)
+    assert "UBLKCP" in sass and "SYNCS.PHASECHK" in sass          # the bulk copy and the waits on its pieces
+    assert re.search(r"LDS\.128", sass) and re.search(r"STG\.E\.128", sass)
+    assert ("LDG.E.128" in sass) == (family == "rmsnorm")             # the threads load weights, never the row
+    resources = _binary(family, target, long, HOLD="bulk", VEC=8, TPR=512, BLOCK=512, ITEMS=8).resources
+    assert resources.get("spill_stores", 0) == 0 and resources["registers"] <= 64   # pieces cost no registers
 
 # ---------------------------------------------------------------- the float64 references
 
