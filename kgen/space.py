@@ -26,6 +26,13 @@ Values = Mapping[str, Any]
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
+def _is_identifier(name: str) -> bool:
+    """``_IDENTIFIER.match(name)`` as a bool, the common case without the regex: a string that
+    is an ASCII Python identifier is one; anything else (a trailing newline, which ``$`` lets
+    through, or no string at all) is left to the regex."""
+    return (type(name) is str and name.isascii() and name.isidentifier()) or _IDENTIFIER.match(name) is not None
+
+
 @dataclass(frozen=True)
 class Param:
     """One tunable parameter and the values it may take (ints, floats, strings or bools).
@@ -50,6 +57,8 @@ class Param:
         if self.default is not None and self.default not in self.choices:
             raise SpaceError(f"parameter {self.name!r} defaults to {self.default!r}, not one of its choices")
         object.__setattr__(self, "_allowed", frozenset((type(c), c) for c in self.choices))
+        # a choice's type by its value (choices never compare equal): Space's checks of many configs
+        object.__setattr__(self, "_kinds", dict(zip(self.choices, map(type, self.choices))))
 
     def allows(self, value) -> bool:
         """Whether ``value`` is one of the choices, of the choice's own type (True is not 1,
@@ -148,7 +157,8 @@ class Space:
         object.__setattr__(self, "_name_set", frozenset(names))
         # constraints that declare the parameters they read are checked on the parameters alone
         # (as enumeration checks them); the others on the values with every derived one
-        object.__setattr__(self, "_on_params", tuple(c.params is not None and set(c.params) <= set(names)
+        name_set = self._name_set
+        object.__setattr__(self, "_on_params", tuple(c.params is not None and name_set.issuperset(c.params)
                                                      for c in self.constraints))
         object.__setattr__(self, "_defaults", tuple((p.name, p.default) for p in self.params
                                                     if p.default is not None))
@@ -252,11 +262,13 @@ class Space:
     def _name_checker(self) -> Callable[[Mapping[str, Any]], str | None]:
         names, namer, full_values, count = self._names, self.namer, self.full_values, len(self._names)
         # a choice's type by its value: Param refuses choices that compare equal (1 and True, 1 and 1.0)
-        kinds = tuple(dict(zip(p.choices, map(type, p.choices))) for p in self.params)
-        on_params = tuple(c.holds for c, on in zip(self.constraints, self._on_params) if on)
-        on_full = tuple(c.holds for c, on in zip(self.constraints, self._on_params) if not on)
+        kinds = tuple(p._kinds for p in self.params)
         fused = self.check
-        get, is_ = dict.get, operator.is_
+        on_params = on_full = ()                     # (the constraints one by one, where none is fused)
+        if fused is None:
+            on_params = tuple(c.holds for c, on in zip(self.constraints, self._on_params) if on)
+            on_full = tuple(c.holds for c, on in zip(self.constraints, self._on_params) if not on)
+        get, is_, is_identifier = dict.get, operator.is_, _is_identifier
         values_of = operator.itemgetter(*names) if count > 1 else lambda v: tuple(v[n] for n in names)
 
         def check(values: Mapping[str, Any]) -> str | None:
@@ -269,7 +281,7 @@ class Space:
                 if values is None:
                     return None
                 name = namer({n: values[n] for n in names})
-                return name if _IDENTIFIER.match(name) else None
+                return name if _is_identifier(name) else None
             try:                                    # Param.allows of each: the choice equal to it, of its type
                 if not all(map(is_, map(get, kinds, vals), map(type, vals))):
                     return None
@@ -280,7 +292,7 @@ class Space:
                     name = fused(*vals)
                 except (ZeroDivisionError, ValueError, KeyError, TypeError):
                     return None
-                return name if name is not None and _IDENTIFIER.match(name) else None
+                return name if name is not None and is_identifier(name) else None
             ordered = dict(zip(names, vals))
             try:
                 for holds in on_params:
@@ -294,7 +306,7 @@ class Space:
             except (ZeroDivisionError, ValueError, KeyError, TypeError):
                 return None
             name = namer(ordered)
-            return name if _IDENTIFIER.match(name) else None
+            return name if is_identifier(name) else None
 
         return check
 

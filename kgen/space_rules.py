@@ -12,7 +12,12 @@ dictionary lookup a value per constraint. Both come from the same text, so they 
 disagree. A let is also a function of a config's values (``let``: a space's derived value).
 
 The text is compiled once per distinct set of expressions and name (a family builds a space
-per problem: only the constants change, and they are the functions' globals). The expressions
+per problem: only the constants change). The constants an expression reads are the cells of the
+functions' closure, made per space by one call of the compiled text, and the functions share
+one global namespace (the builtins) whatever the problem: an import that checks records of many
+problems in turn then runs the same code on the same globals, each lookup of a constant one
+load from a cell (were they the globals, each space's own, Python's caches of global lookups
+in the shared code would be refilled at every change of problem). The expressions
 are the family's source, never data: a value read from a file is an argument of the compiled
 functions, not part of their text. ``v`` is the compiled functions' own name for the values,
 so no parameter, constant or let may take it.
@@ -40,11 +45,13 @@ from kgen.space import Constraint
 
 @dataclass(frozen=True)
 class _Program:
-    """The compiled text of one set of expressions: a module defining ``rule_<i>`` (each rule
-    on the values by name), ``let_<name>`` (each let likewise), ``namer`` (likewise) and
+    """The compiled text of one set of expressions: ``make``, called with the values of the
+    constants ``constants`` in that order, defines and returns (by name) ``rule_<i>`` (each
+    rule on the values by name), ``let_<name>`` (each let likewise), ``namer`` (likewise) and
     ``check`` (every rule, then the name, on the values as arguments)."""
 
-    code: Any
+    make: Callable[..., dict[str, Callable]]
+    constants: tuple[str, ...]                    # the constants the text reads, make's arguments
     rule_params: tuple[tuple[str, ...], ...]      # the parameters each rule reads
 
 
@@ -59,8 +66,7 @@ class Rules:
         self.lets = tuple(lets.items())
         self.rules = tuple((str(t), str(e)) for t, e in rules)
         program = _program(self.params, frozenset(constants), self.lets, self.rules, name)
-        scope = dict(constants)
-        exec(program.code, scope)                    # the family's own expressions, compiled once
+        scope = program.make(*[constants[c] for c in program.constants])   # compiled once, closed over these
         self._scope, self._rule_params = scope, program.rule_params
         self.namer: Callable[[Mapping[str, Any]], str] = scope["namer"]
         """A config's name from its values (an f-string of ``name``'s text)."""
@@ -128,13 +134,15 @@ def _program(params: tuple[str, ...], constants: frozenset, lets: tuple[tuple[st
         own = tuple(p for p in params if p in used)
         return own, [f"    {p} = v[{p!r}]" for p in own] + [f"    {n} = {let_text[n]}" for n in needed]
 
-    source, rule_params = [], []
+    source, rule_params, defined = [], [], []
     for i, (_, text) in enumerate(rules):
         own, body = by_name(reads[i])
         rule_params.append(own)
         source += [f"def rule_{i}(v):", *body, f"    return bool({text})"]
+        defined.append(f"rule_{i}")
     for let, _ in lets:
         source += [f"def let_{let}(v):", *by_name({let})[1], f"    return {let}"]
+        defined.append(f"let_{let}")
     source += ["def namer(v):", *[f"    {p} = v[{p!r}]" for p in params], f"    return {named}"]
     source.append(f"def check({', '.join(params)}):")
     done: set[str] = set()
@@ -145,11 +153,17 @@ def _program(params: tuple[str, ...], constants: frozenset, lets: tuple[tuple[st
                 done.add(let)
         source += [f"    if not ({text}):", "        return None"]
     source.append(f"    return {named}")
+    # the functions above, nested in one that takes the constants they read (their closure)
+    used = sorted(set(constants) & (_names(named, "name").union(*reads.values())))
+    source = [f"def make({', '.join(used)}):", *["    " + line for line in source],
+              f"    return {{{', '.join(f'{n!r}: {n}' for n in [*defined, 'namer', 'check'])}}}"]
     try:
         code = compile("\n".join(source), "<kgen.space_rules>", "exec")
     except SyntaxError as exc:            # a keyword for a name, a comment in an expression, ...
         raise SpaceError(f"the constraint expressions do not compile: {exc.msg} in {exc.text!r}") from None
-    return _Program(code, tuple(rule_params))
+    scope: dict[str, Any] = {}
+    exec(code, scope)                     # the family's own expressions, compiled once
+    return _Program(scope["make"], tuple(used), tuple(rule_params))
 
 
 def _names(text: str, where: str) -> set[str]:

@@ -49,10 +49,27 @@ def test_the_check_agrees_with_the_constraints_and_the_namer_on_every_config():
 
 
 def test_constants_are_values_never_text():
-    """A constant is a global of the compiled functions: a value with braces or quotes is
-    rendered as it is, never evaluated."""
+    """A constant is a variable of the compiled functions (their closure's): a value with
+    braces or quotes is rendered as it is, never evaluated."""
     r = rules(tag="x}{__import__('os')}\"'")
     assert r.check(64, 2, 0) == "x}{__import__('os')}\"'_b64_v2_d0"
+
+
+def test_spaces_compiled_from_one_text_keep_their_own_constants():
+    """Rules of one text with other constants share the compiled code, not the constants: used
+    in turn, each judges and names by its own, however the calls interleave."""
+    wide, narrow, other = rules(), rules(limit=64), rules(tag="u")
+    for _ in range(3):
+        assert wide.check(64, 4, 0) == "t_b64_v4_d0" and narrow.check(64, 4, 0) is None
+        assert other.check(64, 4, 0) == "u_b64_v4_d0" and narrow.check(32, 2, 0) == "t_b32_v2_d0"
+        assert [c.holds({"block": 64, "vec": 4, "deep": 0}) for c in narrow.constraints()][0] is False
+        assert wide.let("bytes")({"block": 64, "vec": 4, "deep": 1}) == 512
+
+
+def test_a_constant_no_text_reads_may_have_any_name():
+    r = Rules(["block"], {"limit": 8, "not an identifier": 1, "class": 2}, {}, [("fits", "block <= limit")],
+              "b{block}")
+    assert r.check(8) == "b8" and r.check(9) is None
 
 
 @pytest.mark.parametrize("lets, rule, name, words", [

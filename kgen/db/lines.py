@@ -1,7 +1,9 @@
 """Exchange-file lines to validated Records or SQL rows; large files in parallel processes.
 
 Each line is parsed, given its ``origin`` and checked by ``validate_line`` (the schema), then,
-with ``check``, its record by ``kgen.db.validity`` (its family's space, a plausible time). The
+with ``check``, its record by ``kgen.db.validity`` (its family's space, a plausible time); a
+row's config is then checked once: ``Validator.passed`` vouches for a config of declared choices,
+and the schema checks any other before its record (``_checked_rows``). The
 first bad line stops the file with a DatabaseError naming it; with ``skip_invalid`` a line
 whose record is well-formed but invalid here is left out and reported instead (a line that is
 no record still stops the file). Files of ``PARALLEL_MIN_LINES`` lines
@@ -24,7 +26,7 @@ from typing import Any
 
 from kgen.db.base import row_of_dict
 from kgen.db.codec import loads
-from kgen.db.schema import check_line, validate_line
+from kgen.db.schema import check_config, check_line, validate_line
 from kgen.errors import DatabaseError
 
 CHUNK_LINES = 2000            # lines per task sent to a worker
@@ -70,7 +72,9 @@ def parse_chunk(lines: list[bytes], first: int, total: int, origin: str, as_rows
 
     With ``check``, every ``CHECK_LINES`` lines are parsed, then their records checked in one
     run (the family's code stays in the CPU's caches from one check to the next, the records
-    still in them); the first bad line, malformed or invalid, is the one line by line finds."""
+    still in them); the first bad line, malformed or invalid, is the one line by line finds.
+    A row's config is then checked by the schema only where ``Validator.passed`` does not
+    vouch for it (a config of declared choices is an object of scalars)."""
     if not check:
         out, _, error = _parsed(lines, first, total, origin, as_rows, False)
         return out, error, []
@@ -78,17 +82,24 @@ def parse_chunk(lines: list[bytes], first: int, total: int, origin: str, as_rows
     skipped: list[tuple[int, str]] = []
     for start in range(0, len(lines), CHECK_LINES):
         parsed, fields, error = _parsed(lines[start:start + CHECK_LINES], first + start, total, origin, as_rows, True)
-        error = _checked(parsed, fields if as_rows else None, error, skip_invalid, out, skipped)
+        if as_rows:
+            error = _checked_rows(parsed, fields, error, skip_invalid, out, skipped)
+        else:
+            error = _checked(parsed, error, skip_invalid, out, skipped)
         if error is not None:
             return out, error, skipped
     return out, None, skipped
+
+
+_LINE_ERRORS = (UnicodeDecodeError, ValueError, DatabaseError, TypeError, KeyError, OverflowError, RecursionError)
 
 
 def _parsed(lines: list[bytes], first: int, total: int, origin: str, as_rows: bool,
             check: bool) -> tuple[list[tuple[int, Any]], list[tuple], tuple | None]:
     """``(parsed, fields, error)``: ``parse_chunk``'s ``parsed`` and ``error`` without the
     check; with ``check`` and ``as_rows``, ``fields`` holds each parsed record's arguments to
-    Validator.why."""
+    Validator.why, its line checked by the schema but for what its config holds
+    (``_checked_rows`` has that checked)."""
     from kgen.knobs import knobs
 
     out: list[tuple[int, Any]] = []
@@ -104,33 +115,36 @@ def _parsed(lines: list[bytes], first: int, total: int, origin: str, as_rows: bo
             obj = loads(raw)
             if origin and isinstance(obj, dict) and isinstance(obj.get("provenance"), dict):
                 obj["provenance"]["origin"] = origin
-            if as_rows:                      # the row straight from the checked line
+            if as_rows and check:            # the row straight from the line, its config checked later
+                try:
+                    check_line(obj, config=False)
+                    item = row_of_dict(obj)
+                except _LINE_ERRORS:         # the schema's whole check says why first, as it did
+                    check_line(obj)          # before the row was made
+                    raise
+                fields.append((item[0], item[1], item[5], obj["config"], item[6], item[2], item[3], item[4],
+                               item[7]))
+            elif as_rows:
                 check_line(obj)
                 item = row_of_dict(obj)
-                if check:
-                    fields.append((item[0], item[1], item[5], obj["config"], item[6], item[2], item[3], item[4],
-                                   item[7]))
             else:
                 item = validate_line(obj)
-        except (UnicodeDecodeError, ValueError, DatabaseError, TypeError, KeyError, OverflowError,
-                RecursionError) as exc:
+        except _LINE_ERRORS as exc:
             cut = number == total and not raw.endswith(b"\n") and raw.lstrip().startswith(b"{")
             return out, fields, (number, _why(exc, cut), False)
         out.append((number, item))
     return out, fields, None
 
 
-def _checked(parsed: list[tuple[int, Any]], fields: list[tuple] | None, error: tuple | None, skip_invalid: bool,
+def _checked(parsed: list[tuple[int, Any]], error: tuple | None, skip_invalid: bool,
              out: list[tuple[int, Any]], skipped: list[tuple[int, str]]) -> tuple | None:
-    """Check the ``parsed`` records in file order (``fields``: their arguments to
-    Validator.why, or None where they are Records), adding the valid ones to ``out`` and those
+    """Check the ``parsed`` Records in file order, adding the valid ones to ``out`` and those
     ``skip_invalid`` leaves out to ``skipped``; the error that ends the chunk (the first invalid
     record, else ``error``, the one that ended the parse), or None."""
     validator = _validator()
-    verdicts = validator.why_each(fields) if fields is not None else map(validator.record, (r for _, r in parsed))
     for number, item in parsed:
         try:
-            why = next(verdicts)
+            why = validator.record(item)
         except (ValueError, DatabaseError, TypeError, KeyError, OverflowError, RecursionError) as exc:
             return number, _why(exc, False), False
         if why:
@@ -139,6 +153,35 @@ def _checked(parsed: list[tuple[int, Any]], fields: list[tuple] | None, error: t
             skipped.append((number, why))
             continue
         out.append((number, item))
+    return error
+
+
+def _checked_rows(parsed: list[tuple[int, Any]], fields: list[tuple], error: tuple | None, skip_invalid: bool,
+                  out: list[tuple[int, Any]], skipped: list[tuple[int, str]]) -> tuple | None:
+    """``_checked`` for rows, whose ``fields`` are their arguments to Validator.why, their lines
+    checked by the schema but for what their configs hold: the rows ``Validator.passed``
+    vouches for go straight to ``out``; each other one has its config checked by the schema
+    (a line that fails it is malformed, as it was before its row was made), then its record
+    by ``Validator.why``."""
+    validator, at, end = _validator(), 0, len(parsed)
+    while at < end:
+        stop = validator.passed(fields, at)
+        out.extend(parsed[at:stop])
+        if stop == end:
+            break
+        number, item = parsed[stop]
+        try:
+            check_config(fields[stop][3])
+            why = validator.why(*fields[stop])
+        except _LINE_ERRORS as exc:
+            return number, _why(exc, False), False
+        if why:
+            if not skip_invalid:
+                return number, why, True
+            skipped.append((number, why))
+        else:
+            out.append((number, item))
+        at = stop + 1
     return error
 
 

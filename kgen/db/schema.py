@@ -91,6 +91,11 @@ def _scalars(v, path):
                                       "characters", x)
 
 
+def _any_object(v, path):
+    if type(v) is not dict:
+        raise _bad(path, "an object", v)
+
+
 def _failure_kind(v, path):
     if v not in FAILURE_KINDS:
         raise DatabaseError(f"field {path!r} is {_kind(v)}, not a failure kind "
@@ -157,6 +162,7 @@ _EXPRESSIONS = {
             " and (not {v} or (min({v}) >= 0 and _finite(sum({v}))))))",
     _scalars: "(type({v}) is dict and set(map(type, {v}.values())) <= _SCALARSET and _bounded({v}))",
     _failure_kind: "{v} in _KINDS",
+    _any_object: "type({v}) is dict",
 }
 
 
@@ -192,16 +198,43 @@ def _compile(check) -> Any:
 
 
 _RECORD_PASSES = _compile(_RECORD)
+# the same but for the config, of which only its being an object is checked: for a line whose
+# record kgen.db.validity checks next, which finds the config made of its space's declared
+# choices (all of them objects of scalars, ``choices_are_scalars``) or sends the line back here
+_RECORD_PASSES_BUT_CONFIG = _compile(_Object("", {**_RECORD.fields, "config": _any_object}))
 
 
-def check_line(obj: Any) -> None:
-    """DatabaseError saying which field of one parsed exchange line is wrong, if any."""
+def check_line(obj: Any, config: bool = True) -> None:
+    """DatabaseError saying which field of one parsed exchange line is wrong, if any. With
+    ``config=False`` a config that is an object passes whatever it holds: the caller checks
+    it otherwise (``choices_are_scalars``), or calls again with ``config=True``."""
     try:
-        if _RECORD_PASSES(obj):
+        if (_RECORD_PASSES if config else _RECORD_PASSES_BUT_CONFIG)(obj):
             return
     except (TypeError, ValueError, OverflowError):     # e.g. a huge integer as a time
         pass
     _RECORD(obj)
+
+
+def check_config(config: Any) -> None:
+    """DatabaseError saying what is wrong with the config of a line that ``check_line(obj,
+    config=False)`` passed, if anything: the error ``check_line(obj)`` gives that line."""
+    _scalars(config, "config")
+
+
+def choices_are_scalars(params) -> bool:
+    """Whether a config whose every key is the name of one of ``params`` (``kgen.space.Param``)
+    and whose every value one of that parameter's choices, of the choice's type, passes the
+    schema's check of a config (an object of scalars within their limits)."""
+    return all(_scalars_pass({p.name: c}) for p in params for c in p.choices)
+
+
+def _scalars_pass(values: dict) -> bool:
+    try:
+        _scalars(values, "config")
+    except DatabaseError:
+        return False
+    return True
 
 
 def validate_line(obj: Any) -> Record:

@@ -33,8 +33,9 @@ from __future__ import annotations
 import copy
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Sequence
 
+from kgen.db.schema import choices_are_scalars
 from kgen.errors import KgenError, SpaceError, UnknownFamilyError
 from kgen.measurement import Record
 from kgen.vendor import VENDOR_CONFIG, VENDOR_DIGEST
@@ -57,6 +58,7 @@ class _Problem:
     space: Any = None
     floor: float = 0.0
     name_of: Any = None               # space.name_check(): the config name its values give, or None
+    scalars: bool = False             # its configs are the schema's objects of scalars (choices_are_scalars)
 
 
 def _declared(space, values: dict):
@@ -78,6 +80,8 @@ class Validator:
     def __init__(self):
         self._problems: dict[tuple, _Problem] = {}
         self._specs: dict[str, Any] = {}
+        self._choices: dict[int, tuple] = {}     # id(params) -> (params, choices_are_scalars(params))
+        self._targets: dict[tuple[str, str], Any] = {}
 
     def record(self, r: Record) -> str | None:
         """Why ``r`` may not be stored, or None when it may."""
@@ -102,6 +106,38 @@ class Validator:
                 problem = problems.get((family, key, cc)) or self._problem(family, key, device, cc)
                 last, last_fc = key, (family, cc)
             yield verdict(problem, family, key, config_name, config, time_ms, digest, failure_kind)
+
+    def passed(self, fields: Sequence[tuple], start: int = 0) -> int:
+        """The index of the first of ``fields[start:]`` (``why``'s arguments) that is not a
+        record of the common case, ``len(fields)`` when there is none: each record before it
+        may be stored (``why`` gives None) and its config is an object of scalars as the
+        schema wants (``kgen.db.schema.choices_are_scalars``). The common case: a problem whose
+        space was built, a config of it named as its values name it, not a vendor record nor a
+        failure of kind ``constraints``, a time no faster than the floor. The record at the
+        index needs ``why`` (and the schema's check of its config)."""
+        problems, vendor_digest, vendor_config = self._problems, VENDOR_DIGEST, VENDOR_CONFIG
+        last = last_family = last_cc = name_of = floor = None
+        for i in range(start, len(fields)):
+            family, key, config_name, config, time_ms, device, cc, digest, failure_kind = fields[i]
+            if key != last or family != last_family or cc != last_cc:
+                problem = problems.get((family, key, cc))
+                if problem is None:
+                    try:
+                        problem = self._problem(family, key, device, cc)
+                    except Exception:     # why() meets it again, at this record
+                        return i
+                if problem.error is not None or not problem.scalars:
+                    return i
+                name_of, floor = problem.name_of, problem.floor
+                last, last_family, last_cc = key, family, cc
+            if failure_kind == "constraints" or digest == vendor_digest or config_name == vendor_config:
+                return i
+            try:
+                if name_of(config) != config_name or (time_ms is not None and time_ms < floor):
+                    return i
+            except Exception:             # the family's code on a file's values: why() says what failed
+                return i
+        return len(fields)
 
     def _verdict(self, problem: _Problem, family: str, problem_key: str, config_name: str, config: dict,
                  time_ms: float | None, digest: str, failure_kind: str | None) -> str | None:
@@ -183,7 +219,10 @@ class Validator:
                 why = f"{type(exc).__name__}: {exc}"
             if why:
                 return _Problem(f"problem_key {_shown(key, 200)}: {why}")
-        target = Target.h200(device, (int(match[1]), int(match[2])) if match else (9, 0), nvrtc="")
+        target = self._targets.get((device, cc))
+        if target is None:                # (a Target is frozen: the problems of one device share it)
+            target = self._targets[(device, cc)] = Target.h200(
+                device, (int(match[1]), int(match[2])) if match else (9, 0), nvrtc="")
         try:
             # a copy: a family may keep something of the last space it built (gemm_wgmma its SM count)
             space = copy.copy(spec).space(problem, target)
@@ -193,7 +232,19 @@ class Validator:
             return _Problem(f"the {family} family has no space for {_shown(key, 200)}: {exc.message}")
         except Exception as exc:          # a family's own code on a key from a file: any failure refuses it
             return _Problem(f"the {family} family has no space for {_shown(key, 200)} ({type(exc).__name__}: {exc})")
-        return _Problem(space=space, floor=floor, name_of=name_of)
+        return _Problem(space=space, floor=floor, name_of=name_of, scalars=self._scalars(space.params))
+
+    def _scalars(self, params: tuple) -> bool:
+        """``choices_are_scalars(params)``, remembered while ``params`` (a family's spaces of
+        several problems may share one tuple of Params) lives in this Validator."""
+        found = self._choices.get(id(params))
+        if found is None or found[0] is not params:
+            try:
+                scalars = choices_are_scalars(params)
+            except Exception:             # a family's odd choices: its records take the slower way
+                scalars = False
+            found = self._choices[id(params)] = (params, scalars)
+        return found[1]
 
     # ---- a config --------------------------------------------------------------------
     @staticmethod
