@@ -17,6 +17,8 @@ gets ``--timeout`` seconds at most.
 
     python scripts/record_grid.py --out /tmp/h200_gemm_grid.jsonl.gz          # on the GPU machine
     python scripts/record_grid.py --list                                       # the grid, no GPU
+    python scripts/record_grid.py --only float32 --min-side 17 --count 160 --top 8 --random 4 \
+        --timeout 8 --out /tmp/h200_gemm_grid_f32.jsonl.gz                     # CUDA-core float32
     python scripts/record_grid.py --lattice tiny --count 48 --top 4 --random 2 --timeout 8 \
         --out tests/data/h100_gemm_tiny_grid.jsonl.gz                          # the launch floor
 """
@@ -128,10 +130,19 @@ def main() -> int:
     parser.add_argument("--budget", type=float, default=0, help="stop starting problems after this many seconds")
     parser.add_argument("--lattice", choices=sorted(KINDS), default="grid",
                         help="grid: the lattice of every kind; tiny: small and mid dimensions only")
+    parser.add_argument("--only", default="", help="keep the grid's problems of these dtypes (comma-separated "
+                                                   "labels: bfloat16, float16, tf32, float32)")
+    parser.add_argument("--min-side", type=int, default=1, help="keep the problems whose M and N are at least this")
     parser.add_argument("--list", action="store_true", help="print the grid and stop")
     parser.add_argument("--out", default="", help="the recording (.jsonl.gz)")
     args = parser.parse_args()
     shapes = grid(args.count, lattice=args.lattice)
+    if args.only:
+        labels = set(args.only.split(","))
+        if not labels <= set(DTYPES):
+            parser.error(f"--only takes labels of {', '.join(DTYPES)}")
+        shapes = [s for s in shapes if (s["precision"] or s["dtype"]) in labels]
+    shapes = [s for s in shapes if min(s["m"], s["n"]) >= args.min_side]
     if args.list:
         for s in shapes:
             print(f"{s['m']}x{s['n']}x{s['k']} {s['layout']} {s['precision'] or s['dtype']}")
