@@ -121,7 +121,7 @@ def listed_configs(spec, problem, target, top: int, extra: int, seed: int) -> di
     return out
 
 
-def main() -> int:
+def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--count", type=int, default=96, help="problems of the grid")
     parser.add_argument("--top", type=int, default=16, help="the model's first candidates measured per problem")
@@ -135,7 +135,7 @@ def main() -> int:
     parser.add_argument("--min-side", type=int, default=1, help="keep the problems whose M and N are at least this")
     parser.add_argument("--list", action="store_true", help="print the grid and stop")
     parser.add_argument("--out", default="", help="the recording (.jsonl.gz)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     shapes = grid(args.count, lattice=args.lattice)
     if args.only:
         labels = set(args.only.split(","))

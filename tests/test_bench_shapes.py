@@ -94,6 +94,23 @@ def test_no_shape_of_the_default_seed_is_in_the_cost_models_training_data():
     assert (4096, 4096, 4096) in trained and not _test_shapes() & trained
 
 
+def test_the_grid_kept_by_dtype_and_smallest_side(capsys):
+    import sys
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import record_grid
+
+    assert record_grid.main(["--list", "--count", "160", "--only", "float32", "--min-side", "17"]) == 0
+    kept = capsys.readouterr().out.split("\n")[:-1]
+    want = [s for s in record_grid.grid(160) if s["dtype"] == "float32" and s["precision"] is None
+            and min(s["m"], s["n"]) >= 17]
+    assert len(kept) == len(want) > 10
+    assert all(line.endswith(" float32") for line in kept)
+    assert all(min(map(int, line.split()[0].split("x")[:2])) >= 17 for line in kept)
+    with pytest.raises(SystemExit):
+        record_grid.main(["--list", "--only", "fp32"])
+
+
 def test_the_second_seed():
     assert resolve_seed2("none", 1) is None
     assert resolve_seed2("7", 1) == 7
