@@ -31,10 +31,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 ROUNDS = 3            # each config timed ROUNDS times, in turns with the others
 
 
+def is_problem_key(head: str) -> bool:
+    """Whether a problem is named by any family's problem key ("family|field=value|..."; no
+    cuBLAS baseline, no FLOP rate) rather than as a GEMM shape ("dtype:layout:MxNxK")."""
+    return "|" in head
+
+
 def _groups(items: list[str]) -> list[tuple[str, list[str]]]:
     groups: list[tuple[str, list[str]]] = []
     for item in items:
-        if item.count(":") == 2 or "|" in item:
+        if item.count(":") == 2 or is_problem_key(item):
             groups.append((item, []))
         elif not groups:
             raise SystemExit(f"{item}: name a problem (dtype:layout:MxNxK or a problem key) before its configs")
@@ -71,7 +77,7 @@ def checked_runs(family: str, items: list[str], base_template: Path | None = Non
     cases = []          # (head, spec, problem, [(name, variant spec, config, future)])
     with CompilePool() as pool:          # knobs.compile_workers processes
         for head, names in _groups(items):
-            if "|" in head:
+            if is_problem_key(head):
                 problem = Problem.from_key(head)
                 spec = get_spec(problem.family)
             else:
@@ -114,7 +120,7 @@ def checked_runs(family: str, items: list[str], base_template: Path | None = Non
                 continue
             runs[name] = (lambda kernel=kernel, variant=variant, config=config, problem=problem, ops=ops:
                           variant.run(kernel, problem, config, ops))
-        cublas = torch_baseline(problem, ops) if "|" not in head else None
+        cublas = None if is_problem_key(head) else torch_baseline(problem, ops)
         if cublas is not None:
             runs["cublas"] = cublas
         checked.append((head, problem, runs))
@@ -150,12 +156,13 @@ def main(argv: list[str]) -> None:
 
     flush = l2_flusher(Target.detect(0).l2_bytes)
     for head, problem, runs in checked_runs(args.family, args.items, args.base_template):
-        flops = 2 * problem["m"] * problem["n"] * problem["k"] if "|" not in head else None
+        keyed = is_problem_key(head)
+        flops = None if keyed else 2 * problem["m"] * problem["n"] * problem["k"]
         times = in_turns(runs, flush)
         base = statistics.median(times["cublas"]) if "cublas" in times else None
         for name, ts in times.items():
             ms = statistics.median(ts)
-            row = {"family": problem.family if "|" in head else args.family, "problem": head, "config": name,
+            row = {"family": problem.family if keyed else args.family, "problem": head, "config": name,
                    "ms": ms, "rounds_ms": ts, "vs_cublas": base / ms if base else None,
                    "tflops": 1e-9 * flops / ms if flops else None}
             print(f"{head:28s} {name:48s} {ms:8.4f} ms"
