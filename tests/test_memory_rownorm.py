@@ -185,6 +185,21 @@ def test_default_rule_picks(target):
     assert pick(7, 7, "float16") == "softmax_regs_t8_b64_v1_i1"
 
 
+def test_a_row_copied_by_the_threads_needs_no_barrier_bytes():
+    """Two rows the threads copy into shared memory fit an SM by their bytes and the reduction's
+    alone (the bulk copy's mbarriers are not theirs): at the edge, the row is held, not reread."""
+    from kgen.kernels.memory.rownorm import BULK_BAR_BYTES
+
+    sm80 = Target.h200(cc=(8, 0))
+    spec = SPECS["softmax"]
+    scratch = spec._scratch_bytes({"BLOCK": 1024, "TPR": 1024})
+    cols = (sm80.smem_per_sm // 2 - scratch) // 2 // 8 * 8          # bf16: two such rows fill the SM
+    assert 2 * (row_bytes(cols, "bfloat16") + scratch) <= sm80.smem_per_sm
+    assert 2 * (row_bytes(cols, "bfloat16") + scratch + BULK_BAR_BYTES) > sm80.smem_per_sm
+    chosen = spec.default_config(rownorm_problem("softmax", 4096, cols, "bfloat16"), sm80).as_dict()
+    assert (chosen["HOLD"], chosen["TPR"]) == ("smem", 512)
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_model_picks_start_with_the_default(target, family):
     spec = SPECS[family]

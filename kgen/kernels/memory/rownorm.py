@@ -237,12 +237,14 @@ class RowNorm(MemoryFamily):
         block = tpr if split > 1 else max(tpr, min(256, max(32, tpr * _pow2_at_least(rows))))
         items = next((i for i in HELD_ITEMS if i * tpr >= part), HELD_ITEMS[-1])
         scratch = self._scratch_bytes({"BLOCK": 1024, "TPR": 1024})
-        two_fit = 2 * (row_bytes(cols, dtype) + BULK_BAR_BYTES + scratch) <= target.smem_per_sm
+        held = row_bytes(cols, dtype) + scratch        # a block's shared memory, its row held there
+        two_fit = 2 * held <= target.smem_per_sm
         smem_tpr = smem_threads(rows, target) if two_fit else 1024
+        bulk_tpr = smem_threads(rows, target) if 2 * (held + BULK_BAR_BYTES) <= target.smem_per_sm else 1024
         candidates = [
             {"HOLD": "regs", "VEC": vec, "TPR": tpr, "BLOCK": block, "ITEMS": items, "SPLIT": split},
             {"HOLD": "reread", "VEC": vec, "TPR": 1024, "BLOCK": 1024, "ITEMS": 2, "SPLIT": split},
-            {"HOLD": "bulk", "VEC": vec, "TPR": smem_tpr, "BLOCK": smem_tpr, "ITEMS": BULK_PIECES, "SPLIT": 1},
+            {"HOLD": "bulk", "VEC": vec, "TPR": bulk_tpr, "BLOCK": bulk_tpr, "ITEMS": BULK_PIECES, "SPLIT": 1},
             {"HOLD": "smem" if two_fit else "reread", "VEC": vec, "TPR": smem_tpr if two_fit else 1024,
              "BLOCK": smem_tpr if two_fit else 1024, "ITEMS": 2, "SPLIT": 1},
             {"HOLD": "reread", "VEC": vec, "TPR": 1024, "BLOCK": 1024, "ITEMS": 2, "SPLIT": 1},
