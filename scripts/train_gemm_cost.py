@@ -494,18 +494,24 @@ def lopo(family: str, groups: list[Group], hw: dict, eval_groups: list[Group], m
     for g in eval_groups:
         if len(g.times) < min_configs:
             continue
-        train = [h for h in groups if h.key != g.key]
-        fold_hw = fit_hw(family, train, hw) if FIT_HW.get(family) else hw
-        fitted = FIT[family](family, train, fold_hw)
-        fitted["levels"] = fit_levels(family, train, fitted)
+        fitted = fit_groups(family, [h for h in groups if h.key != g.key], hw)
         row = evaluate(family, fitted, g)
-        a = evaluate(family, analytic_only(fold_hw), g)
+        a = evaluate(family, analytic_only(fitted["hw"]), g)
         row["analytic_ratio"], row["analytic_rank"] = a["pick_ratio"], a["pick_rank"]
         rows.append(row)
     return rows
 
 
 FIT = {"gemm_wgmma": fit_listwise, "gemm_mma": fit_listwise, "gemm": fit_listwise}
+
+
+def fit_groups(family: str, groups: list[Group], hw: dict) -> dict:
+    """The family's model fitted on ``groups`` from the constants ``hw``: the analytical
+    constants (where FIT_HW names some), the correction, then the levels."""
+    hw = fit_hw(family, groups, hw) if FIT_HW.get(family) else hw
+    fitted = FIT[family](family, groups, hw)
+    fitted["levels"] = fit_levels(family, groups, fitted)
+    return fitted
 
 
 def analytic_only(hw: dict) -> dict:
@@ -551,9 +557,7 @@ def train(family: str, lopo_eval: bool = True, verbose: bool = True):
     shipped = load_groups(family, [SHIPPED[family]])
     groups = spaces + shipped
     start = dict(HW[family], launch_us=launch_floor(groups, HW[family]["launch_us"]))
-    hw = fit_hw(family, groups, start) if FIT_HW.get(family) else start
-    fitted = FIT[family](family, groups, hw)
-    fitted["levels"] = fit_levels(family, groups, fitted)
+    fitted = fit_groups(family, groups, start)
     fitted["catalogue"] = {"core_params": list(gc.CORE[family]), "cores": [list(c) for c in
                                                                         catalogue(family, shipped, spaces)]}
     fitted["data"] = {"groups": len(groups), "measurements": int(sum(len(g.times) for g in groups)),

@@ -185,6 +185,22 @@ def test_default_rule_picks(target):
     assert pick(7, 7, "float16") == "softmax_regs_t8_b64_v1_i1"
 
 
+def test_the_bulk_barriers_fit_every_piece_and_agree_with_the_template():
+    """The bytes before a bulk-copied row's slot hold one 8-byte mbarrier for each of the most
+    pieces a config may ask for, and the kernel reserves the same bytes."""
+    import re
+    from pathlib import Path
+
+    from kgen.kernels.memory.rownorm import BULK_BAR_BYTES
+
+    kernel = (Path(__file__).resolve().parent.parent / "templates" / "memory" / "row_kernel.cuh").read_text()
+    assert int(re.search(r"#define KGEN_BULK_BAR_BYTES (\d+)", kernel)[1]) == BULK_BAR_BYTES
+    target = Target.h200(nvrtc="")
+    problem = rownorm_problem("softmax", 300, 50257, "bfloat16")
+    pieces = {c["ITEMS"] for c in SPECS["softmax"].space(problem, target).configs() if c["HOLD"] == "bulk"}
+    assert pieces and 8 * max(pieces) <= BULK_BAR_BYTES
+
+
 def test_a_row_copied_by_the_threads_needs_no_barrier_bytes():
     """Two rows the threads copy into shared memory fit an SM by their bytes and the reduction's
     alone (the bulk copy's mbarriers are not theirs): at the edge, the row is held, not reread."""

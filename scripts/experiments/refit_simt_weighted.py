@@ -39,16 +39,13 @@ def main() -> None:
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--out", default="", help="write the model fitted on everything here")
     args = ap.parse_args()
-    base = T.load_groups(FAMILY, T.SPACE_FILES[FAMILY]) + T.load_groups(FAMILY, [T.SHIPPED[FAMILY]])
+    spaces, shipped = T.load_groups(FAMILY, T.SPACE_FILES[FAMILY]), T.load_groups(FAMILY, [T.SHIPPED[FAMILY]])
     grid = T.load_groups(FAMILY, [GRID])
-    groups = base * args.weight + grid
+    groups = (spaces + shipped) * args.weight + grid
     start = dict(T.HW[FAMILY], launch_us=T.launch_floor(groups, T.HW[FAMILY]["launch_us"]))
 
     def fitted_on(train):
-        hw = T.fit_hw(FAMILY, train, start)
-        fitted = T.FIT[FAMILY](FAMILY, train, hw)
-        fitted["levels"] = T.fit_levels(FAMILY, train, fitted)
-        return fitted
+        return T.fit_groups(FAMILY, train, start)
 
     scored = [g for g in grid if len(g.times) >= 5]
     keys = sorted({g.key for g in scored})
@@ -67,8 +64,7 @@ def main() -> None:
     if args.out:
         model = json.loads(gc.MODEL_PATH.read_text())
         full["catalogue"] = {"core_params": list(gc.CORE[FAMILY]),
-                             "cores": [list(c) for c in T.catalogue(FAMILY, T.load_groups(FAMILY, [T.SHIPPED[FAMILY]]),
-                                                                     T.load_groups(FAMILY, T.SPACE_FILES[FAMILY]) + grid)]}
+                             "cores": [list(c) for c in T.catalogue(FAMILY, shipped, spaces + grid)]}
         model["families"][FAMILY] = T.rounded(full)
         model["version"] = f"gemm-cost-1+{gc.parameters_digest(model['families'])}"
         Path(args.out).write_text(json.dumps(model, indent=1, sort_keys=True) + "\n")

@@ -47,11 +47,12 @@ from kgen.space import Config, Constraint, Param, Space
 from kgen.spec import Launch, scalar_operand
 
 HOLDS = ("regs", "smem", "reread", "bulk")
-BULK_BAR_BYTES = 64      # a bulk-copied row's mbarriers, before its slot (KGEN_BULK_BAR_BYTES)
 THREADS = tuple(1 << i for i in range(11))            # threads a row: 1 .. 1024
 BLOCKS = (32, 64, 128, 256, 512, 1024)
 HELD_ITEMS = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64)
 STREAM_ITEMS = (1, 2, 4, 8)
+BULK_BAR_BYTES = 8 * max(STREAM_ITEMS)   # a bulk-copied row's mbarriers (one a piece), before its slot;
+                                         # the template's KGEN_BULK_BAR_BYTES
 ITEMS = tuple(sorted(set(HELD_ITEMS) | set(STREAM_ITEMS)))
 MAX_COLS = (1 << 31) - 1024                           # cols is an int in the kernel
 REGISTERS_PER_SM = 65536
@@ -240,7 +241,7 @@ class RowNorm(MemoryFamily):
         held = row_bytes(cols, dtype) + scratch        # a block's shared memory, its row held there
         two_fit = 2 * held <= target.smem_per_sm
         smem_tpr = smem_threads(rows, target) if two_fit else 1024
-        bulk_tpr = smem_threads(rows, target) if 2 * (held + BULK_BAR_BYTES) <= target.smem_per_sm else 1024
+        bulk_tpr = smem_tpr if 2 * (held + BULK_BAR_BYTES) <= target.smem_per_sm else 1024
         candidates = [
             {"HOLD": "regs", "VEC": vec, "TPR": tpr, "BLOCK": block, "ITEMS": items, "SPLIT": split},
             {"HOLD": "reread", "VEC": vec, "TPR": 1024, "BLOCK": 1024, "ITEMS": 2, "SPLIT": split},
