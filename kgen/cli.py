@@ -82,6 +82,16 @@ def _request(words: list[str], target=None):
     return spec.request(target or Target.h200(), **parse_args(spec.fields(), rest, family))
 
 
+def _tuned_request(words: list[str], target=None):
+    """``_request``'s (spec, problem), the problem the one whose records serve it (what a tune
+    measures and stores; ``KernelSpec.record_problem``), said where it differs."""
+    spec, problem = _request(words, target)
+    shared = spec.record_problem(problem)
+    if shared != problem:
+        console.print(f"[dim]{problem.key} shares its records with {shared.key}: tuning that[/]")
+    return spec, shared
+
+
 def _fmt_ms(ms: Optional[float]) -> str:
     return "-" if ms is None else f"{ms:.4f} ms"
 
@@ -158,7 +168,7 @@ def tune(ctx: typer.Context,
         if replay:
             recording = Recording.load(replay)
             target = Target.h200(recording.device_name() or "NVIDIA H200")
-            spec, problem = _request(ctx.args, target)
+            spec, problem = _tuned_request(ctx.args, target)
             if problem.key not in recording.problems():
                 raise KgenError(f"{replay} holds no measurements of {problem.key}",
                                 remedy="recorded problems: " + ", ".join(sorted(recording.problems())[:5]))
@@ -166,7 +176,7 @@ def tune(ctx: typer.Context,
         else:
             _request(ctx.args)                   # a typo fails before the GPU
             target = Target.detect(device)
-            spec, problem = _request(ctx.args, target)
+            spec, problem = _tuned_request(ctx.args, target)
             runner = LocalGPURunner((device,), target.l2_bytes)
         store = _open_db(db)
         with runner:
@@ -300,7 +310,7 @@ def _tune_many(words, trials, timeout, sampler, seed, replay, db, device, from_f
                                 remedy="write every problem's fields in the file, one JSON object per line")
             problems = read_problems(from_file, get_spec(family), Target.h200())
         else:
-            problems = [_request(words)]
+            problems = [_tuned_request(words)]
         recording = Recording.load(replay) if replay else None
         if recording is not None:
             missing = [p.key for _, p in problems if p.key not in recording.problems()]

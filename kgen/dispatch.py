@@ -81,7 +81,7 @@ class Dispatcher:
         self._launcher = launcher
         self._targets: dict[int, Target] = dict(targets or {})
         self._loaded: dict[tuple[str, str, int], _Loaded] = {}
-        self._decided: dict[tuple[str, str, int], Choice] = {}   # choices made, not yet loaded
+        self._decided: dict[tuple[str, str, int], Choice] = {}   # choices made, by record problem
         # loaded kernels by binary and device: problems that differ only in what the kernel takes
         # as arguments (a grouped GEMM's token count) render one source, loaded once
         self._kernels: dict[tuple[str, str, str, int], Any] = {}
@@ -116,6 +116,9 @@ class Dispatcher:
 
     # ---- policy -------------------------------------------------------------------------------
     def choose(self, spec, problem: Problem, target: Target) -> Choice:
+        """The choice for ``problem``: that of the problem whose records serve it
+        (``spec.record_problem``), by the module's policy."""
+        problem = spec.record_problem(problem)
         digest = spec.template_digest()
         best = self._valid_best(spec, problem, target, digest)
         vendor = self._vendor(spec, problem, target)
@@ -221,21 +224,26 @@ class Dispatcher:
         """The choice ``prepare`` would load for ``problem``, made (and kept) without compiling
         or loading anything: a request that several families can run decides for each, then
         prepares the winner alone."""
-        key = (spec.family, problem.key, device)
-        loaded = self._loaded.get(key)
+        loaded = self._loaded.get((spec.family, problem.key, device))
         if loaded is not None:
             return loaded.choice
+        return self._decision(spec, spec.record_problem(problem), device)
+
+    def _decision(self, spec, shared: Problem, device: int) -> Choice:
+        """The choice for the record problem ``shared``, made once (the memo's, else ``choose``)
+        and kept for every problem it serves."""
+        key = (spec.family, shared.key, device)
         choice = self._decided.get(key)
         if choice is None:
             with self._lock:
                 choice = self._decided.get(key)
                 if choice is None:
-                    entry = self._memo_entry(spec, problem, device)
+                    entry = self._memo_entry(spec, shared, device)
                     if entry is not None:
-                        choice = Choice(_memo_config(entry), "tuned", entry.get("time_ms"), problem.key)
+                        choice = Choice(_memo_config(entry), "tuned", entry.get("time_ms"), shared.key)
                     else:
                         self._watch()
-                        choice = self.choose(spec, problem, self.target(device))
+                        choice = self.choose(spec, shared, self.target(device))
                     self._decided[key] = choice
         return choice
 
@@ -252,13 +260,19 @@ class Dispatcher:
                 self._watch()
                 fingerprint = dispatch_memo.database_fingerprint() if self._default_db else None
                 target = self.target(device)
-                choice = self._decided.pop(key, None) or self.choose(spec, problem, target)
+                shared = spec.record_problem(problem)
+                decided = (spec.family, shared.key, device)
+                choice = self._decided.get(decided) or self.choose(spec, shared, target)
+                self._decided[decided] = choice     # kept for the other problems it serves
                 if choice.vendor:      # the plan calls the library itself: nothing to compile
                     self._loaded[key] = loaded = _Loaded(spec, problem, choice, None)
                     if choice.time_ms is None and knobs.tune_on_miss > 0:
-                        self._tune_in_background(spec, problem, device, target)
+                        self._tune_in_background(spec, shared, device, target)
                     return loaded
-                source = render(spec, problem, choice.config, target)
+                # the config is one of the record problem's space (a grouped call's fewer tokens
+                # may prune tiles its kernel runs all the same)
+                source = render(spec, problem, choice.config, target,
+                                space=spec.space(shared, target) if shared != problem else None)
                 result = compile_source(source)
                 if result.failure is not None:
                     raise CompileError(f"{choice.config.name} did not compile: {result.failure.detail[:2000]}",
@@ -267,14 +281,14 @@ class Dispatcher:
                 loaded = _Loaded(spec, problem, choice, self._kernel(result.binary, device))
                 if choice.how == "tuned":
                     dispatch_memo.remember(
-                        dispatch_memo.memo_key(spec.family, problem.key, device, spec.template_digest()),
+                        dispatch_memo.memo_key(spec.family, shared.key, device, spec.template_digest()),
                         fingerprint, {"config": [list(kv) for kv in choice.config.values],
                                       "name": choice.config.name, "time_ms": choice.time_ms,
                                       "cubin": result.binary.path, "source_digest": result.binary.source_digest,
                                       "arch": result.binary.arch, "resources": result.binary.resources,
                                       "target": target.as_dict()})
                 if choice.how != "tuned" and knobs.tune_on_miss > 0:
-                    self._tune_in_background(spec, problem, device, target)
+                    self._tune_in_background(spec, shared, device, target)
             self._loaded[key] = loaded
         return loaded
 
@@ -290,7 +304,7 @@ class Dispatcher:
         """A tuned choice remembered by an earlier process, when still valid (see dispatch_memo)."""
         if not self._default_db or not knobs.dispatch_memo:
             return None
-        key = dispatch_memo.memo_key(spec.family, problem.key, device, spec.template_digest())
+        key = dispatch_memo.memo_key(spec.family, spec.record_problem(problem).key, device, spec.template_digest())
         return dispatch_memo.lookup(key, dispatch_memo.database_fingerprint())
 
     def _from_memo(self, spec, problem: Problem, device: int) -> _Loaded | None:
@@ -309,7 +323,7 @@ class Dispatcher:
             log.debug("dispatch memo entry of %s unusable: %s", problem.key, exc)
             return None
         self._targets.setdefault(device, target)
-        choice = Choice(config, "tuned", entry.get("time_ms"), problem.key)
+        choice = Choice(config, "tuned", entry.get("time_ms"), spec.record_problem(problem).key)
         return _Loaded(spec, problem, choice, self._kernel(binary, device))
 
     # ---- tune on miss ----------------------------------------------------------------------------
@@ -338,14 +352,19 @@ class Dispatcher:
         thread.start()
 
     def forget(self, family: str, problem_key: str) -> None:
-        """Drop the loaded kernels and call plans of one problem: the next call chooses again."""
+        """Drop the loaded kernels and call plans of one problem, and of every problem it is the
+        record problem of: the next call chooses again."""
         with self._lock:
-            for key in [k for k in self._loaded if k[0] == family and k[1] == problem_key]:
-                del self._loaded[key]
+            keys = {problem_key}
+            for key, loaded in list(self._loaded.items()):
+                if key[0] == family and (key[1] == problem_key
+                                         or loaded.spec.record_problem(loaded.problem).key == problem_key):
+                    keys.add(key[1])
+                    del self._loaded[key]
             for key in [k for k in self._decided if k[0] == family and k[1] == problem_key]:
                 del self._decided[key]
             for sig in [s for s, plan in self.plans.items() if getattr(plan, "problem", None) is not None
-                        and plan.problem.family == family and plan.problem.key == problem_key]:
+                        and plan.problem.family == family and plan.problem.key in keys]:
                 del self.plans[sig]
 
     def call(self, spec, problem: Problem, operands: Mapping[str, Any], device: int) -> None:

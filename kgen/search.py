@@ -87,6 +87,10 @@ class Tuner:
                  seed: int | None = None, pool: CompilePool | None = None, warm_start: bool = True,
                  timing: Timing | None = None):
         strategy = check_sampler(sampler)
+        shared = spec.record_problem(problem)
+        if shared != problem:
+            log.info("%s: tuning %s, whose records serve it", problem.key, shared.key)
+        problem = shared
         self.spec, self.problem, self.target, self.runner, self.db = spec, problem, target, runner, db
         self.sampler_name = sampler
         self.seed = knobs.seed if seed is None else seed

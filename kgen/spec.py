@@ -100,6 +100,13 @@ class KernelSpec:
                          remedy=f"pass the problem: kgen.run({self.family!r}, Problem.of({self.family!r}, ...), "
                                 "operands)")
 
+    def record_problem(self, problem: Problem) -> Problem:
+        """The problem whose records and dispatch decision serve ``problem``: itself, except in
+        a family whose kernel runs a range of problems alike and would otherwise face a new
+        decision per call (grouped GEMM: a bucket of token counts, ``token_bucket``). Tunes
+        measure it, records are stored under its key, dispatch decides for it once."""
+        return problem
+
     # --- what the tuner searches -------------------------------------------------------
     def space(self, problem: Problem, target: Target) -> Space:
         raise NotImplementedError

@@ -6,7 +6,9 @@ A holds the rows of every group one after another (T x K, row-major), B one K x 
 owns the rows ``ends[g-1] <= row < ends[g]`` (``ends[-1] = 0``), and ``ends`` (int32, one a group)
 stays on the device, as a router writes it. A problem is a tensor-core GEMM problem of all T rows
 (``m``) with ``groups``; what the kernel compiles in is the group count and B's group stride,
-never T or the split of rows, so one kernel serves every batch of tokens. The kernel is
+never T or the split of rows, so one kernel serves every batch of tokens; records and dispatch
+decisions are those of the top of T's bucket (``token_bucket``: counts within 1.5x share one),
+so a layer whose token count changes every step decides once a bucket. The kernel is
 ``gemm/mma.cu.j2``'s with each block moved to its group (``templates/gemm/mma_grouped.cu.j2``),
 so the space is ``gemm_mma``'s for a group of the average size; the default tile counts every
 group's tiles. No bias (a grouped problem has one bias a group, not one a column); relu and gelu
@@ -91,6 +93,20 @@ def row_tile_bound(problem: Problem, bm: int) -> int:
     return min(m, (m + min(problem["groups"], m) * (bm - 1)) // bm)
 
 
+def token_bucket(rows: int) -> int:
+    """The largest token count of ``rows``'s bucket: the least 2^j or 3 * 2^(j-1) at least
+    ``rows``, so that the counts of a bucket are within 1.5x of each other and the tuned
+    powers of two stay buckets' tops.
+
+    >>> [token_bucket(t) for t in (1, 2, 3, 4, 5, 7, 4097, 6144, 6145)]
+    [1, 2, 3, 4, 6, 8, 6144, 6144, 8192]
+    """
+    if rows <= 2:
+        return max(rows, 1)
+    power = 1 << (rows - 1).bit_length()
+    return 3 * power // 4 if 3 * power // 4 >= rows else power
+
+
 def leading_dims(problem: Problem) -> tuple[int, int, int]:
     """lda, ldb, ldc of dense operands."""
     n, k = problem["n"], problem["k"]
@@ -116,6 +132,13 @@ class GroupedGemm:
     def problem(self, groups: int, m: int, n: int, k: int, dtype: str = "bfloat16", layout: str = "NN",
                 **kw) -> Problem:
         return grouped_problem(groups, m, n, k, dtype, layout, family=self.family, **kw)
+
+    def record_problem(self, problem: Problem) -> Problem:
+        """The problem of the top of the token count's bucket (``token_bucket``): a layer whose
+        count changes every step meets one decision a bucket, not one a count; its kernel takes
+        the count as an argument, and the decision's config runs any split of any count."""
+        top = token_bucket(problem["m"])
+        return problem if top == problem["m"] else problem.replace(m=top)
 
     def tiles(self, problem: Problem, bm: int, bn: int) -> int:
         return problem["groups"] * -(-rows_per_group(problem) // bm) * -(-problem["n"] // bn)
