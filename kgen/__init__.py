@@ -16,6 +16,7 @@ from kgen.ops.reduce import reduce
 from kgen.ops.caller import set_custom_ops as _set_custom_ops
 from kgen.ops.gemm import GemmChoice, gemm, gemm_choice
 from kgen.ops.gemm_grouped import gemm_grouped
+from kgen.ops.gemm_kgrouped import gemm_kgrouped
 from kgen.ops.permute import permute, transpose
 from kgen.ops.rownorm import rmsnorm, softmax
 from kgen.ops.run import run
@@ -41,7 +42,7 @@ _set_custom_ops(_custom_ops)
 
 __all__ = [
     "softmax", "rmsnorm", "conv2d",
-    "permute", "transpose", "gemm", "gemm_choice", "gemm_grouped", "elementwise", "cast", "reduce", "GemmChoice", "gemm_problem", "refresh", "run", "Problem", "Target", "Param", "Space", "Constraint", "Config",
+    "permute", "transpose", "gemm", "gemm_choice", "gemm_grouped", "gemm_kgrouped", "elementwise", "cast", "reduce", "GemmChoice", "gemm_problem", "refresh", "run", "Problem", "Target", "Param", "Space", "Constraint", "Config",
     "KernelSpec", "Launch", "Check", "register", "get_spec", "families",
     "KgenError", "InputError", "DeviceError", "DtypeError", "ShapeError", "LayoutError", "SpaceError", "ExpressionError",
     "TemplateError", "CompileError", "NoDeviceError", "NoConfigError", "DatabaseError",

@@ -12,9 +12,8 @@ stream, so it can be captured into a CUDA graph (``torch.cuda.graph``, or
 
 Backward: ``gemm`` by two GEMMs through kgen (dA = dC Bᵀ, dB = Aᵀ dC, each scaled by alpha,
 through the activation's derivative; dbias = the column sums); ``gemm_grouped`` by its own
-grouped GEMM for the rows (dA = dC Bᵀ, group by group in one launch) and by one kgen GEMM a
-group for the weights (dB[g] = A_gᵀ dC_g, after reading ``ends`` on the host: a K-grouped GEMM
-is not a family yet); ``softmax`` and ``rmsnorm`` by
+grouped GEMM for the rows (dA = dC Bᵀ, group by group in one launch) and by its K-grouped GEMM
+for the weights (dB[g] = A_gᵀ dC_g in one launch, ``kgen.gemm_kgrouped``); ``softmax`` and ``rmsnorm`` by
 their closed forms in PyTorch ops; ``conv2d``'s data gradient by kgen's convolutions of dy, one
 per phase of the stride (``kgen.kernels.conv.gradients``), its weight gradient by a kgen GEMM
 where it is one (1x1 windows, no padding), else by kgen's convolution of x's channels with dy's
@@ -167,19 +166,12 @@ def _gemm_grouped_fake(a, b, ends, activation=None, precision=None, out_dtype=No
 @torch.library.custom_op(f"{_LIB}::gemm_grouped_weight_gradient", mutates_args=())
 def _grouped_weight_gradient(a: Tensor, g: Tensor, ends: Tensor, groups: int, precision: Optional[str] = None) -> Tensor:
     """(G, K, N): a[rows of group i]ᵀ @ g[rows of group i] for each group i (zeros for an empty
-    one). One kgen GEMM a group, after reading ``ends`` to the host (a synchronisation with the
-    stream): the reduction runs over each group's rows, a K-grouped GEMM no family runs yet."""
-    from kgen.ops.gemm import gemm as eager
+    one), by kgen's K-grouped GEMM in one launch (``kgen.gemm_kgrouped``: the ends stay on the
+    device, no synchronisation)."""
+    from kgen.ops.gemm_kgrouped import gemm_kgrouped
 
     a, g, ends = _plain(a, g, ends)
-    out = a.new_zeros((groups, a.shape[1], g.shape[1]))
-    start = 0
-    for i, end in enumerate(ends.tolist()):
-        end = min(max(end, start), a.shape[0])
-        if end > start:
-            out[i] = eager(a[start:end].t(), g[start:end], precision=precision)
-        start = end
-    return out
+    return gemm_kgrouped(a.contiguous(), g.contiguous(), ends, precision=precision)
 
 
 @_grouped_weight_gradient.register_fake
@@ -230,6 +222,24 @@ def gemm_grouped(a, b, ends, out=None, *, activation=None, precision=None, dtype
                              remedy="pass ends as an int32 tensor or a list of ints")
         ends = torch.from_numpy(checked).to(a.device)
     return _gemm_grouped(a, b, ends, activation, precision, _as_dtype(out_dtype))
+
+
+def gemm_kgrouped(a, b, ends, out=None, *, precision=None, dtype=None, out_dtype=None):
+    """``kgen.gemm_kgrouped`` as the custom operator (functional form, the inputs' dtype out; the
+    operator has no backward of its own: it is the grouped GEMM's weight gradient)."""
+    if out is not None or dtype is not None or out_dtype is not None:
+        raise InputError("in PyTorch's graph (torch.compile, or autograd recording), kgen.gemm_kgrouped returns a "
+                         "new tensor of the inputs' dtype: out, dtype and out_dtype are not taken",
+                         remedy="leave them unset, or call it under torch.no_grad()")
+    if not isinstance(ends, torch.Tensor):
+        from kgen.ops.gemm_grouped import ends_count, host_ends
+
+        checked = host_ends(ends, ends_count(ends), a.shape[0])
+        if checked is None:
+            raise InputError(f"ends is a {array_kind(ends)} array and a a PyTorch tensor",
+                             remedy="pass ends as an int32 tensor or a list of ints")
+        ends = torch.from_numpy(checked).to(a.device)
+    return _grouped_weight_gradient(a, b, ends, ends.shape[0], precision)
 
 
 # ---- conv2d --------------------------------------------------------------------------------

@@ -17,6 +17,11 @@ suite "grouped" (``kgen.gemm_grouped``, mixture-of-experts layers; "grouped-rand
 ``random_grouped``, which no record is tuned on) op ("grouped"), groups, m (rows
 in all), n, k, layout, dtype, kgen_ms, baselines ({"cublas": one torch.matmul a group,
 "torch._grouped_mm": ms}), tflops, speedup (over the cuBLAS loop), speedup_vs_fastest;
+suite "grouped-wgrad" (``kgen.gemm_kgrouped``, the weight gradients of the "grouped" layers: each
+expert's rows of x transposed times its rows of dy) op ("grouped_wgrad"), groups, m and n (each
+product's), k (rows in all), dtype, kgen_ms, baselines ({"cublas": one torch.matmul a group,
+"torch._grouped_mm": ms where this PyTorch runs the K-grouped case}), tflops, speedup,
+speedup_vs_fastest;
 suite "backward" (ResNet-50's layers at batch 64 but the stem): op "dgrad" (``kgen.torch.
 data_gradient`` against cuDNN's ``torch.nn.grad.conv2d_input``) for each, op "wgrad"
 (``kgen.torch.weight_gradient``: one GEMM for the 1x1 ones, a convolution with batch and
@@ -80,7 +85,7 @@ GROUPED = [
     (16, 512, 4096, 4096, "NT"), (32, 2048, 4096, 1024, "NN"),
 ]
 SUITES = ("resnet50-b64", "resnet50-b1", "odd", "epilogue", "tf32", "bmm", "bmm-random", "grouped", "grouped-random",
-          "backward")
+          "grouped-wgrad", "backward")
 RANDOM_BMM_SEED = 20261206       # the bmm-random suite's draw (no record is tuned on it)
 
 
@@ -167,6 +172,10 @@ def _cases(quick: bool, suites: set[str]) -> list[dict]:
         for groups, m, n, k, layout in random_grouped(3 if quick else 10):
             cases.append(dict(op="grouped", groups=groups, m=m, n=n, k=k, layout=layout, dtype="bfloat16",
                               suite="grouped-random"))
+    if "grouped-wgrad" in suites:     # dW[g] = x_g^T dy_g: K x N products over the layer's T rows
+        for groups, rows, n, k, _ in (GROUPED[::3] if quick else GROUPED):
+            cases.append(dict(op="grouped_wgrad", groups=groups, m=k, n=n, k=rows, dtype="bfloat16",
+                              suite="grouped-wgrad"))
     return cases
 
 
@@ -218,6 +227,56 @@ def bench_grouped(case: dict, args, torch, kgen, flush, log) -> dict:
     def loop():
         for x, w, y in pieces:
             torch.matmul(x, w, out=y)
+
+    _with_baseline(row, "cublas", loop, flops, args, flush)
+    if "kgen_ms" in row:
+        row["speedup_vs_fastest"] = min(row["baselines"].values()) / row["kgen_ms"]
+    return row
+
+
+def _kgrouped_problem(case: dict):
+    from kgen.kernels.gemm.kgrouped import kgrouped_problem
+
+    return kgrouped_problem(case["groups"], case["m"], case["n"], case["k"], case["dtype"])
+
+
+def bench_grouped_wgrad(case: dict, args, torch, kgen, flush, log) -> dict:
+    """kgen.gemm_kgrouped (device ends) against one torch.matmul a group (cuBLAS; the ends known on
+    the host beforehand) and torch._grouped_mm's K-grouped form where this PyTorch runs it."""
+    from kgen.kernels.gemm.grouped import split_rows
+    from kgen.ops.launch import choice_of
+
+    groups, m, n, rows = (case[f] for f in ("groups", "m", "n", "k"))
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x = (torch.rand((rows, m), device="cuda", generator=gen) - 0.5).to(torch.bfloat16)
+    dy = (torch.rand((rows, n), device="cuda", generator=gen) - 0.5).to(torch.bfloat16)
+    host_ends = split_rows(rows, groups, seed=0).tolist()
+    ends = torch.tensor(host_ends, dtype=torch.int32, device="cuda")
+    bounds = list(zip([0] + host_ends, host_ends))
+    row = dict(case, baselines={}, ok=None, config="", how="")
+    flops = 2.0 * m * n * rows
+    problem = _kgrouped_problem(case)
+
+    def routed():
+        from kgen.registry import get_spec
+
+        return get_spec(problem.family), problem, choice_of(problem.family, problem, 0)
+
+    _time_gemm(row, routed, lambda out=None: kgen.gemm_kgrouped(x, dy, ends, out),
+               lambda: torch.stack([x[s:e].double().T @ dy[s:e].double() for s, e in bounds]),
+               flops, args, flush, log)
+    grouped_mm = getattr(torch, "_grouped_mm", None)
+    if grouped_mm is not None:
+        try:
+            _with_baseline(row, "torch._grouped_mm", lambda: grouped_mm(x.t(), dy, offs=ends), flops, args, flush)
+        except Exception as exc:
+            row["grouped_mm_error"] = f"{type(exc).__name__}: {exc}"[:300]
+    c = torch.empty((groups, m, n), device="cuda", dtype=torch.bfloat16)
+    pieces = [(x[s:e].T, dy[s:e], c[g]) for g, (s, e) in enumerate(bounds) if e > s]
+
+    def loop():
+        for a, b, y in pieces:
+            torch.matmul(a, b, out=y)
 
     _with_baseline(row, "cublas", loop, flops, args, flush)
     if "kgen_ms" in row:
@@ -450,11 +509,12 @@ def main(argv=None) -> int:
     for case in _cases(args.quick, suites):
         start = time.perf_counter()
         op = case.get("op")
-        bench = {"bmm": bench_bmm, "grouped": bench_grouped, "dgrad": bench_gradient,
-                 "wgrad": bench_gradient}.get(op, bench_case)
+        bench = {"bmm": bench_bmm, "grouped": bench_grouped, "grouped_wgrad": bench_grouped_wgrad,
+                 "dgrad": bench_gradient, "wgrad": bench_gradient}.get(op, bench_case)
         row = bench(case, args, torch, kgen, flush, print)
         rows.append(row)
-        fields = {"bmm": ("batch", "m", "n", "k", "layout"), "grouped": ("groups", "m", "n", "k", "layout")}
+        fields = {"bmm": ("batch", "m", "n", "k", "layout"), "grouped": ("groups", "m", "n", "k", "layout"),
+                  "grouped_wgrad": ("groups", "m", "n", "k")}
         shape = " ".join(f"{f}={row[f]}" for f in fields.get(op, FIELDS))
         print(f"{case['dtype']:8s} {shape:72s} kgen {row.get('kgen_ms', float('nan')):.4f} ms "
               f"({row.get('tflops', float('nan')):.0f} TF/s, {row.get('family', '')} {row['how']}) | "
@@ -463,7 +523,8 @@ def main(argv=None) -> int:
               flush=True)
         out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")     # kept as it grows
         if args.keys and case.get("op") not in ("dgrad", "wgrad"):
-            problems = {"bmm": _bmm_problems, "grouped": _grouped_problems}.get(op, _candidates)
+            problems = {"bmm": _bmm_problems, "grouped": _grouped_problems,
+                        "grouped_wgrad": lambda case: [_kgrouped_problem(case)]}.get(op, _candidates)
             for problem in problems(case):
                 with Path(f"{args.keys}.{problem.family}.txt").open("a") as keys:
                     keys.write(problem.key + "\n")

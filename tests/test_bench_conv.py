@@ -30,12 +30,18 @@ def test_cases_make_valid_problems():
         elif case.get("op") == "grouped":
             problem = bench_conv._grouped_problem(case)
             assert problem.family == "gemm_grouped" and (problem["groups"], problem["m"]) == (case["groups"], case["m"])
+        elif case.get("op") == "grouped_wgrad":
+            problem = bench_conv._kgrouped_problem(case)
+            assert problem.family == "gemm_kgrouped" and problem["k"] == case["k"] and problem["layout"] == "TN"
         else:
             assert bench_conv._flops(case) > 0 and bench_conv._problem(case).family == "conv2d"
     backward = suites["backward"]
     assert sum(c["op"] == "dgrad" for c in backward) == 22
     assert sum(c["op"] == "wgrad" for c in backward) == 22
-    assert len(suites["grouped"]) == len(bench_conv.GROUPED)
+    assert len(suites["grouped"]) == len(suites["grouped-wgrad"]) == len(bench_conv.GROUPED)
+    # each weight gradient is its forward layer's: K x N products over the layer's rows
+    assert {(c["groups"], c["k"], c["n"], c["m"]) for c in suites["grouped-wgrad"]} == \
+        {(g, rows, n, k) for g, rows, n, k, _ in bench_conv.GROUPED}
     shapes = bench_conv.random_bmm(16)
     assert shapes == bench_conv.random_bmm(16) and len(set(shapes)) == 16      # reproducible, distinct
     assert {s[4] for s in shapes} == {"NN", "NT", "TN", "TT"} and any(s[1] % 8 or s[2] % 8 for s in shapes)

@@ -178,7 +178,7 @@ def test_checks_before_any_launch(a, b, ends, kw, error, monkeypatch):
     monkeypatch.setattr(grouped, "on_caller_stream", lambda kind, device: contextlib.nullcontext())
     monkeypatch.setattr(grouped, "routed", lambda problem, device: (SimpleNamespace(family=problem.family), problem,
                                                                     None))
-    monkeypatch.setattr(grouped, "_to_device", lambda host: SimpleNamespace(data=SimpleNamespace(ptr=BASE + (1 << 25))))
+    monkeypatch.setattr(grouped, "to_device", lambda host: SimpleNamespace(data=SimpleNamespace(ptr=BASE + (1 << 25))))
     if error is None:
         out = kgen.gemm_grouped(a, b, ends, **kw)
         (problem, operands), = launched

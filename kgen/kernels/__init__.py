@@ -10,6 +10,7 @@ BUILTIN_FAMILIES = {
     "gemm_batched_wgmma": "kgen.kernels.gemm.batched_wgmma:GemmBatchedWgmma",
     "gemm_grouped": "kgen.kernels.gemm.grouped:GemmGrouped",
     "gemm_grouped_wgmma": "kgen.kernels.gemm.grouped_wgmma:GemmGroupedWgmma",
+    "gemm_kgrouped": "kgen.kernels.gemm.kgrouped:GemmKGrouped",
     "elementwise": "kgen.kernels.memory.elementwise:Elementwise",
     "cast": "kgen.kernels.memory.cast:Cast",
     "reduce": "kgen.kernels.memory.reduce:Reduce",

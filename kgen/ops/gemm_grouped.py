@@ -27,9 +27,22 @@ from kgen.ops.gemm_batched import dense_matrices
 from kgen.ops.launch import first_ranked, launch_family
 
 
+def on_device(ends) -> bool:
+    """Whether ``ends`` is a device array (else a host sequence)."""
+    return hasattr(ends, "__cuda_array_interface__") or array_kind(ends) in ("torch", "jax")
+
+
+def ends_count(ends) -> int:
+    """How many groups ``ends`` gives an end (a one-dimensional array or sequence)."""
+    shape = describe(ends, "ends").shape if on_device(ends) else np.shape(ends)
+    if len(shape) != 1:
+        raise ShapeError(f"ends must be one-dimensional, one end a group; got shape {tuple(shape)}")
+    return shape[0]
+
+
 def host_ends(ends, groups: int, rows: int) -> np.ndarray | None:
     """``ends`` as checked int32 values where it is a host sequence; None for a device array."""
-    if hasattr(ends, "__cuda_array_interface__") or array_kind(ends) in ("torch", "jax"):
+    if on_device(ends):
         return None
     values = np.asarray(ends)
     if values.dtype.kind not in "iu" or values.shape != (groups,):
@@ -40,7 +53,7 @@ def host_ends(ends, groups: int, rows: int) -> np.ndarray | None:
     return values.astype(np.int32)
 
 
-def _device_ends(ends, groups: int, like: CallerArray) -> CallerArray:
+def device_ends(ends, groups: int, like: CallerArray) -> CallerArray:
     """A device ``ends`` checked: dense int32, one a group, with ``like`` (library and device)."""
     info = describe(ends, "ends")
     if info.dtype != "int32" or info.shape != (groups,) or not contiguous(info):
@@ -94,7 +107,7 @@ def gemm_grouped(a, b, ends, out=None, *, activation=None, precision=None, dtype
     out_t = checked_output(in_a, out_dtype, epilogue)
     like = CallerArray(a, kind, ai, in_a)
     host = host_ends(ends, groups, rows)
-    device_ends = _device_ends(ends, groups, like) if host is None else None
+    checked = device_ends(ends, groups, like) if host is None else None
     target = result_array(output_array(out, like, (rows, n), out_t), like, (rows, n), out_t)
     if out is not None:
         same_device([like, target])
@@ -107,8 +120,8 @@ def gemm_grouped(a, b, ends, out=None, *, activation=None, precision=None, dtype
         with on_caller_stream(kind, ai.device):
             # host ends are copied on the caller's stream; CuPy's pool hands that memory out again only
             # in this stream's order, so the copy may be dropped once the kernel is queued
-            copied = None if host is None else _to_device(host)
-            ends_ptr = device_ends.ptr if copied is None else copied.data.ptr
+            copied = None if host is None else to_device(host)
+            ends_ptr = checked.ptr if copied is None else copied.data.ptr
             spec, chosen, _ = routed(problem, ai.device)
             launch_family(spec.family, chosen, ai.device, kind,
                           {"a": ai.ptr, "b": bi.ptr, "c": target.ptr, "ends": ends_ptr, "alpha": 1.0, "beta": 0.0})
@@ -124,7 +137,7 @@ def routed(problem, device: int):
     return first_ranked(route, problem, device, "grouped GEMM")
 
 
-def _to_device(host: np.ndarray):
+def to_device(host: np.ndarray):
     import cupy
 
     return cupy.asarray(host)

@@ -1,0 +1,196 @@
+"""K-grouped GEMM on mma.sync, a mixture-of-experts layer's weight gradient: ``C[g] = alpha *
+A[rows of g]^T @ B[rows of g] + beta * C[g]`` for every group g, in one launch.
+
+A (T x M) and B (T x N) hold every group's rows one after another, row-major (the layer's
+input and its output's gradient, tokens sorted by expert); C is G dense M x N matrices (the
+experts' weight gradients). Group g owns the rows ``ends[g-1] <= row < ends[g]`` (``ends[-1] =
+0``): ``ends`` is ``gemm_grouped``'s int32 device array, read by the kernel, so the reduction
+over each group's rows needs no trip to the host. A group without rows gets ``beta * C[g]``.
+A problem is a tensor-core GEMM problem of layout TN (A read transposed) with ``groups`` and
+``k`` = T, every group's rows; its records and dispatch decision are those of the top of T's
+bucket (``token_bucket``), as for the grouped forward. The kernel is ``gemm/mma.cu.j2``'s with
+each block moved to its group (``templates/gemm/mma_kgrouped.cu.j2``), so the space is
+``gemm_mma``'s for a group of the average row count, and the default tile counts every group's
+tiles. No epilogue (a gradient has none); C in the inputs' dtype or float32.
+
+>>> from kgen.problem import Target
+>>> p = kgrouped_problem(64, 2048, 1408, 8192, "bfloat16")
+>>> p.key
+'gemm_kgrouped|align_a=8|align_b=8|dtype=bfloat16|epilogue=none|groups=64|k=8192|layout=TN|m=2048|n=1408|out_dtype=bfloat16|precision=native'
+>>> GemmKGrouped().default_config(p, Target.h200()).name
+'gemm_kgrouped_bf16_tn_128x128x32_w64x64_s4_va8_vb8_g8_k1_mb1_lp1'
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from kgen.arrays import device_pointer
+from kgen.errors import InputError, ShapeError
+from kgen.fields import Field
+from kgen.kernels.gemm.dtypes import ITEMSIZE, TC_OUTPUTS
+from kgen.kernels.gemm.family import FIELDS as GEMM_FIELDS
+from kgen.kernels.gemm.grouped import split_rows, token_bucket
+from kgen.kernels.gemm.mma_geometry import tile_shape
+from kgen.kernels.gemm.mma_variant import MmaVariant
+from kgen.kernels.gemm.problem import tc_problem
+from kgen.kernels.gemm.tc import as_float64, to_bf16, to_tf32, torch_stream_of_cupy, torch_view
+from kgen.problem import Problem, Target
+from kgen.space import Space
+from kgen.spec import Launch
+
+FAMILY = "gemm_kgrouped"
+MAX_GROUPS = 4096
+LAYOUT = "TN"               # A's rows hold M values a token: A^T is read
+
+
+def kgrouped_problem(groups: int, m: int, n: int, k: int, dtype: str = "bfloat16", out_dtype: str | None = None,
+                     align_a: int | None = None, align_b: int | None = None) -> Problem:
+    """The K-grouped problem of ``groups`` products of M x N, ``k`` rows of A and B in all (checked)."""
+    if isinstance(groups, bool) or not isinstance(groups, (int, np.integer)) or not 1 <= groups <= MAX_GROUPS:
+        raise ShapeError(f"groups={groups!r} must be an integer in 1..{MAX_GROUPS}",
+                         remedy="split the groups over several calls")
+    if min(m, n, k) < 1:
+        raise ShapeError(f"sizes must be >= 1 (got m={m}, n={n}, k={k})")
+    one = tc_problem(FAMILY, m, n, k, dtype, LAYOUT, out_dtype, "none", align_a, align_b)
+    return Problem.of(FAMILY, **dict(one.params), groups=int(groups))
+
+
+def leading_dims(problem: Problem) -> tuple[int, int, int]:
+    """lda, ldb, ldc of dense operands: A's and B's rows, then C's."""
+    return problem["m"], problem["n"], problem["n"]
+
+
+class GemmKGrouped(MmaVariant):
+    family = FAMILY
+    template = "gemm/mma_kgrouped.cu.j2"
+    problem_fields = ((Field("groups", int, "products (experts)"),
+                       Field("m", int, "columns of A: rows of each product"),
+                       Field("n", int, "columns of B and of each product"),
+                       Field("k", int, "rows of A and B, every group's together")) +
+                      tuple(f for f in GEMM_FIELDS if f.name in ("dtype", "precision", "out_dtype")))
+    baseline_name = "cuBLAS, a call a group"
+
+    def problem(self, groups: int, m: int, n: int, k: int, dtype: str = "bfloat16", out_dtype: str | None = None,
+                **kw) -> Problem:
+        return kgrouped_problem(groups, m, n, k, dtype, out_dtype, **kw)
+
+    def request(self, target: Target, **values):
+        if values.get("dtype", "bfloat16") == "float32" and values.get("precision") != "tf32":
+            raise InputError(f"{self.family} runs float32 on the tensor cores as tf32 only when asked",
+                             remedy="pass --precision tf32")
+        values.pop("precision", None)
+        return self, self.problem(**{k: v for k, v in values.items() if v is not None})
+
+    def record_problem(self, problem: Problem) -> Problem:
+        """The top of the token count's bucket (``token_bucket``), as for the grouped forward."""
+        top = token_bucket(problem["k"])
+        return problem if top == problem["k"] else problem.replace(k=top)
+
+    def tiles(self, problem: Problem, bm: int, bn: int) -> int:
+        return problem["groups"] * -(-problem["m"] // bm) * -(-problem["n"] // bn)
+
+    def vendor_supported(self, problem: Problem) -> bool:
+        return False          # cuBLAS has no call that reads the groups' rows from the device
+
+    # ---- space, render and launch --------------------------------------------------------------
+    def space(self, problem: Problem, target: Target) -> Space:
+        """gemm_mma's space for one group of the average row count."""
+        rows = max(1, -(-problem["k"] // problem["groups"]))
+        one = tc_problem("gemm_mma", problem["m"], problem["n"], rows, problem["dtype"], LAYOUT,
+                         problem["out_dtype"], "none", problem["align_a"], problem["align_b"])
+        return super().space(one, target).renamed("gemm_mma_", FAMILY + "_")
+
+    def launch(self, problem: Problem, config) -> Launch:
+        v = config.as_dict()
+        warps = (v["BM"] // v["WM"]) * (v["BN"] // v["WN"]) * v["WK"]
+        return Launch((self.tiles(problem, v["BM"], v["BN"]), 1, 1), (32 * warps, 1, 1),
+                      tile_shape(problem["dtype"], LAYOUT, v)["SMEM"])
+
+    def arg_recipe(self, problem: Problem, config) -> list[dict]:
+        """The tensor-core recipe with the ends in the bias slot and the dense leading dimensions."""
+        lds = dict(zip("abc", leading_dims(problem)))
+        recipe = []
+        for item in super().arg_recipe(problem, config):
+            if item.get("pointer") == "bias":
+                item = {"pointer": "ends"}
+            elif "ld" in item:
+                item = {"value": lds[item["ld"]], "type": "int64"}
+            recipe.append(item)
+        return recipe
+
+    def args(self, problem: Problem, config, operands: Mapping[str, Any]) -> list:
+        build = self.arg_builder(problem, config, leading_dims(problem))
+        return list(build(*(device_pointer(operands[x], x) for x in ("a", "b", "c", "ends")),
+                          operands.get("alpha", 1.0), operands.get("beta", 0.0)))
+
+    # ---- measurement (GPU) ---------------------------------------------------------------------
+    def inputs(self, problem: Problem, seed: int) -> dict[str, Any]:
+        import cupy
+
+        rng = cupy.random.default_rng(seed)
+        groups, m, n, k, dtype = (problem[x] for x in ("groups", "m", "n", "k", "dtype"))
+        out = problem["out_dtype"]
+
+        def values(shape):
+            x = rng.random(shape, dtype=cupy.float32) * 2 - 1
+            return to_bf16(x) if dtype == "bfloat16" else x.astype(dtype)
+
+        c = cupy.empty((groups, m, n), dtype=cupy.uint16 if out == "bfloat16" else out)
+        c.fill(0xFFFF if out == "bfloat16" else cupy.nan)
+        return {"a": values((k, m)), "b": values((k, n)), "c": c,
+                "ends": cupy.asarray(split_rows(k, groups, seed)), "alpha": 1.0, "beta": 0.0}
+
+    def reference(self, problem: Problem, operands: Mapping[str, Any]) -> dict[str, Any]:
+        import cupy
+
+        dtype, out = problem["dtype"], problem["out_dtype"]
+        a, b = operands["a"], operands["b"]
+        if dtype == "float32":                          # the tensor cores see tf32
+            a, b = to_tf32(a, self.tf32_rounding), to_tf32(b, self.tf32_rounding)
+        a64, b64 = as_float64(a, dtype), as_float64(b, dtype)
+        ref = cupy.zeros((problem["groups"], problem["m"], problem["n"]), dtype=cupy.float64)
+        begin = 0
+        for g, end in enumerate(operands["ends"].get().tolist()):
+            end = min(max(end, begin), problem["k"])
+            ref[g] = a64[begin:end].T @ b64[begin:end]
+            begin = end
+        ref *= operands.get("alpha", 1.0)
+        beta = operands.get("beta", 0.0)
+        if beta:
+            ref += beta * as_float64(operands["c"], out)
+        return {"c": ref}
+
+    def baseline(self, problem: Problem, operands: Mapping[str, Any]):
+        """One ``torch.matmul`` a group (cuBLAS) into its matrix of C; zeros for a group without rows."""
+        try:
+            import torch
+        except ImportError:
+            return None
+        if problem["dtype"] == "float32" or problem["out_dtype"] != problem["dtype"]:
+            return None
+        dtype = problem["dtype"]
+        a, b, c = (torch_view(operands[x], dtype) for x in ("a", "b", "c"))
+        bounds = [0] + operands["ends"].get().tolist()
+        pieces = [(a[s:e].T, b[s:e], c[g]) for g, (s, e) in enumerate(zip(bounds, bounds[1:])) if e > s]
+        empty = [c[g] for g, (s, e) in enumerate(zip(bounds, bounds[1:])) if e <= s]
+        stream = torch_stream_of_cupy()
+
+        def run():
+            with torch.cuda.stream(stream):
+                for x, y, out in pieces:
+                    torch.matmul(x, y, out=out)
+                for out in empty:
+                    out.zero_()
+
+        return run
+
+    def flops(self, problem: Problem) -> float:
+        return 2.0 * problem["m"] * problem["n"] * problem["k"]
+
+    def bytes(self, problem: Problem) -> float:
+        groups, m, n, k = (problem[x] for x in ("groups", "m", "n", "k"))
+        size, out = ITEMSIZE[problem["dtype"]], TC_OUTPUTS[problem["out_dtype"]][1]
+        return float(size * k * (m + n) + out * groups * m * n)
