@@ -35,6 +35,7 @@ def cpu_kernels(monkeypatch):
     import kgen.ops.conv
     import kgen.ops.gemm
     import kgen.ops.gemm_grouped
+    import kgen.ops.gemm_kgrouped
     import kgen.ops.rownorm
 
     def gemm(a, b, c=None, alpha=1.0, beta=0.0, *, bias=None, activation=None, precision=None, dtype=None,
@@ -60,8 +61,17 @@ def cpu_kernels(monkeypatch):
             start = end
         return result
 
+    def gemm_kgrouped(a, b, ends, out=None, *, precision=None, dtype=None, out_dtype=None):
+        result = a.new_zeros((len(ends), a.shape[1], b.shape[1]))
+        start = 0
+        for i, end in enumerate(ends.tolist()):
+            result[i] = a[start:end].T @ b[start:end]
+            start = end
+        return result
+
     monkeypatch.setattr(kgen.ops.gemm, "gemm", gemm)
     monkeypatch.setattr(kgen.ops.gemm_grouped, "gemm_grouped", gemm_grouped)
+    monkeypatch.setattr(kgen.ops.gemm_kgrouped, "gemm_kgrouped", gemm_kgrouped)
     monkeypatch.setattr(kgen.ops.conv, "conv2d", conv2d)
     monkeypatch.setattr(kgen.ops.rownorm, "softmax", lambda x, axis=-1, *, out=None, dtype=None: torch.softmax(x, -1))
     monkeypatch.setattr(kgen.ops.rownorm, "rmsnorm", rmsnorm)
