@@ -57,6 +57,7 @@ def main() -> None:
     from bench_shapes import CudaBench
     from kgen.kernels.gemm.problem import gemm_problem, tc_problem
     from kgen.kernels.gemm.vendor import vendor_call
+    from kgen.measure.bench import _gpu_hold
 
     gpu = CudaBench(args.runs)
     rows = []
@@ -77,17 +78,20 @@ def main() -> None:
 
         ways = {"bench": case.cublas, "vendor": vendor, "kgen": through_kgen}
         times = {name: [] for name in ways}
+        gave_up = {name: 0 for name in ways}      # batches whose GPU hold timed out (the host in the time)
         for r in range(args.rounds):
             order = list(ways) if r % 2 == 0 else list(reversed(ways))
             for name in order:
                 times[name].append(gpu.time(ways[name]))
+                gave_up[name] += bool(_gpu_hold().timed_out)
         row = dict(shape, choice=choice.config, how=choice.how,
                    ms={name: statistics.median(t) for name, t in times.items()},
-                   rounds={name: t for name, t in times.items()},
+                   rounds={name: t for name, t in times.items()}, hold_timed_out=gave_up,
                    kernels={name: kernels_of(run) for name, run in ways.items()})
         rows.append(row)
         us = {name: round(v * 1000, 2) for name, v in row["ms"].items()}
-        print(f"{m}x{n}x{k} {layout} {dtype} {precision or ''}: {choice.config} ({choice.how}) us {us}")
+        print(f"{m}x{n}x{k} {layout} {dtype} {precision or ''}: {choice.config} ({choice.how}) us {us}"
+              f" holds timed out {gave_up}")
         for name, names in row["kernels"].items():
             print(f"   {name:7} {names}")
         gpu.release()
