@@ -67,6 +67,25 @@ def device_ends(ends, groups: int, like: CallerArray) -> CallerArray:
     return CallerArray(ends, like.kind, info, "int32")
 
 
+def operand_kind_and_dtype(a, b, ai, bi, dtype, precision, what: str) -> tuple[str, str]:
+    """(library, input dtype) of a grouped family's two operands (``ai``, ``bi``: their
+    descriptions), checked alike: one library, one device, one dtype, float32 only as tf32."""
+    from kgen.ops.gemm_tc import input_dtype
+
+    kind = array_kind(a)
+    if array_kind(b) != kind:
+        raise InputError(f"a is a {kind} array and b a {array_kind(b)} one", remedy="pass arrays of one library")
+    if ai.device != bi.device:
+        raise DeviceError(f"a is on device {ai.device} and b on device {bi.device}")
+    in_a, in_b = input_dtype(ai, dtype, "a"), input_dtype(bi, dtype, "b")
+    if in_a != in_b:
+        raise DtypeError(f"a is {in_a} and b is {in_b}", remedy="cast both to one dtype")
+    if in_a == "float32" and precision != "tf32":
+        raise DtypeError(f"{what} runs on the tensor cores: float32 only as tf32",
+                         remedy="pass precision='tf32', or cast to bfloat16")
+    return kind, in_a
+
+
 def gemm_grouped(a, b, ends, out=None, *, activation=None, precision=None, dtype=None, out_dtype=None):
     """``out[rows of g] = act(a[rows of g] @ b[g])`` for every group g (see the module text).
 
@@ -76,7 +95,6 @@ def gemm_grouped(a, b, ends, out=None, *, activation=None, precision=None, dtype
         return custom_op("gemm_grouped")(a, b, ends, out, activation=activation, precision=precision, dtype=dtype,
                                          out_dtype=out_dtype)
     from kgen.kernels.gemm.grouped import MAX_GROUPS, grouped_problem
-    from kgen.ops.gemm_tc import input_dtype
 
     ai, bi = describe(a, "a"), describe(b, "b")
     if len(ai.shape) != 2 or not contiguous(ai):
@@ -92,17 +110,7 @@ def gemm_grouped(a, b, ends, out=None, *, activation=None, precision=None, dtype
         raise ShapeError(f"inner dimensions differ: a's rows hold {ai.shape[1]} values, b's matrices are {k}x{n}")
     if not 1 <= groups <= MAX_GROUPS:
         raise ShapeError(f"b holds {groups} matrices; grouped GEMM takes 1..{MAX_GROUPS}")
-    kind = array_kind(a)
-    if array_kind(b) != kind:
-        raise InputError(f"a is a {kind} array and b a {array_kind(b)} one", remedy="pass arrays of one library")
-    if ai.device != bi.device:
-        raise DeviceError(f"a is on device {ai.device} and b on device {bi.device}")
-    in_a, in_b = input_dtype(ai, dtype, "a"), input_dtype(bi, dtype, "b")
-    if in_a != in_b:
-        raise DtypeError(f"a is {in_a} and b is {in_b}", remedy="cast both to one dtype")
-    if in_a == "float32" and precision != "tf32":
-        raise DtypeError("grouped GEMM runs on the tensor cores: float32 only as tf32",
-                         remedy="pass precision='tf32', or cast to bfloat16")
+    kind, in_a = operand_kind_and_dtype(a, b, ai, bi, dtype, precision, "grouped GEMM")
     epilogue = epilogue_name(False, activation)
     out_t = checked_output(in_a, out_dtype, epilogue)
     like = CallerArray(a, kind, ai, in_a)

@@ -13,13 +13,13 @@ Rows at and past ``ends[-1]`` are not read; a group without rows gets zeros. The
 
 from __future__ import annotations
 
-from kgen.arrays import array_kind, describe
-from kgen.errors import DeviceError, DtypeError, InputError, LayoutError, ShapeError
+from kgen.arrays import describe
+from kgen.errors import LayoutError, ShapeError
 from kgen.kernels.gemm import rules
 from kgen.kernels.gemm.dtypes import checked_output
 from kgen.ops.caller import (CallerArray, check_no_overlap, contiguous, custom_op, on_caller_stream, output_array,
                              result_array, same_device, to_jax, torch_graph_call)
-from kgen.ops.gemm_grouped import device_ends, ends_count, host_ends, to_device
+from kgen.ops.gemm_grouped import device_ends, ends_count, host_ends, operand_kind_and_dtype, to_device
 from kgen.ops.launch import launch_family
 
 
@@ -38,7 +38,6 @@ def gemm_kgrouped(a, b, ends, out=None, *, precision=None, dtype=None, out_dtype
     if torch_graph_call(a, b):
         return custom_op("gemm_kgrouped")(a, b, ends, out, precision=precision, dtype=dtype, out_dtype=out_dtype)
     from kgen.kernels.gemm.kgrouped import FAMILY, MAX_GROUPS, kgrouped_problem
-    from kgen.ops.gemm_tc import input_dtype
 
     ai, bi = describe(a, "a"), describe(b, "b")
     (rows, m), (rows_b, n) = _rows(ai, "a"), _rows(bi, "b")
@@ -48,17 +47,7 @@ def gemm_kgrouped(a, b, ends, out=None, *, precision=None, dtype=None, out_dtype
     groups = ends_count(ends)
     if not 1 <= groups <= MAX_GROUPS:
         raise ShapeError(f"ends holds {groups} groups; K-grouped GEMM takes 1..{MAX_GROUPS}")
-    kind = array_kind(a)
-    if array_kind(b) != kind:
-        raise InputError(f"a is a {kind} array and b a {array_kind(b)} one", remedy="pass arrays of one library")
-    if ai.device != bi.device:
-        raise DeviceError(f"a is on device {ai.device} and b on device {bi.device}")
-    in_a, in_b = input_dtype(ai, dtype, "a"), input_dtype(bi, dtype, "b")
-    if in_a != in_b:
-        raise DtypeError(f"a is {in_a} and b is {in_b}", remedy="cast both to one dtype")
-    if in_a == "float32" and precision != "tf32":
-        raise DtypeError("K-grouped GEMM runs on the tensor cores: float32 only as tf32",
-                         remedy="pass precision='tf32', or cast to bfloat16")
+    kind, in_a = operand_kind_and_dtype(a, b, ai, bi, dtype, precision, "K-grouped GEMM")
     out_t = checked_output(in_a, out_dtype, "none")
     like = CallerArray(a, kind, ai, in_a)
     host = host_ends(ends, groups, rows)

@@ -119,6 +119,38 @@ def split_rows(total: int, groups: int, seed: int) -> np.ndarray:
     return np.cumsum(sizes).astype(np.int32)
 
 
+def ends_recipe(recipe: list[dict], lds: tuple[int, int, int]) -> list[dict]:
+    """A tensor-core GEMM's ``arg_recipe`` with the group ends in the bias slot and the leading
+    dimensions (of a, b, c) fixed to ``lds`` (the grouped families' dense operands)."""
+    fixed = dict(zip("abc", lds))
+    out = []
+    for item in recipe:
+        if item.get("pointer") == "bias":
+            item = {"pointer": "ends"}
+        elif "ld" in item:
+            item = {"value": fixed[item["ld"]], "type": "int64"}
+        out.append(item)
+    return out
+
+
+def ends_args(spec, problem: Problem, config, operands: Mapping[str, Any], lds: tuple[int, int, int]) -> list:
+    """The kernel arguments of a grouped family's launch: a, b, c and the ends' pointers, the
+    leading dimensions ``lds``, alpha and beta."""
+    build = spec.arg_builder(problem, config, lds)
+    return list(build(*(device_pointer(operands[x], x) for x in ("a", "b", "c", "ends")),
+                      operands.get("alpha", 1.0), operands.get("beta", 0.0)))
+
+
+def random_values(rng, dtype: str):
+    """``values(shape)``: uniform values in [-1, 1) of ``dtype`` (bfloat16 as uint16 bits) from ``rng``."""
+    import cupy
+
+    def values(shape):
+        x = rng.random(shape, dtype=cupy.float32) * 2 - 1
+        return to_bf16(x) if dtype == "bfloat16" else x.astype(dtype)
+    return values
+
+
 class GroupedGemm:
     """What the grouped families (listed before their kernel base) answer alike: the problem
     (``grouped_problem``'s fields), a space for one group of the average size, its operands (the
@@ -155,33 +187,19 @@ class GroupedGemm:
     def grouped_recipe(self, recipe: list[dict], problem: Problem) -> list[dict]:
         """An ``arg_recipe`` with the group ends in the bias slot and the leading dimensions the
         problem fixes."""
-        lds = dict(zip("abc", leading_dims(problem)))
-        grouped = []
-        for item in recipe:
-            if item.get("pointer") == "bias":
-                item = {"pointer": "ends"}
-            elif "ld" in item:
-                item = {"value": lds[item["ld"]], "type": "int64"}
-            grouped.append(item)
-        return grouped
+        return ends_recipe(recipe, leading_dims(problem))
 
     def args(self, problem: Problem, config, operands: Mapping[str, Any]) -> list:
-        build = self.arg_builder(problem, config, leading_dims(problem))
-        return list(build(*(device_pointer(operands[x], x) for x in ("a", "b", "c", "ends")),
-                          operands.get("alpha", 1.0), operands.get("beta", 0.0)))
+        return ends_args(self, problem, config, operands, leading_dims(problem))
 
     # ---- measurement (GPU) ---------------------------------------------------------------------
     def inputs(self, problem: Problem, seed: int) -> dict[str, Any]:
         import cupy
 
         rng = cupy.random.default_rng(seed)
-        groups, m, n, k, dtype = (problem[x] for x in ("groups", "m", "n", "k", "dtype"))
+        groups, m, n, k = (problem[x] for x in ("groups", "m", "n", "k"))
         out = problem["out_dtype"]
-
-        def values(shape):
-            x = rng.random(shape, dtype=cupy.float32) * 2 - 1
-            return to_bf16(x) if dtype == "bfloat16" else x.astype(dtype)
-
+        values = random_values(rng, problem["dtype"])
         b = values((groups, k, n)) if problem["layout"][1] == "N" else values((groups, n, k)).swapaxes(1, 2)
         c = cupy.empty((m, n), dtype=cupy.uint16 if out == "bfloat16" else out)
         c.fill(0xFFFF if out == "bfloat16" else cupy.nan)

@@ -27,16 +27,15 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from kgen.arrays import device_pointer
 from kgen.errors import InputError, ShapeError
 from kgen.fields import Field
 from kgen.kernels.gemm.dtypes import ITEMSIZE, TC_OUTPUTS
 from kgen.kernels.gemm.family import FIELDS as GEMM_FIELDS
-from kgen.kernels.gemm.grouped import split_rows, token_bucket
+from kgen.kernels.gemm.grouped import ends_args, ends_recipe, random_values, split_rows, token_bucket
 from kgen.kernels.gemm.mma_geometry import tile_shape
 from kgen.kernels.gemm.mma_variant import MmaVariant
 from kgen.kernels.gemm.problem import tc_problem
-from kgen.kernels.gemm.tc import as_float64, to_bf16, to_tf32, torch_stream_of_cupy, torch_view
+from kgen.kernels.gemm.tc import as_float64, to_tf32, torch_stream_of_cupy, torch_view
 from kgen.problem import Problem, Target
 from kgen.space import Space
 from kgen.spec import Launch
@@ -111,33 +110,19 @@ class GemmKGrouped(MmaVariant):
 
     def arg_recipe(self, problem: Problem, config) -> list[dict]:
         """The tensor-core recipe with the ends in the bias slot and the dense leading dimensions."""
-        lds = dict(zip("abc", leading_dims(problem)))
-        recipe = []
-        for item in super().arg_recipe(problem, config):
-            if item.get("pointer") == "bias":
-                item = {"pointer": "ends"}
-            elif "ld" in item:
-                item = {"value": lds[item["ld"]], "type": "int64"}
-            recipe.append(item)
-        return recipe
+        return ends_recipe(super().arg_recipe(problem, config), leading_dims(problem))
 
     def args(self, problem: Problem, config, operands: Mapping[str, Any]) -> list:
-        build = self.arg_builder(problem, config, leading_dims(problem))
-        return list(build(*(device_pointer(operands[x], x) for x in ("a", "b", "c", "ends")),
-                          operands.get("alpha", 1.0), operands.get("beta", 0.0)))
+        return ends_args(self, problem, config, operands, leading_dims(problem))
 
     # ---- measurement (GPU) ---------------------------------------------------------------------
     def inputs(self, problem: Problem, seed: int) -> dict[str, Any]:
         import cupy
 
         rng = cupy.random.default_rng(seed)
-        groups, m, n, k, dtype = (problem[x] for x in ("groups", "m", "n", "k", "dtype"))
+        groups, m, n, k = (problem[x] for x in ("groups", "m", "n", "k"))
         out = problem["out_dtype"]
-
-        def values(shape):
-            x = rng.random(shape, dtype=cupy.float32) * 2 - 1
-            return to_bf16(x) if dtype == "bfloat16" else x.astype(dtype)
-
+        values = random_values(rng, problem["dtype"])
         c = cupy.empty((groups, m, n), dtype=cupy.uint16 if out == "bfloat16" else out)
         c.fill(0xFFFF if out == "bfloat16" else cupy.nan)
         return {"a": values((k, m)), "b": values((k, n)), "c": c,
