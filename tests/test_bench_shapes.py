@@ -166,7 +166,7 @@ class FakeGpu:
     def time(self, run):
         self.calls.append(run)
         run()
-        return 2.0 if len(self.calls) % 2 else 1.0          # cuBLAS first, then kgen
+        return 2.0 if len(self.calls) % 4 in (0, 1) else 1.0     # cuBLAS, kgen, kgen, cuBLAS
 
     def release(self):
         self.released += 1
@@ -212,8 +212,11 @@ def test_each_mode_refreshes_checks_then_times_cublas_and_kgen(fake_kgen):
                                                                    ("untuned+vendor", "cublas", "vendor")]
     assert all(r["ok"] and r["kgen_ms"] == 1.0 and r["baselines"] == {"cublas": 2.0} and r["ratio"] == 2.0
                and r["relerr"] == 1e-3 and r["seed"] == 3 for r in rows)
-    assert fake_kgen == [("refresh",), ("choice", "0", "bfloat16"), ("gemm", "0"), ("gemm", "0"),   # check, time
-                         ("refresh",), ("choice", "1", "bfloat16"), ("gemm", "1"), ("gemm", "1")]
+    assert fake_kgen == [("refresh",), ("choice", "0", "bfloat16"), ("gemm", "0"), ("gemm", "0"), ("gemm", "0"),
+                         ("refresh",), ("choice", "1", "bfloat16"), ("gemm", "1"), ("gemm", "1"), ("gemm", "1")]
+    # check, then timed alternately: cuBLAS, kgen, kgen, cuBLAS
+    cublas = gpu.calls[0]
+    assert [c is cublas for c in gpu.calls[:4]] == [True, False, False, True]
     assert gpu.released == 1 and len(lines) == 2 and "ratio  2.000" in lines[0]
 
 
@@ -243,3 +246,4 @@ def test_a_cublas_failure_keeps_kgens_time(fake_kgen):
     row, = bench_shape(SHAPE, ["untuned"], gpu, seed=1, operand_seed=0, log=lambda line: None)
     assert row["ok"] and row["kgen_ms"] is not None and row["ratio"] is None
     assert row["baselines"] == {"cublas": None} and row["error"].startswith("cublas: ZeroDivisionError")
+    assert len(gpu.calls) == 3                         # cuBLAS once (it failed), kgen twice

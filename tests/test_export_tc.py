@@ -427,6 +427,8 @@ GENERIC = {
                     "n=4096|out_dtype=bfloat16|precision=native",
     "gemm_grouped_wgmma": "gemm_grouped_wgmma|align_a=8|align_b=8|dtype=bfloat16|epilogue=none|groups=16|k=4096|"
                           "layout=NT|m=512|n=4096|out_dtype=bfloat16|precision=native",
+    "gemm_kgrouped": "gemm_kgrouped|align_a=8|align_b=8|dtype=bfloat16|epilogue=none|groups=32|k=2048|layout=TN|"
+                     "m=1024|n=4096|out_dtype=bfloat16|precision=native",
 }
 
 
@@ -478,6 +480,12 @@ def test_generic_exports_give_kgens_result(family, tmp_path):
         a, b = rand(p["m"], p["k"]), rand(p["groups"], p["n"], p["k"])                  # layout NT: b read transposed
         ends = cupy.asarray(split_rows(p["m"], p["groups"], seed=5))
         want = kgen.gemm_grouped(a, b.transpose(0, 2, 1), ends, dtype="bfloat16")
+        got = cupy.full(want.shape, 0xFFFF, dtype=cupy.uint16)
+        module.run(GENERIC[family], a=a, b=b, c=got, ends=ends)
+    elif family == "gemm_kgrouped":
+        a, b = rand(p["k"], p["m"]), rand(p["k"], p["n"])                              # every group's rows
+        ends = cupy.asarray(split_rows(p["k"], p["groups"], seed=5))
+        want = kgen.gemm_kgrouped(a, b, ends, dtype="bfloat16")
         got = cupy.full(want.shape, 0xFFFF, dtype=cupy.uint16)
         module.run(GENERIC[family], a=a, b=b, c=got, ends=ends)
     else:

@@ -81,6 +81,11 @@ def test_render_takes_the_shape_as_arguments(target):
     one = render(SPEC, kgrouped_problem(64, 512, 512, 4096), config, target).code
     assert one == render(SPEC, kgrouped_problem(8, 512, 512, 4096), config, target).code    # groups: argument
     assert "group_ends" in one and "first_row" in one and "K = last_row - first_row" in one
+    # the prologue's names leave the body's alone: tiles grouped GM rows at a time still call the
+    # scheduler (a local named group_tiles once turned that call into comparisons)
+    grouped = next(c for c in SPEC.space(kgrouped_problem(64, 512, 512, 4096), target).configs() if c["GM"] > 1)
+    code = render(SPEC, kgrouped_problem(64, 512, 512, 4096), grouped, target).code
+    assert re.search(r"group_tiles<\d+>\(pid,", code) and not re.search(r"\bgroup_tiles\s*=", code)
 
 
 def test_launch_arguments_and_recipe(target):
