@@ -287,10 +287,10 @@ def bench_shape(shape: dict, modes, gpu, seed: int, operand_seed: int, tuned_sub
 
 def time_side_by_side(gpu, cublas, run, row: dict) -> tuple[float | None, float]:
     """(cuBLAS ms, kgen ms), timed alternately (cuBLAS, kgen, kgen, cuBLAS), each side the mean
-    of its two medians. Timed once each, one after the other, the second of two calls of the
-    very same cuBLAS kernel ran 1-1.5 us slower on small problems (on an H200; alternated on an
-    H100 they agree within 0.05 us: ``scripts/experiments/vendor_overhead.py``), which this
-    order cancels. A cuBLAS failure is the row's error; kgen's time stands."""
+    of its two medians. Timed once each, cuBLAS first, kgen's call of the very same cuBLAS
+    kernel ran 1-1.5 us slower on small problems (an H200); timed in alternating rounds the two
+    agree within 0.05 us (an H100, ``scripts/experiments/vendor_overhead.py``). This order gives
+    neither side the first place. A cuBLAS failure is the row's error; kgen's time stands."""
     cublas_times, failed = [], []
 
     def time_cublas() -> None:
