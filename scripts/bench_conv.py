@@ -503,7 +503,8 @@ def main(argv=None) -> int:
     meta = {"device": target.name, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "commit": args.commit or commit(), "runs": args.runs, "torch": torch.__version__,
             "cudnn": torch.backends.cudnn.version(), "l2": "flushed", "baseline": "torch conv2d, channels_last, "
-            "cudnn.benchmark=True (bmm: torch.matmul; grouped: a torch.matmul a group, and torch._grouped_mm)"}
+            "cudnn.benchmark=True (bmm: torch.matmul; grouped and grouped_wgrad: a torch.matmul a group, and "
+            "torch._grouped_mm)"}
     rows = []
     suites = set(filter(None, args.suites.split(",")))
     if "bmm-random" in suites or "grouped-random" in suites:
