@@ -151,6 +151,25 @@ def random_values(rng, dtype: str):
     return values
 
 
+def poisoned_output(shape, out_dtype: str):
+    """An output of ``shape`` filled with NaN (bfloat16: NaN bits in uint16), so that a value
+    the kernel leaves unwritten shows in the check."""
+    import cupy
+
+    c = cupy.empty(shape, dtype=cupy.uint16 if out_dtype == "bfloat16" else out_dtype)
+    c.fill(0xFFFF if out_dtype == "bfloat16" else cupy.nan)
+    return c
+
+
+def float64_operands(spec, problem: Problem, operands: Mapping[str, Any]):
+    """(a, b) in float64 as the tensor cores see them (float32 rounded to tf32 first)."""
+    dtype = problem["dtype"]
+    a, b = operands["a"], operands["b"]
+    if dtype == "float32":
+        a, b = to_tf32(a, spec.tf32_rounding), to_tf32(b, spec.tf32_rounding)
+    return as_float64(a, dtype), as_float64(b, dtype)
+
+
 class GroupedGemm:
     """What the grouped families (listed before their kernel base) answer alike: the problem
     (``grouped_problem``'s fields), a space for one group of the average size, its operands (the
@@ -201,19 +220,14 @@ class GroupedGemm:
         out = problem["out_dtype"]
         values = random_values(rng, problem["dtype"])
         b = values((groups, k, n)) if problem["layout"][1] == "N" else values((groups, n, k)).swapaxes(1, 2)
-        c = cupy.empty((m, n), dtype=cupy.uint16 if out == "bfloat16" else out)
-        c.fill(0xFFFF if out == "bfloat16" else cupy.nan)
-        return {"a": values((m, k)), "b": b, "c": c, "ends": cupy.asarray(split_rows(m, groups, seed)),
-                "alpha": 1.0, "beta": 0.0}
+        return {"a": values((m, k)), "b": b, "c": poisoned_output((m, n), out),
+                "ends": cupy.asarray(split_rows(m, groups, seed)), "alpha": 1.0, "beta": 0.0}
 
     def reference(self, problem: Problem, operands: Mapping[str, Any]) -> dict[str, Any]:
         import cupy
 
-        dtype, out = problem["dtype"], problem["out_dtype"]
-        a, b = operands["a"], operands["b"]
-        if dtype == "float32":                          # the tensor cores see tf32
-            a, b = to_tf32(a, self.tf32_rounding), to_tf32(b, self.tf32_rounding)
-        a64, b64 = as_float64(a, dtype), as_float64(b, dtype)
+        out = problem["out_dtype"]
+        a64, b64 = float64_operands(self, problem, operands)
         ref = cupy.zeros((problem["m"], problem["n"]), dtype=cupy.float64)
         begin = 0
         for g, end in enumerate(operands["ends"].get().tolist()):

@@ -31,11 +31,12 @@ from kgen.errors import InputError, ShapeError
 from kgen.fields import Field
 from kgen.kernels.gemm.dtypes import ITEMSIZE, TC_OUTPUTS
 from kgen.kernels.gemm.family import FIELDS as GEMM_FIELDS
-from kgen.kernels.gemm.grouped import ends_args, ends_recipe, random_values, split_rows, token_bucket
+from kgen.kernels.gemm.grouped import (ends_args, ends_recipe, float64_operands, poisoned_output, random_values,
+                                       split_rows, token_bucket)
 from kgen.kernels.gemm.mma_geometry import tile_shape
 from kgen.kernels.gemm.mma_variant import MmaVariant
 from kgen.kernels.gemm.problem import tc_problem
-from kgen.kernels.gemm.tc import as_float64, to_tf32, torch_stream_of_cupy, torch_view
+from kgen.kernels.gemm.tc import as_float64, torch_stream_of_cupy, torch_view
 from kgen.problem import Problem, Target
 from kgen.space import Space
 from kgen.spec import Launch
@@ -123,19 +124,13 @@ class GemmKGrouped(MmaVariant):
         groups, m, n, k = (problem[x] for x in ("groups", "m", "n", "k"))
         out = problem["out_dtype"]
         values = random_values(rng, problem["dtype"])
-        c = cupy.empty((groups, m, n), dtype=cupy.uint16 if out == "bfloat16" else out)
-        c.fill(0xFFFF if out == "bfloat16" else cupy.nan)
-        return {"a": values((k, m)), "b": values((k, n)), "c": c,
+        return {"a": values((k, m)), "b": values((k, n)), "c": poisoned_output((groups, m, n), out),
                 "ends": cupy.asarray(split_rows(k, groups, seed)), "alpha": 1.0, "beta": 0.0}
 
     def reference(self, problem: Problem, operands: Mapping[str, Any]) -> dict[str, Any]:
         import cupy
 
-        dtype, out = problem["dtype"], problem["out_dtype"]
-        a, b = operands["a"], operands["b"]
-        if dtype == "float32":                          # the tensor cores see tf32
-            a, b = to_tf32(a, self.tf32_rounding), to_tf32(b, self.tf32_rounding)
-        a64, b64 = as_float64(a, dtype), as_float64(b, dtype)
+        a64, b64 = float64_operands(self, problem, operands)
         ref = cupy.zeros((problem["groups"], problem["m"], problem["n"]), dtype=cupy.float64)
         begin = 0
         for g, end in enumerate(operands["ends"].get().tolist()):
@@ -145,7 +140,7 @@ class GemmKGrouped(MmaVariant):
         ref *= operands.get("alpha", 1.0)
         beta = operands.get("beta", 0.0)
         if beta:
-            ref += beta * as_float64(operands["c"], out)
+            ref += beta * as_float64(operands["c"], problem["out_dtype"])
         return {"c": ref}
 
     def baseline(self, problem: Problem, operands: Mapping[str, Any]):
