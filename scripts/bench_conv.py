@@ -217,13 +217,20 @@ def bench_grouped(case: dict, args, torch, kgen, flush, log) -> dict:
     _time_gemm(row, lambda: routed(_grouped_problem(case), 0), lambda out=None: kgen.gemm_grouped(a, b, ends, out),
                lambda: torch.cat([a[s:e].double() @ b[g].double() for g, (s, e) in enumerate(bounds)]),
                flops, args, flush, log)
+    pieces = [(a[s:e], b[g], c[s:e]) for g, (s, e) in enumerate(bounds) if e > s]
+    return _grouped_baselines(row, torch, lambda mm: mm(a, b, offs=ends), pieces, flops, args, flush)
+
+
+def _grouped_baselines(row: dict, torch, grouped_mm_call, pieces, flops: float, args, flush) -> dict:
+    """A grouped row's baselines: ``grouped_mm_call(torch._grouped_mm)`` where this PyTorch has
+    it (an error of its is the row's ``grouped_mm_error``), one ``torch.matmul`` a group over
+    ``pieces`` (x, w, out), and kgen's speed-up over the faster."""
     grouped_mm = getattr(torch, "_grouped_mm", None)
     if grouped_mm is not None:
         try:
-            _with_baseline(row, "torch._grouped_mm", lambda: grouped_mm(a, b, offs=ends), flops, args, flush)
+            _with_baseline(row, "torch._grouped_mm", lambda: grouped_mm_call(grouped_mm), flops, args, flush)
         except Exception as exc:
             row["grouped_mm_error"] = f"{type(exc).__name__}: {exc}"[:300]
-    pieces = [(a[s:e], b[g], c[s:e]) for g, (s, e) in enumerate(bounds) if e > s]
 
     def loop():
         for x, w, y in pieces:
@@ -267,23 +274,9 @@ def bench_grouped_wgrad(case: dict, args, torch, kgen, flush, log) -> dict:
     _time_gemm(row, routed, lambda out=None: kgen.gemm_kgrouped(x, dy, ends, out),       # can outgrow the GPU
                lambda: torch.stack([x[s:e].double().T @ dy[s:e].double() for s, e in (bounds[g] for g in checked)]),
                flops, args, flush, log, part=lambda out: out[checked])
-    grouped_mm = getattr(torch, "_grouped_mm", None)
-    if grouped_mm is not None:
-        try:
-            _with_baseline(row, "torch._grouped_mm", lambda: grouped_mm(x.t(), dy, offs=ends), flops, args, flush)
-        except Exception as exc:
-            row["grouped_mm_error"] = f"{type(exc).__name__}: {exc}"[:300]
     c = torch.empty((groups, m, n), device="cuda", dtype=torch.bfloat16)
     pieces = [(x[s:e].T, dy[s:e], c[g]) for g, (s, e) in enumerate(bounds) if e > s]
-
-    def loop():
-        for a, b, y in pieces:
-            torch.matmul(a, b, out=y)
-
-    _with_baseline(row, "cublas", loop, flops, args, flush)
-    if "kgen_ms" in row:
-        row["speedup_vs_fastest"] = min(row["baselines"].values()) / row["kgen_ms"]
-    return row
+    return _grouped_baselines(row, torch, lambda mm: mm(x.t(), dy, offs=ends), pieces, flops, args, flush)
 
 
 def _bmm_problem(case: dict):

@@ -170,6 +170,21 @@ def float64_operands(spec, problem: Problem, operands: Mapping[str, Any]):
     return as_float64(a, dtype), as_float64(b, dtype)
 
 
+def baseline_views(problem: Problem, operands: Mapping[str, Any]):
+    """(torch, a, b, c, [0, *ends]) for a grouped family's baseline (a ``torch.matmul`` a group):
+    PyTorch views of the operands and the group bounds read to the host; None without PyTorch,
+    for float32 (tf32) or for an output dtype cuBLAS's call would not give."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    dtype = problem["dtype"]
+    if dtype == "float32" or problem["out_dtype"] != dtype:
+        return None
+    a, b, c = (torch_view(operands[x], dtype) for x in ("a", "b", "c"))
+    return torch, a, b, c, [0] + operands["ends"].get().tolist()
+
+
 class GroupedGemm:
     """What the grouped families (listed before their kernel base) answer alike: the problem
     (``grouped_problem``'s fields), a space for one group of the average size, its operands (the
@@ -241,15 +256,10 @@ class GroupedGemm:
 
     def baseline(self, problem: Problem, operands: Mapping[str, Any]):
         """One ``torch.matmul`` a group (cuBLAS), each into its rows of C, then the activation."""
-        try:
-            import torch
-        except ImportError:
+        views = baseline_views(problem, operands)
+        if views is None:
             return None
-        if problem["dtype"] == "float32" or problem["out_dtype"] != problem["dtype"]:
-            return None
-        dtype = problem["dtype"]
-        a, b, c = (torch_view(operands[x], dtype) for x in ("a", "b", "c"))
-        bounds = [0] + operands["ends"].get().tolist()
+        torch, a, b, c, bounds = views
         pieces = [(a[s:e], b[g], c[s:e]) for g, (s, e) in enumerate(zip(bounds, bounds[1:])) if e > s]
         act = problem["epilogue"]
         stream = torch_stream_of_cupy()

@@ -31,12 +31,12 @@ from kgen.errors import InputError, ShapeError
 from kgen.fields import Field
 from kgen.kernels.gemm.dtypes import ITEMSIZE, TC_OUTPUTS
 from kgen.kernels.gemm.family import FIELDS as GEMM_FIELDS
-from kgen.kernels.gemm.grouped import (ends_args, ends_recipe, float64_operands, poisoned_output, random_values,
-                                       split_rows, token_bucket)
+from kgen.kernels.gemm.grouped import (baseline_views, ends_args, ends_recipe, float64_operands, poisoned_output,
+                                       random_values, split_rows, token_bucket)
 from kgen.kernels.gemm.mma_geometry import tile_shape
 from kgen.kernels.gemm.mma_variant import MmaVariant
 from kgen.kernels.gemm.problem import tc_problem
-from kgen.kernels.gemm.tc import as_float64, torch_stream_of_cupy, torch_view
+from kgen.kernels.gemm.tc import as_float64, torch_stream_of_cupy
 from kgen.problem import Problem, Target
 from kgen.space import Space
 from kgen.spec import Launch
@@ -145,15 +145,10 @@ class GemmKGrouped(MmaVariant):
 
     def baseline(self, problem: Problem, operands: Mapping[str, Any]):
         """One ``torch.matmul`` a group (cuBLAS) into its matrix of C; zeros for a group without rows."""
-        try:
-            import torch
-        except ImportError:
+        views = baseline_views(problem, operands)
+        if views is None:
             return None
-        if problem["dtype"] == "float32" or problem["out_dtype"] != problem["dtype"]:
-            return None
-        dtype = problem["dtype"]
-        a, b, c = (torch_view(operands[x], dtype) for x in ("a", "b", "c"))
-        bounds = [0] + operands["ends"].get().tolist()
+        torch, a, b, c, bounds = views
         pieces = [(a[s:e].T, b[s:e], c[g]) for g, (s, e) in enumerate(zip(bounds, bounds[1:])) if e > s]
         empty = [c[g] for g, (s, e) in enumerate(zip(bounds, bounds[1:])) if e <= s]
         stream = torch_stream_of_cupy()
