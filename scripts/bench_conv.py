@@ -248,11 +248,19 @@ def _kgrouped_problem(case: dict):
     return kgrouped_problem(case["groups"], case["m"], case["n"], case["k"], case["dtype"])
 
 
+def _kgrouped_problems(case: dict) -> list:
+    """The problems of every K-grouped family that runs a grouped-wgrad case here (their keys)."""
+    from kgen.kernels.gemm.kgrouped import route
+    from kgen.problem import Target
+
+    return [p for _, p in route(Target.detect(0), _kgrouped_problem(case))]
+
+
 def bench_grouped_wgrad(case: dict, args, torch, kgen, flush, log) -> dict:
     """kgen.gemm_kgrouped (device ends) against one torch.matmul a group (cuBLAS; the ends known on
     the host beforehand) and torch._grouped_mm's K-grouped form where this PyTorch runs it."""
     from kgen.kernels.gemm.grouped import split_rows
-    from kgen.ops.launch import choice_of
+    from kgen.ops.gemm_kgrouped import routed
 
     groups, m, n, rows = (case[f] for f in ("groups", "m", "n", "k"))
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -263,15 +271,9 @@ def bench_grouped_wgrad(case: dict, args, torch, kgen, flush, log) -> dict:
     bounds = list(zip([0] + host_ends, host_ends))
     row = dict(case, baselines={}, ok=None, config="", how="")
     flops = 2.0 * m * n * rows
-    problem = _kgrouped_problem(case)
-
-    def routed():
-        from kgen.registry import get_spec
-
-        return get_spec(problem.family), problem, choice_of(problem.family, problem, 0)
-
     checked = sorted(set(range(0, groups, max(1, groups // 8))) | {groups - 1})   # float64 of every group
-    _time_gemm(row, routed, lambda out=None: kgen.gemm_kgrouped(x, dy, ends, out),       # can outgrow the GPU
+    _time_gemm(row, lambda: routed(_kgrouped_problem(case), 0),
+               lambda out=None: kgen.gemm_kgrouped(x, dy, ends, out),
                lambda: torch.stack([x[s:e].double().T @ dy[s:e].double() for s, e in (bounds[g] for g in checked)]),
                flops, args, flush, log, part=lambda out: out[checked])
     c = torch.empty((groups, m, n), device="cuda", dtype=torch.bfloat16)
@@ -522,7 +524,7 @@ def main(argv=None) -> int:
         out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")     # kept as it grows
         if args.keys and case.get("op") not in ("dgrad", "wgrad"):
             problems = {"bmm": _bmm_problems, "grouped": _grouped_problems,
-                        "grouped_wgrad": lambda case: [_kgrouped_problem(case)]}.get(op, _candidates)
+                        "grouped_wgrad": _kgrouped_problems}.get(op, _candidates)
             for problem in problems(case):
                 with Path(f"{args.keys}.{problem.family}.txt").open("a") as keys:
                     keys.write(problem.key + "\n")

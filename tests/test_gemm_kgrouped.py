@@ -154,6 +154,8 @@ def test_checks_before_any_launch(a, b, ends, kw, error, monkeypatch):
     monkeypatch.setattr(caller, "new_array", lambda like, shape, dtype: FakeArray(shape, "float16",
                                                                                   ptr=BASE + (1 << 24)))
     monkeypatch.setattr(kgrouped, "on_caller_stream", lambda kind, device: contextlib.nullcontext())
+    monkeypatch.setattr(kgrouped, "routed", lambda problem, device: (SimpleNamespace(family=problem.family), problem,
+                                                                      None))
     monkeypatch.setattr(kgrouped, "to_device", lambda host: SimpleNamespace(data=SimpleNamespace(ptr=BASE + (1 << 25))))
     if error is None:
         out = kgen.gemm_kgrouped(a, b, ends, **kw)

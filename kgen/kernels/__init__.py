@@ -11,6 +11,7 @@ BUILTIN_FAMILIES = {
     "gemm_grouped": "kgen.kernels.gemm.grouped:GemmGrouped",
     "gemm_grouped_wgmma": "kgen.kernels.gemm.grouped_wgmma:GemmGroupedWgmma",
     "gemm_kgrouped": "kgen.kernels.gemm.kgrouped:GemmKGrouped",
+    "gemm_kgrouped_wgmma": "kgen.kernels.gemm.kgrouped_wgmma:GemmKGroupedWgmma",
     "elementwise": "kgen.kernels.memory.elementwise:Elementwise",
     "cast": "kgen.kernels.memory.cast:Cast",
     "reduce": "kgen.kernels.memory.reduce:Reduce",

@@ -8,7 +8,9 @@ g's last row; an int32 device array of G values (read by the kernel, never by th
 synchronisation), or a host sequence of G ints (checked, then copied on the caller's stream).
 Rows at and past ``ends[-1]`` are not read; a group without rows gets zeros. The result is
 (G, M, N), of the caller's library, on its current stream, in the inputs' dtype unless
-``out_dtype`` (float32 for half inputs) says otherwise.
+``out_dtype`` (float32 for half inputs) says otherwise. On Hopper, with 16-bit operands whose
+rows TMA can read, the kernel is ``gemm_kgrouped_wgmma``'s; elsewhere ``gemm_kgrouped``'s
+(mma.sync); of two that can, the faster measured, else the Hopper one.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from kgen.kernels.gemm.dtypes import checked_output
 from kgen.ops.caller import (CallerArray, check_no_overlap, contiguous, custom_op, on_caller_stream, output_array,
                              result_array, same_device, to_jax, torch_graph_call)
 from kgen.ops.gemm_grouped import device_ends, ends_count, host_ends, operand_kind_and_dtype, to_device
-from kgen.ops.launch import launch_family
+from kgen.ops.launch import first_ranked, launch_family
 
 
 def _rows(info, name: str) -> tuple[int, int]:
@@ -37,7 +39,7 @@ def gemm_kgrouped(a, b, ends, out=None, *, precision=None, dtype=None, out_dtype
     ``torch.ops.kgen.gemm_grouped_weight_gradient`` (``kgen.torch``)."""
     if torch_graph_call(a, b):
         return custom_op("gemm_kgrouped")(a, b, ends, out, precision=precision, dtype=dtype, out_dtype=out_dtype)
-    from kgen.kernels.gemm.kgrouped import FAMILY, MAX_GROUPS, kgrouped_problem
+    from kgen.kernels.gemm.kgrouped import MAX_GROUPS, kgrouped_problem
 
     ai, bi = describe(a, "a"), describe(b, "b")
     (rows, m), (rows_b, n) = _rows(ai, "a"), _rows(bi, "b")
@@ -66,7 +68,16 @@ def gemm_kgrouped(a, b, ends, out=None, *, precision=None, dtype=None, out_dtype
                                            align_b=rules.alignment(bi.ptr, n, bi.itemsize))
                 copied = None if host is None else to_device(host)
                 ends_ptr = checked.ptr if copied is None else copied.data.ptr
-                launch_family(FAMILY, problem, ai.device, kind,
+                spec, chosen, _ = routed(problem, ai.device)
+                launch_family(spec.family, chosen, ai.device, kind,
                               {"a": ai.ptr, "b": bi.ptr, "c": target.ptr, "ends": ends_ptr,
                                "alpha": 1.0, "beta": 0.0})
     return to_jax(target.obj, out_t) if kind == "jax" else target.obj
+
+
+def routed(problem, device: int):
+    """(spec, problem, choice) of the family that runs a K-grouped ``problem`` on ``device``: of
+    those that can (``kgen.kernels.gemm.kgrouped.route``), the one the dispatcher ranks first."""
+    from kgen.kernels.gemm.kgrouped import route
+
+    return first_ranked(route, problem, device, "K-grouped GEMM")

@@ -8,10 +8,12 @@ experts' weight gradients). Group g owns the rows ``ends[g-1] <= row < ends[g]``
 over each group's rows needs no trip to the host. A group without rows gets ``beta * C[g]``.
 A problem is a tensor-core GEMM problem of layout TN (A read transposed) with ``groups`` and
 ``k`` = T, every group's rows; its records and dispatch decision are those of the top of T's
-bucket (``token_bucket``), as for the grouped forward. The kernel is ``gemm/mma.cu.j2``'s with
+bucket (``token_bucket``), as for the grouped forward. ``KGroupedGemm`` is what the K-grouped
+families answer alike; this module's family, ``gemm_kgrouped``, runs ``gemm/mma.cu.j2``'s kernel with
 each block moved to its group (``templates/gemm/mma_kgrouped.cu.j2``), so the space is
 ``gemm_mma``'s for a group of the average row count, and the default tile counts every group's
-tiles. No epilogue (a gradient has none); C in the inputs' dtype or float32.
+tiles. No epilogue (a gradient has none); C in the inputs' dtype or float32. On Hopper, with
+16-bit operands TMA can read, ``gemm_kgrouped_wgmma`` runs it (``route``).
 
 >>> from kgen.problem import Target
 >>> p = kgrouped_problem(64, 2048, 1408, 8192, "bfloat16")
@@ -44,18 +46,29 @@ from kgen.spec import Launch
 FAMILY = "gemm_kgrouped"
 MAX_GROUPS = 4096
 LAYOUT = "TN"               # A's rows hold M values a token: A^T is read
+# the families that run a K-grouped request, most preferred first (``route``)
+ROUTES = ("gemm_kgrouped_wgmma", FAMILY)
 
 
 def kgrouped_problem(groups: int, m: int, n: int, k: int, dtype: str = "bfloat16", out_dtype: str | None = None,
-                     align_a: int | None = None, align_b: int | None = None) -> Problem:
-    """The K-grouped problem of ``groups`` products of M x N, ``k`` rows of A and B in all (checked)."""
+                     align_a: int | None = None, align_b: int | None = None, family: str = FAMILY) -> Problem:
+    """The K-grouped problem of ``family``: ``groups`` products of M x N, ``k`` rows of A and B in
+    all (checked)."""
     if isinstance(groups, bool) or not isinstance(groups, (int, np.integer)) or not 1 <= groups <= MAX_GROUPS:
         raise ShapeError(f"groups={groups!r} must be an integer in 1..{MAX_GROUPS}",
                          remedy="split the groups over several calls")
     if min(m, n, k) < 1:
         raise ShapeError(f"sizes must be >= 1 (got m={m}, n={n}, k={k})")
-    one = tc_problem(FAMILY, m, n, k, dtype, LAYOUT, out_dtype, "none", align_a, align_b)
-    return Problem.of(FAMILY, **dict(one.params), groups=int(groups))
+    one = tc_problem(family, m, n, k, dtype, LAYOUT, out_dtype, "none", align_a, align_b)
+    return Problem.of(family, **dict(one.params), groups=int(groups))
+
+
+def route(target: Target, problem: Problem) -> tuple[tuple[Any, Problem], ...]:
+    """(spec, problem) of every family that can run the K-grouped ``problem`` on ``target``, most
+    preferred first: wgmma (Hopper, 16-bit, TMA-readable rows), then mma.sync (any)."""
+    from kgen.kernels.gemm.route import families_that_run
+
+    return families_that_run(target, problem, ROUTES)
 
 
 def leading_dims(problem: Problem) -> tuple[int, int, int]:
@@ -63,9 +76,16 @@ def leading_dims(problem: Problem) -> tuple[int, int, int]:
     return problem["m"], problem["n"], problem["n"]
 
 
-class GemmKGrouped(MmaVariant):
-    family = FAMILY
-    template = "gemm/mma_kgrouped.cu.j2"
+def average_rows(problem: Problem) -> int:
+    """The average group's rows (at least one): the K of one group."""
+    return max(1, -(-problem["k"] // problem["groups"]))
+
+
+class KGroupedGemm:
+    """What the K-grouped families (listed before their kernel base) answer alike: the problem,
+    its record problem (the token count's bucket), tiles, no vendor candidate, the kernel's
+    arguments (the ends in the bias slot), operands, reference, baseline, FLOPs and bytes."""
+
     problem_fields = ((Field("groups", int, "products (experts)"),
                        Field("m", int, "columns of A: rows of each product"),
                        Field("n", int, "columns of B and of each product"),
@@ -75,7 +95,7 @@ class GemmKGrouped(MmaVariant):
 
     def problem(self, groups: int, m: int, n: int, k: int, dtype: str = "bfloat16", out_dtype: str | None = None,
                 **kw) -> Problem:
-        return kgrouped_problem(groups, m, n, k, dtype, out_dtype, **kw)
+        return kgrouped_problem(groups, m, n, k, dtype, out_dtype, family=self.family, **kw)
 
     def request(self, target: Target, **values):
         if values.get("dtype", "bfloat16") == "float32" and values.get("precision") != "tf32":
@@ -95,23 +115,10 @@ class GemmKGrouped(MmaVariant):
     def vendor_supported(self, problem: Problem) -> bool:
         return False          # cuBLAS has no call that reads the groups' rows from the device
 
-    # ---- space, render and launch --------------------------------------------------------------
-    def space(self, problem: Problem, target: Target) -> Space:
-        """gemm_mma's space for one group of the average row count."""
-        rows = max(1, -(-problem["k"] // problem["groups"]))
-        one = tc_problem("gemm_mma", problem["m"], problem["n"], rows, problem["dtype"], LAYOUT,
-                         problem["out_dtype"], "none", problem["align_a"], problem["align_b"])
-        return super().space(one, target).renamed("gemm_mma_", FAMILY + "_")
-
-    def launch(self, problem: Problem, config) -> Launch:
-        v = config.as_dict()
-        warps = (v["BM"] // v["WM"]) * (v["BN"] // v["WN"]) * v["WK"]
-        return Launch((self.tiles(problem, v["BM"], v["BN"]), 1, 1), (32 * warps, 1, 1),
-                      tile_shape(problem["dtype"], LAYOUT, v)["SMEM"])
-
-    def arg_recipe(self, problem: Problem, config) -> list[dict]:
-        """The tensor-core recipe with the ends in the bias slot and the dense leading dimensions."""
-        return ends_recipe(super().arg_recipe(problem, config), leading_dims(problem))
+    def average_group(self, problem: Problem, family: str) -> Problem:
+        """One group of the average row count, as a plain TN GEMM problem of ``family``."""
+        return tc_problem(family, problem["m"], problem["n"], average_rows(problem), problem["dtype"], LAYOUT,
+                          problem["out_dtype"], "none", problem["align_a"], problem["align_b"])
 
     def args(self, problem: Problem, config, operands: Mapping[str, Any]) -> list:
         return ends_args(self, problem, config, operands, leading_dims(problem))
@@ -169,3 +176,23 @@ class GemmKGrouped(MmaVariant):
         groups, m, n, k = (problem[x] for x in ("groups", "m", "n", "k"))
         size, out = ITEMSIZE[problem["dtype"]], TC_OUTPUTS[problem["out_dtype"]][1]
         return float(size * k * (m + n) + out * groups * m * n)
+
+
+class GemmKGrouped(KGroupedGemm, MmaVariant):
+    family = FAMILY
+    template = "gemm/mma_kgrouped.cu.j2"
+
+    # ---- space, render and launch --------------------------------------------------------------
+    def space(self, problem: Problem, target: Target) -> Space:
+        """gemm_mma's space for one group of the average row count."""
+        return super().space(self.average_group(problem, "gemm_mma"), target).renamed("gemm_mma_", FAMILY + "_")
+
+    def launch(self, problem: Problem, config) -> Launch:
+        v = config.as_dict()
+        warps = (v["BM"] // v["WM"]) * (v["BN"] // v["WN"]) * v["WK"]
+        return Launch((self.tiles(problem, v["BM"], v["BN"]), 1, 1), (32 * warps, 1, 1),
+                      tile_shape(problem["dtype"], LAYOUT, v)["SMEM"])
+
+    def arg_recipe(self, problem: Problem, config) -> list[dict]:
+        """The tensor-core recipe with the ends in the bias slot and the dense leading dimensions."""
+        return ends_recipe(super().arg_recipe(problem, config), leading_dims(problem))
