@@ -3,7 +3,8 @@
 Each case is timed as a user calls it (``kgen.elementwise``, ``kgen.cast``, ``kgen.reduce``,
 ``kgen.softmax``, ``kgen.rmsnorm``, ``kgen.permute`` on PyTorch tensors, into a preallocated
 output where the call takes one) with CUDA events, the L2 flushed before each run, median
-of the runs; the device-to-device copy rate is measured in the same run, and each row gives
+of the runs, kgen's time the mean of its medians before and after its baselines
+(``kgen_ms_runs``); the device-to-device copy rate is measured in the same run, and each row gives
 the fraction of it that kgen reaches (bytes moved / kgen time / copy rate). Before timing,
 each case's kgen result is compared with PyTorch's.
 
@@ -163,7 +164,9 @@ def bench_case(case: dict, args, torch, cupy, kgen, flush, rate: float, log) -> 
             row["baselines"]["torch.compile"] = median_ms(lambda: compiled(ops["x"], ops["y"]), args.runs, flush)
         except Exception as exc:
             row["compile_error"] = f"{type(exc).__name__}: {exc}"[:300]
-    if "kgen_ms" in row:
+    if "kgen_ms" in row:     # timed again after its baselines: neither side has the first place
+        row["kgen_ms_runs"] = [row["kgen_ms"], median_ms(call, args.runs, flush)]
+        row["kgen_ms"] = statistics.fmean(row["kgen_ms_runs"])
         row["fraction_of_copy"] = moved / row["kgen_ms"] / rate
         best = min(row["baselines"].values())
         row["speedup"] = best / row["kgen_ms"]
