@@ -29,6 +29,10 @@ suite "backward" (ResNet-50's layers at batch 64 but the stem): op "dgrad" (``kg
 data_gradient`` against cuDNN's ``torch.nn.grad.conv2d_input``) for each, op "wgrad"
 (``kgen.torch.weight_gradient``: one GEMM for the 1x1 ones, a convolution with batch and
 channels swapped for the others) against ``conv2d_weight``;
+suite "depthwise" (``kgen.conv2d(..., groups=C)``: MobileNetV2's and EfficientNet-B0's depthwise
+layers at batch 64, two odd shapes, one float32) op ("depthwise"), the conv fields (k = c),
+kgen_ms, baselines ({"cudnn": conv2d with groups = C}), tflops, bytes (x, w and y once), gb_s
+(those bytes over kgen's time), speedup;
 family, config and how dispatch chose it (tuned, model, default), ok (within tolerance of float64),
 error.
 """
@@ -87,8 +91,18 @@ GROUPED = [
     (128, 16384, 768, 2048, "NT"), (128, 16384, 2048, 768, "NN"), (256, 8192, 2048, 7168, "NT"),
     (16, 512, 4096, 4096, "NT"), (32, 2048, 4096, 1024, "NN"),
 ]
+# depthwise convolutions (h, w, c, r, s, stride, padding, dilation): MobileNetV2's (3x3) and
+# EfficientNet-B0's 5x5 ones at batch 64, and shapes no network here was built around
+DEPTHWISE = [
+    (112, 112, 32, 3, 3, 1, 1, 1), (112, 112, 96, 3, 3, 2, 1, 1), (56, 56, 144, 3, 3, 1, 1, 1),
+    (56, 56, 144, 3, 3, 2, 1, 1), (28, 28, 192, 3, 3, 1, 1, 1), (28, 28, 192, 3, 3, 2, 1, 1),
+    (14, 14, 384, 3, 3, 1, 1, 1), (14, 14, 576, 3, 3, 1, 1, 1), (14, 14, 576, 3, 3, 2, 1, 1),
+    (7, 7, 960, 3, 3, 1, 1, 1), (28, 28, 240, 5, 5, 1, 2, 1), (14, 14, 480, 5, 5, 1, 2, 1),
+    (14, 14, 672, 5, 5, 2, 2, 1),
+]
+DEPTHWISE_ODD = [(33, 47, 36, 7, 7, 2, 3, 1), (20, 20, 35, 3, 3, 1, 2, 2)]
 SUITES = ("resnet50-b64", "resnet50-b1", "odd", "epilogue", "tf32", "bmm", "bmm-random", "grouped", "grouped-random",
-          "grouped-wgrad", "backward")
+          "grouped-wgrad", "backward", "depthwise")
 RANDOM_BMM_SEED = 20261206       # the bmm-random suite's draw (no record is tuned on it)
 
 
@@ -175,6 +189,15 @@ def _cases(quick: bool, suites: set[str]) -> list[dict]:
         for groups, m, n, k, layout in random_grouped(3 if quick else 10):
             cases.append(dict(op="grouped", groups=groups, m=m, n=n, k=k, layout=layout, dtype="bfloat16",
                               suite="grouped-random"))
+    if "depthwise" in suites:
+        for i, (h, w, c, r, s, stride, padding, dilation) in enumerate(DEPTHWISE[::4] if quick else DEPTHWISE):
+            cases.append(dict(op="depthwise", n=64, h=h, w=w, c=c, k=c, r=r, s=s, stride=stride, padding=padding,
+                              dilation=dilation, dtype="bfloat16", epilogue="none", suite="depthwise"))
+        for h, w, c, r, s, stride, padding, dilation in DEPTHWISE_ODD:
+            cases.append(dict(op="depthwise", n=16, h=h, w=w, c=c, k=c, r=r, s=s, stride=stride, padding=padding,
+                              dilation=dilation, dtype="float16", epilogue="bias_relu", suite="depthwise"))
+        cases.append(dict(op="depthwise", n=64, h=56, w=56, c=144, k=144, r=3, s=3, stride=1, padding=1, dilation=1,
+                          dtype="float32", epilogue="none", suite="depthwise"))
     if "grouped-wgrad" in suites:     # dW[g] = x_g^T dy_g: K x N products over the layer's T rows
         for groups, rows, n, k, _ in (GROUPED[::3] if quick else GROUPED):
             cases.append(dict(op="grouped_wgrad", groups=groups, m=k, n=n, k=rows, dtype="bfloat16",
@@ -361,7 +384,7 @@ def _timed_again(row: dict) -> dict:
         return row
     first, second = row["kgen_ms"], again()
     row["kgen_ms_runs"], row["kgen_ms"] = [first, second], (first + second) / 2
-    for field in ("tflops", "speedup", "speedup_vs_fastest"):
+    for field in ("tflops", "gb_s", "speedup", "speedup_vs_fastest"):
         if field in row:
             row[field] *= first / row["kgen_ms"]
     return row
@@ -466,6 +489,61 @@ def _candidates(case: dict) -> list:
     return [p for _, p in route(Target.detect(0), _problem(case))]
 
 
+def _depthwise_problem(case: dict):
+    from kgen.kernels.conv.depthwise import depthwise_problem
+
+    return depthwise_problem(*(case[f] for f in ("n", "h", "w", "c", "r", "s")), stride=case["stride"],
+                             padding=case["padding"], dilation=case["dilation"], dtype=case["dtype"],
+                             epilogue=case["epilogue"])
+
+
+def bench_depthwise(case: dict, args, torch, kgen, flush, log) -> dict:
+    """kgen.conv2d(groups=C) against cuDNN's (``conv2d`` with groups = C, channels-last, TF32
+    off), the bias in the call and relu after, on the same tensors; gb_s: x, w and y once over
+    kgen's time (the floor's bytes)."""
+    from kgen.ops.launch import choice_of
+    from kgen.registry import get_spec
+
+    dtype = getattr(torch, case["dtype"])
+    n, h, w_, c, r, s = (case[f] for f in ("n", "h", "w", "c", "r", "s"))
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x = (torch.rand((n, c, h, w_), device="cuda", generator=gen) * 2 - 1).to(dtype)
+    x = x.to(memory_format=torch.channels_last)
+    w = ((torch.rand((c, 1, r, s), device="cuda", generator=gen) * 2 - 1) / (r * s)).to(dtype)
+    bias = (torch.rand((c,), device="cuda", generator=gen) - 0.5).to(dtype) if "bias" in case["epilogue"] else None
+    act = "relu" if case["epilogue"].endswith("relu") else None
+    kw = dict(stride=case["stride"], padding=case["padding"], dilation=case["dilation"])
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.allow_tf32 = False
+    problem = _depthwise_problem(case)
+    spec = get_spec(problem.family)
+    flops, moved = spec.flops(problem), spec.bytes(problem)
+    row = dict(case, baselines={}, ok=None, config="", how="", bytes=moved)
+
+    def cudnn():
+        y = torch.nn.functional.conv2d(x, w, bias, groups=c, **kw)
+        return torch.relu_(y) if act else y
+
+    try:
+        out = kgen.conv2d(x, w, bias, activation=act, groups=c, **kw)
+        want = torch.nn.functional.conv2d(x.double(), w.double(), None if bias is None else bias.double(),
+                                          groups=c, **kw)
+        want = torch.relu(want) if act else want
+        err = float((out.double() - want).abs().max() / want.abs().max().clamp(min=1e-30))
+        tol = {"bfloat16": 1e-2, "float16": 2e-3, "float32": 1e-5}[case["dtype"]]
+        row["error_vs_float64"], row["ok"] = err, bool(err <= tol and out.is_contiguous(
+            memory_format=torch.channels_last))
+        choice = choice_of(problem.family, problem, 0)
+        row["family"], row["config"], row["how"] = problem.family, choice.config.name, choice.how
+        _time_kgen(row, lambda: kgen.conv2d(x, w, bias, activation=act, groups=c, out=out, **kw), args, flush)
+        row["tflops"], row["gb_s"] = flops / row["kgen_ms"] / 1e9, moved / row["kgen_ms"] / 1e6
+    except Exception as exc:                                     # a failure is a row, not the end of the run
+        row["error"] = f"{type(exc).__name__}: {exc}"[:500]
+        log(f"  kgen failed: {row['error']}")
+    _with_baseline(row, "cudnn", cudnn, flops, args, flush)
+    return row
+
+
 def bench_case(case: dict, args, torch, kgen, flush, log) -> dict:
     dtype = getattr(torch, case["dtype"])
     n, h, w_, c, k, r, s = (case[f] for f in FIELDS[:7])
@@ -533,7 +611,7 @@ def main(argv=None) -> int:
         start = time.perf_counter()
         op = case.get("op")
         bench = {"bmm": bench_bmm, "grouped": bench_grouped, "grouped_wgrad": bench_grouped_wgrad,
-                 "dgrad": bench_gradient, "wgrad": bench_gradient}.get(op, bench_case)
+                 "dgrad": bench_gradient, "wgrad": bench_gradient, "depthwise": bench_depthwise}.get(op, bench_case)
         row = _timed_again(bench(case, args, torch, kgen, flush, print))
         rows.append(row)
         fields = {"bmm": ("batch", "m", "n", "k", "layout"), "grouped": ("groups", "m", "n", "k", "layout"),
@@ -546,8 +624,8 @@ def main(argv=None) -> int:
               flush=True)
         out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")     # kept as it grows
         if args.keys and case.get("op") not in ("dgrad", "wgrad"):
-            problems = {"bmm": _bmm_problems, "grouped": _grouped_problems,
-                        "grouped_wgrad": _kgrouped_problems}.get(op, _candidates)
+            problems = {"bmm": _bmm_problems, "grouped": _grouped_problems, "grouped_wgrad": _kgrouped_problems,
+                        "depthwise": lambda case: [_depthwise_problem(case)]}.get(op, _candidates)
             for problem in problems(case):
                 with Path(f"{args.keys}.{problem.family}.txt").open("a") as keys:
                     keys.write(problem.key + "\n")

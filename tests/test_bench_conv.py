@@ -67,3 +67,11 @@ def test_kgen_timed_again_after_its_baselines():
     assert out["speedup_vs_fastest"] == pytest.approx(0.8)
     failed = {"error": "x", "baselines": {}}
     assert bench_conv._timed_again(dict(failed)) == failed
+
+
+def test_depthwise_cases_make_depthwise_problems():
+    cases = [c for c in bench_conv._cases(False, {"depthwise"})]
+    assert len(cases) == len(bench_conv.DEPTHWISE) + len(bench_conv.DEPTHWISE_ODD) + 1
+    problems = {bench_conv._depthwise_problem(c) for c in cases}
+    assert len(problems) == len(cases) and all(p.family == "conv2d_depthwise" and p["k"] == p["c"] for p in problems)
+    assert {c["dtype"] for c in cases} == {"bfloat16", "float16", "float32"}

@@ -482,7 +482,7 @@ def test_generic_exports_give_kgens_result(family, tmp_path):
         want = kgen.gemm_grouped(a, b.transpose(0, 2, 1), ends, dtype="bfloat16")
         got = cupy.full(want.shape, 0xFFFF, dtype=cupy.uint16)
         module.run(GENERIC[family], a=a, b=b, c=got, ends=ends)
-    elif family == "gemm_kgrouped":
+    elif family in ("gemm_kgrouped", "gemm_kgrouped_wgmma"):
         a, b = rand(p["k"], p["m"]), rand(p["k"], p["n"])                              # every group's rows
         ends = cupy.asarray(split_rows(p["k"], p["groups"], seed=5))
         want = kgen.gemm_kgrouped(a, b, ends, dtype="bfloat16")

@@ -1,12 +1,15 @@
 """``kgen.conv2d``: a 2-D convolution (cross-correlation, as PyTorch's) of channels-last images
-on the tensor cores, with the bias and activation fused, on the caller's arrays and stream.
+on the tensor cores, with the bias and activation fused, on the caller's arrays and stream;
+with ``groups`` = the channels, a depthwise convolution (one R x S filter a channel, the family
+``conv2d_depthwise``, bound by memory: float32 exact on the CUDA cores).
 
 Layouts: CuPy and JAX arrays are x ``(N, H, W, C)``, w ``(K, R, S, C)``, the result
 ``(N, P, Q, K)``, all dense. PyTorch tensors keep PyTorch's shapes, x ``(N, C, H, W)`` and w
 ``(K, C, R, S)`` in channels-last memory (``t.to(memory_format=torch.channels_last)``), and
 the result is such a tensor. Tensors in NCHW memory are refused with a typed error rather than
 transposed behind the caller's back (a transposition costs as much as a small convolution:
-``kgen.permute`` does it, and its cost is the caller's to see).
+``kgen.permute`` does it, and its cost is the caller's to see). A depthwise weight is ``(C, R, S,
+1)`` (PyTorch ``(C, 1, R, S)``). Groups other than 1 and C are refused with a typed error.
 
 >>> # y = kgen.conv2d(x, w, bias, stride=2, padding=1, activation="relu")
 """
@@ -16,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from kgen.errors import DtypeError, InputError, LayoutError, ShapeError
+from kgen.kernels.conv.depthwise import FAMILY as DEPTHWISE, depthwise_problem
 from kgen.kernels.conv.problem import DTYPES, check_precision, conv2d_problem, geometry
 from kgen.kernels.gemm.dtypes import checked_output, epilogue_name
 from kgen.ops.caller import (caller_array, check_no_overlap, custom_op, output_array, result_array, returned,
@@ -48,15 +52,26 @@ def routed(problem, device: int):
     return first_ranked(route, problem, device, "conv2d")
 
 
-def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, activation: str | None = None, *, out=None,
-           out_dtype: str | None = None, precision: str | None = None, dtype: str | None = None):
-    """``act(conv2d(x, w) + bias)`` (groups = 1). ``activation``: None, "relu" or "gelu" (erf
-    form); ``bias``: one value per output channel, in the output's dtype; ``out_dtype``:
-    float32 output of half inputs; ``precision="tf32"`` lets float32 inputs run on the tensor
-    cores as tf32; ``dtype="bfloat16"`` says CuPy uint16 arrays hold bfloat16. Inside
-    ``torch.compile``, or where autograd records it, the call is the custom operator
-    ``torch.ops.kgen.conv2d`` (``kgen.torch``)."""
+def _groups(groups) -> int:
+    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
+        raise InputError(f"conv2d: groups={groups!r} must be an integer >= 1",
+                         remedy="pass groups=1, or groups=C for a depthwise convolution")
+    return groups
+
+
+def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, activation: str | None = None, *, groups: int = 1,
+           out=None, out_dtype: str | None = None, precision: str | None = None, dtype: str | None = None):
+    """``act(conv2d(x, w) + bias)``, groups = 1 or C (depthwise). ``activation``: None, "relu" or
+    "gelu" (erf form); ``bias``: one value per output channel, in the output's dtype;
+    ``out_dtype``: float32 output of half inputs; ``precision="tf32"`` lets float32 inputs run
+    on the tensor cores as tf32 (groups = 1; depthwise float32 is exact); ``dtype="bfloat16"``
+    says CuPy uint16 arrays hold bfloat16. Inside ``torch.compile``, or where autograd records
+    it, the call (groups = 1) is the custom operator ``torch.ops.kgen.conv2d`` (``kgen.torch``)."""
+    groups = _groups(groups)
     if torch_graph_call(x, w, bias):
+        if groups != 1:
+            raise InputError("conv2d: a depthwise convolution (groups > 1) is no autograd or torch.compile "
+                             "operator yet", remedy="call it under torch.no_grad(), outside torch.compile")
         return custom_op("conv2d")(x, w, bias, stride, padding, dilation, activation, out=out, out_dtype=out_dtype,
                                    precision=precision, dtype=dtype)
     torch_caller = type(x).__module__.startswith("torch")
@@ -70,10 +85,19 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, activation: str | N
         raise InputError(f"conv2d: x is a {a.kind} array and w a {b.kind} one", remedy="pass arrays of one library")
     if b.dtype != a.dtype:
         raise DtypeError(f"conv2d: x holds {a.dtype} and w {b.dtype}", remedy="cast them to one dtype")
-    check_precision(a.dtype, precision)
     n, h, wd, c = a.shape
     k, r, s, wc = b.shape
-    if wc != c:
+    if groups != 1:
+        if groups != c or k != c or wc != 1:
+            raise ShapeError(f"conv2d: groups={groups} runs only as a depthwise convolution: groups = C = K, one "
+                             f"input channel a filter; got x of {c} channels and w of shape {b.shape} (KRSC)",
+                             remedy="pass groups=C and a weight of shape (C, R, S, 1) (PyTorch: (C, 1, R, S))")
+        if precision is not None:
+            raise InputError(f"precision={precision!r} does not apply to a depthwise convolution (float32 is exact)",
+                             remedy="leave precision out")
+    else:
+        check_precision(a.dtype, precision)
+    if groups == 1 and wc != c:
         raise ShapeError(f"conv2d: x has {c} channels and w {wc} (groups=1)",
                          remedy="pass a weight of shape (K, R, S, C) (PyTorch: (K, C, R, S))")
     epilogue = epilogue_name(bias is not None, activation)
@@ -84,8 +108,12 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, activation: str | N
         if bb.shape != (k,):
             raise ShapeError(f"conv2d: bias has shape {bb.shape}; it holds one value per output channel, ({k},)")
         arrays.append(bb)
-    problem = conv2d_problem(n, h, wd, c, k, r, s, stride=stride, padding=padding, dilation=dilation,
-                             dtype=a.dtype, out_dtype=out_dtype, epilogue=epilogue)
+    if groups != 1:
+        problem = depthwise_problem(n, h, wd, c, r, s, stride=stride, padding=padding, dilation=dilation,
+                                    dtype=a.dtype, out_dtype=out_dtype, epilogue=epilogue)
+    else:
+        problem = conv2d_problem(n, h, wd, c, k, r, s, stride=stride, padding=padding, dilation=dilation,
+                                 dtype=a.dtype, out_dtype=out_dtype, epilogue=epilogue)
     p, q = geometry(problem).output
     result_shape = (n, p, q, k)
     out_view = _channels_last(out, "out") if torch_caller and out is not None else out
@@ -96,8 +124,11 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, activation: str | N
     operands: dict[str, Any] = {"x": pointer(a), "w": pointer(b), "y": pointer(target)}
     if bias is not None:
         operands["bias"] = pointer(arrays[2])
-    spec, chosen, _ = routed(problem, device)
-    launch_family(spec.family, chosen, device, a.kind, operands)
+    if groups != 1:
+        launch_family(DEPTHWISE, problem, device, a.kind, operands)
+    else:
+        spec, chosen, _ = routed(problem, device)
+        launch_family(spec.family, chosen, device, a.kind, operands)
     if torch_caller:
         return out if out is not None else target.obj.permute(*_FROM_CHANNELS_LAST)
     return returned(a.kind, target.obj, out_dtype)
