@@ -25,8 +25,9 @@ import numpy as np
 
 from kgen.errors import InputError
 from kgen.fields import Field
+from kgen.kernels.conv.family import FIELDS as CONV_FIELDS
 from kgen.kernels.conv.problem import DTYPES, conv2d_problem, geometry
-from kgen.kernels.gemm.dtypes import EPILOGUES, ITEMSIZE, epilogue_parts
+from kgen.kernels.gemm.dtypes import ITEMSIZE, epilogue_parts
 from kgen.kernels.memory.elements import ELEMENTS, vector_widths
 from kgen.kernels.memory.family import element_context
 from kgen.problem import Problem, Target
@@ -39,20 +40,10 @@ REGISTER_BUDGET = 160           # a thread's loaded pixels and sums, in 32-bit r
 DEFAULT_REGISTERS = 32          # the default's (``default_config``)
 SHORT = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}
 
-FIELDS = (
-    Field("n", int, "images in the batch"),
-    Field("h", int, "image height"),
-    Field("w", int, "image width"),
-    Field("c", int, "channels (one filter each)"),
-    Field("r", int, "window height", 3),
-    Field("s", int, "window width", 3),
-    Field("stride", int, "stride (both axes)", 1),
-    Field("padding", int, "zero padding (both axes)", 0),
-    Field("dilation", int, "dilation (both axes)", 1),
-    Field("dtype", str, "input dtype (float32 exact, on the CUDA cores)", "bfloat16", DTYPES),
-    Field("out_dtype", str, "the output's dtype (float32 allowed for half inputs)", None),
-    Field("epilogue", str, "fused tail", "none", EPILOGUES),
-)
+# conv2d's fields with one filter a channel (no K) and float32 exact (no precision)
+FIELDS = tuple({"c": Field("c", int, "channels (one filter each)"),
+                "dtype": Field("dtype", str, "input dtype (float32 exact, on the CUDA cores)", "bfloat16", DTYPES)}
+               .get(f.name, f) for f in CONV_FIELDS if f.name not in ("k", "precision"))
 
 
 def depthwise_problem(n: int, h: int, w: int, c: int, r: int, s: int, *, stride=1, padding=0, dilation=1,

@@ -97,25 +97,38 @@ class GemmBatchedWgmma(BatchedGemm, WgmmaVariant):
 
     def output_map(self, problem: Problem, config, c_ptr: int, ldc: int) -> tuple:
         """C's 3-D map where the config stores by TMA and C allows it, else registers."""
-        plan = self.output_plan(problem, config)
-        if plan is None:
-            return _EMPTY_MAP, np.int32(0)
-        out, (dims, box, swizzle) = problem["out_dtype"], plan
-        size = ITEMSIZE[out]
-        try:
-            return tma.encode_tiled(c_ptr, out, dims, row_stride(dims, ldc) * size, box, swizzle,
-                                    batch_strides(problem)[2] * size), np.int32(1)
-        except tma.TmaError:
-            return _EMPTY_MAP, np.int32(0)
+        return matrices_map(self.output_plan(problem, config), problem["out_dtype"], c_ptr, ldc,
+                            batch_strides(problem)[2])
 
     def arg_recipe(self, problem: Problem, config) -> list[dict]:
         """``gemm_wgmma``'s recipe for a dense batch: fixed leading dimensions and 3-D maps."""
-        recipe = self.dense_recipe(super().arg_recipe(problem, config), problem)
-        lds, between = dict(zip("abc", leading_dims(problem))), dict(zip("abc", batch_strides(problem)))
-        for item in recipe:
-            spec = item.get("map")
-            if spec is not None:
-                spec["row_stride"] = row_stride(spec["dims"], lds[spec["array"]])
-                spec["batch_stride"] = between[spec["array"]]
-        return recipe
+        return with_matrix_strides(self.dense_recipe(super().arg_recipe(problem, config), problem),
+                                   leading_dims(problem), batch_strides(problem))
+
+
+def matrices_map(plan, out: str, c_ptr: int, ldc: int, between: int) -> tuple:
+    """(TmaDesc, c_by_tma) of an output of several matrices ``between`` elements apart: its 3-D
+    map of ``plan`` (dims, box, swizzle) where TMA can describe it, else an empty map and 0 (the
+    kernel stores from registers); the same where the config stores from registers (no plan)."""
+    if plan is None:
+        return _EMPTY_MAP, np.int32(0)
+    dims, box, swizzle = plan
+    size = ITEMSIZE[out]
+    try:
+        return tma.encode_tiled(c_ptr, out, dims, row_stride(dims, ldc) * size, box, swizzle, between * size), \
+            np.int32(1)
+    except tma.TmaError:
+        return _EMPTY_MAP, np.int32(0)
+
+
+def with_matrix_strides(recipe: list[dict], lds: tuple[int, int, int], between: tuple[int, int, int]) -> list[dict]:
+    """An ``arg_recipe`` whose tensor maps get the row strides of the leading dimensions ``lds``
+    and the elements ``between`` matrices, each of a, b and c."""
+    lds_of, between_of = dict(zip("abc", lds)), dict(zip("abc", between))
+    for item in recipe:
+        spec = item.get("map")
+        if spec is not None:
+            spec["row_stride"] = row_stride(spec["dims"], lds_of[spec["array"]])
+            spec["batch_stride"] = between_of[spec["array"]]
+    return recipe
 

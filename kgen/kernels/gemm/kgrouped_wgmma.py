@@ -25,16 +25,15 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from kgen import tma
 from kgen.errors import DtypeError
+from kgen.kernels.gemm.batched_wgmma import matrices_map, with_matrix_strides
 from kgen.kernels.gemm.dtypes import ITEMSIZE
 from kgen.kernels.gemm.grouped import ends_recipe
 from kgen.kernels.gemm.kgrouped import MAX_GROUPS as ANY_GROUPS
 from kgen.kernels.gemm.kgrouped import KGroupedGemm, leading_dims
 from kgen.kernels.gemm.tc import modelled_time
-from kgen.kernels.gemm.wgmma import _EMPTY_MAP, row_stride
+from kgen.kernels.gemm.wgmma import row_stride
 from kgen.kernels.gemm.wgmma_geometry import smem_bytes
 from kgen.kernels.gemm.wgmma_variant import DTYPES, WgmmaVariant
 from kgen.problem import Problem, Target
@@ -114,26 +113,11 @@ class GemmKGroupedWgmma(KGroupedGemm, WgmmaVariant):
     def output_map(self, problem: Problem, config, c_ptr: int, ldc: int) -> tuple:
         """C's 3-D map (the groups' matrices) where the config stores by TMA and C allows it, else
         registers."""
-        plan = self.output_plan(problem, config)
-        if plan is None:
-            return _EMPTY_MAP, np.int32(0)
-        out, (dims, box, swizzle) = problem["out_dtype"], plan
-        size = ITEMSIZE[out]
-        try:
-            return tma.encode_tiled(c_ptr, out, dims, row_stride(dims, ldc) * size, box, swizzle,
-                                    problem["m"] * problem["n"] * size), np.int32(1)
-        except tma.TmaError:
-            return _EMPTY_MAP, np.int32(0)
+        return matrices_map(self.output_plan(problem, config), problem["out_dtype"], c_ptr, ldc,
+                            problem["m"] * problem["n"])
 
     def arg_recipe(self, problem: Problem, config) -> list[dict]:
         """``gemm_wgmma``'s recipe with the ends in the bias slot, dense leading dimensions and
         the 3-D maps (A and B a batch of one, C the groups' matrices)."""
-        recipe = ends_recipe(super().arg_recipe(problem, config), leading_dims(problem))
-        lds = dict(zip("abc", leading_dims(problem)))
-        between = {"a": 0, "b": 0, "c": problem["m"] * problem["n"]}
-        for item in recipe:
-            spec = item.get("map")
-            if spec is not None:
-                spec["row_stride"] = row_stride(spec["dims"], lds[spec["array"]])
-                spec["batch_stride"] = between[spec["array"]]
-        return recipe
+        return with_matrix_strides(ends_recipe(super().arg_recipe(problem, config), leading_dims(problem)),
+                                   leading_dims(problem), (0, 0, problem["m"] * problem["n"]))
