@@ -64,12 +64,13 @@ def test_space_vectors_divide_the_channels(target, c, dtype, widths):
 def test_default_and_picks(target):
     p = depthwise_problem(64, 56, 56, 144, 3, 3, padding=1)
     first = SPEC.default_config(p, target)
-    assert (first["VEC"], first["QT"], first["TC"], first["THREADS"]) == (8, 2, 16, 256)
+    assert (first["VEC"], first["QT"], first["TC"], first["THREADS"]) == (8, 8, 4, 256)    # 144 = 4.5 x 32
     picks = SPEC.model_picks(p, target, 4)
     assert picks[0] == first and len(set(picks)) == len(picks) == 4
-    # a 7x7 window at stride 2 keeps its registers: one column a thread
-    wide = SPEC.default_config(depthwise_problem(8, 112, 112, 32, 7, 7, stride=2, padding=3), target)
-    assert wide["QT"] == 1
+    # at stride 2, 4-element vectors and one column a thread; across 16 threads where C allows
+    strided = SPEC.default_config(depthwise_problem(8, 112, 112, 256, 7, 7, stride=2, padding=3), target)
+    assert (strided["VEC"], strided["QT"], strided["TC"]) == (4, 1, 16)
+    assert SPEC.default_config(depthwise_problem(8, 56, 56, 64, 7, 7, padding=3), target)["QT"] == 4
 
 
 def test_render_compiles_in_every_size_but_the_batch(target):
@@ -179,3 +180,19 @@ def test_export_recipe_names_the_operands(target):
     recipe = launch_recipe(SPEC, p, SPEC.default_config(p, target))
     assert [a.get("pointer") for a in recipe["args"][:4]] == ["x", "w", "y", "bias"]
     assert recipe["args"][4] == {"type": "int32", "value": 2}
+
+
+def test_export_of_shipped_records(tmp_path):
+    """``kgen export conv2d_depthwise`` packages the shipped records (plain arguments)."""
+    import json
+
+    from kgen.export import export_package
+
+    records = [json.loads(line) for line in open("tuning_db/nvidia-h100-80gb-hbm3_conv2d_depthwise.jsonl")]
+    keys = sorted({r["problem_key"] for r in records})[:2]
+    (tmp_path / "problems.txt").write_text("".join(k + "\n" for k in keys))
+    export_package(FAMILY, tmp_path / "out", problems=tmp_path / "problems.txt")
+    table = json.loads((tmp_path / "out" / "kgen_kernels" / "table.json").read_text())
+    assert sorted(table["problems"]) == keys
+    for entry in table["problems"].values():
+        assert [a.get("pointer") for a in entry["args"][:3]] == ["x", "w", "y"]

@@ -429,6 +429,8 @@ GENERIC = {
                           "layout=NT|m=512|n=4096|out_dtype=bfloat16|precision=native",
     "gemm_kgrouped": "gemm_kgrouped|align_a=8|align_b=8|dtype=bfloat16|epilogue=none|groups=32|k=2048|layout=TN|"
                      "m=1024|n=4096|out_dtype=bfloat16|precision=native",
+    "gemm_kgrouped_wgmma": "gemm_kgrouped_wgmma|align_a=8|align_b=8|dtype=bfloat16|epilogue=none|groups=32|k=2048|"
+                           "layout=TN|m=1024|n=4096|out_dtype=bfloat16|precision=native",
 }
 
 

@@ -106,3 +106,17 @@ def test_shipped_conv_and_batched_records_are_chosen_on_their_device(monkeypatch
     monkeypatch.setattr(vendor, "_torch_installed", lambda: True)     # (the vendor call is PyTorch's)
     batched = dispatcher.choose(get_spec("gemm_batched"), batched_problem(64, 512, 512, 64, "bfloat16", "NT"), h100)
     assert batched.vendor and batched.time_ms > 0        # cuBLAS measured faster than the generated kernels
+
+
+def test_shipped_k_grouped_and_depthwise_records_are_chosen_on_their_device():
+    from kgen.kernels.conv.depthwise import depthwise_problem
+    from kgen.kernels.gemm.kgrouped import kgrouped_problem, route
+
+    h100 = Target("NVIDIA H100 80GB HBM3", (9, 0), 132, 48 * 1024, 227 * 1024, 228 * 1024)
+    dispatcher = Dispatcher(db=open_default(), targets={0: h100})
+    gradient = kgrouped_problem(64, 2048, 1408, 8192, "bfloat16")
+    choices = {spec.family: dispatcher.choose(spec, p, h100) for spec, p in route(h100, gradient)}
+    assert set(choices) == {"gemm_kgrouped_wgmma", "gemm_kgrouped"} and all(c.how == "tuned" for c in choices.values())
+    assert choices["gemm_kgrouped_wgmma"].time_ms < choices["gemm_kgrouped"].time_ms
+    layer = depthwise_problem(64, 28, 28, 240, 5, 5, padding=2)
+    assert dispatcher.choose(get_spec("conv2d_depthwise"), layer, h100).how == "tuned"

@@ -13,7 +13,7 @@ channels and the block size. Its floor is the bytes moved (x, w and y once) over
 >>> p.key
 'conv2d_depthwise|c=144|dh=1|dtype=bfloat16|dw=1|epilogue=none|h=56|k=144|n=64|out_dtype=bfloat16|ph=1|pw=1|r=3|s=3|sh=2|sw=2|w=56'
 >>> DepthwiseConv2d().default_config(p, Target.h200()).name
-'conv2d_depthwise_bf16_v8_q1_t16_b256'
+'conv2d_depthwise_bf16_v4_q1_t8_b256'
 """
 
 from __future__ import annotations
@@ -36,8 +36,9 @@ from kgen.spec import Check, KernelSpec, Launch
 
 FAMILY = "conv2d_depthwise"
 SMEM_BYTES = 48 * 1024          # the block's weights (float), static shared memory
-REGISTER_BUDGET = 160           # a thread's loaded pixels and sums, in 32-bit registers (``registers``)
-DEFAULT_REGISTERS = 32          # the default's (``default_config``)
+REGISTER_BUDGET = 160           # a thread's loaded pixels and sums, in 32-bit registers (``registers``): the
+                                # compiler keeps about twice as many (every window row's loads in flight; at
+                                # 3x3, bf16, 8 channels a thread, 1-8 columns took 60, 79, 115 and 176)
 SHORT = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}
 
 # conv2d's fields with one filter a channel (no K) and float32 exact (no precision)
@@ -122,14 +123,28 @@ class DepthwiseConv2d(KernelSpec):
         return Space(params, constraints, {"TP": lambda v: v["THREADS"] // v["TC"]}, namer)
 
     def default_config(self, problem: Problem, target: Target) -> Config:
-        """The widest vector, the most columns a thread (of 4, 2, 1) whose pixels and sums take
-        at most DEFAULT_REGISTERS (the compiler keeps about twice that: every window row's loads
-        in flight; at 3x3, bf16, 8 channels a thread, 1-8 columns took 60, 79, 115 and 176
-        registers), the channels across at most 16 threads, blocks of 256."""
+        """At stride 1, the widest vector and 8 columns a thread (4 for windows wider than 5);
+        at larger strides, vectors of at most 4 elements and one column a thread; the channels
+        across the most threads (of 16, 8, 4, 2, 1, 32) whose channel slices leave at most an
+        eighth of their lanes past C (else the fewest); blocks of 256. The tune of bench_conv's
+        16 depthwise layers on an H100 (10 trials each) took 8 columns a thread on all 8 bf16
+        layers of stride 1 (1.2-2.3x faster than 1 or 2) and 1 column with 4-element vectors
+        on 3 of the 5 of stride 2 (8 columns there keep up to 255 registers and spill at 3x3);
+        its 144-channel layer, whose slices of 128 channels left 44 % of the lanes idle, ran
+        at 0.85 TB/s against 1.3-2.2 elsewhere."""
         space = self.space(problem, target)
-        vec = max(space.params[0].choices)
-        fits = [qt for qt in (4, 2, 1) if registers({"VEC": vec, "QT": qt}, problem) <= DEFAULT_REGISTERS] or [1]
-        candidates = [dict(VEC=vec, QT=qt, TC=tc, THREADS=256) for qt in fits for tc in (16, 8, 4, 2, 1, 32)]
+        g = geometry(problem)
+        widths = space.params[0].choices
+        vec, columns = (max(widths), 8 if g.s <= 5 else 4) if g.sw == 1 else (max(v for v in widths if v <= 4), 1)
+
+        def waste(tc: int) -> float:
+            lanes = tc * vec
+            return (-(-g.c // lanes) * lanes - g.c) / g.c
+
+        across = (16, 8, 4, 2, 1, 32)
+        good = [tc for tc in across if waste(tc) <= 1 / 8] or sorted(across, key=waste)
+        candidates = [dict(VEC=vec, QT=qt, TC=tc, THREADS=256) for qt in (columns, 4, 2, 1) if qt <= columns
+                      for tc in good]
         return self.first_valid(space, candidates, problem)
 
     def model_picks(self, problem: Problem, target: Target, count: int) -> list[Config]:
