@@ -26,6 +26,7 @@ import numpy as np
 from kgen.errors import InputError
 from kgen.fields import Field
 from kgen.kernels.conv.family import FIELDS as CONV_FIELDS
+from kgen.kernels.conv.family import cudnn_baseline
 from kgen.kernels.conv.problem import DTYPES, conv2d_problem, geometry
 from kgen.kernels.gemm.dtypes import ITEMSIZE, epilogue_parts
 from kgen.kernels.memory.elements import ELEMENTS, vector_widths
@@ -223,35 +224,9 @@ class DepthwiseConv2d(KernelSpec):
                               self.tolerance(problem))
 
     def baseline(self, problem: Problem, operands: Mapping[str, Any]):
-        """cuDNN through PyTorch (``conv2d`` with groups = C on channels-last tensors over the same
-        memory, cudnn.benchmark on), the activation after it; None without PyTorch."""
-        try:
-            import torch
-        except ImportError:
-            return None
-        from kgen.kernels.gemm.tc import torch_stream_of_cupy, torch_view
-
-        dtype, out = problem["dtype"], problem["out_dtype"]
-        g = geometry(problem)
-        x = torch_view(operands["x"], dtype).permute(0, 3, 1, 2)
-        w = torch_view(operands["w"], dtype).unsqueeze(1)
-        bias = torch_view(operands["bias"], out) if operands.get("bias") is not None else None
-        _, act = epilogue_parts(problem)
-        torch.backends.cudnn.benchmark = True
-        torch.backends.cudnn.allow_tf32 = False
-        stream = torch_stream_of_cupy()
-        conv = torch.nn.functional.conv2d
-
-        def run():
-            with torch.cuda.stream(stream):
-                y = conv(x, w, bias, (g.sh, g.sw), (g.ph, g.pw), (g.dh, g.dw), g.c)
-                if act == "relu":
-                    torch.relu_(y)
-                elif act == "gelu":
-                    y = torch.nn.functional.gelu(y)
-                return y
-
-        return run
+        """cuDNN through PyTorch (``conv2d`` with groups = C, the weight viewed as (C, 1, R, S),
+        TF32 off: kgen's float32 is exact)."""
+        return cudnn_baseline(problem, operands, lambda w: w.unsqueeze(1), groups=problem["c"])
 
     def flops(self, problem: Problem) -> float:
         g = geometry(problem)

@@ -187,35 +187,8 @@ class ConvFamily:
                               self.tolerance(problem))
 
     def baseline(self, problem: Problem, operands: Mapping[str, Any]):
-        """cuDNN through PyTorch (channels-last tensors over the same memory, cudnn.benchmark on),
-        bias in the call and the activation after it; None without PyTorch."""
-        try:
-            import torch
-        except ImportError:
-            return None
-        dtype, out = problem["dtype"], problem["out_dtype"]
-        g = geometry(problem)
-        x = torch_view(operands["x"], dtype).permute(0, 3, 1, 2)
-        w = torch_view(operands["w"], dtype).permute(0, 3, 1, 2)
-        bias = torch_view(operands["bias"], out) if operands.get("bias") is not None else None
-        _, act = epilogue_parts(problem)
-        torch.backends.cudnn.benchmark = True
-        torch.backends.cudnn.allow_tf32 = dtype == "float32"
-        stream = torch_stream_of_cupy()
-        conv = torch.nn.functional.conv2d
-
-        def run():
-            with torch.cuda.stream(stream):
-                y = conv(x, w, bias, (g.sh, g.sw), (g.ph, g.pw), (g.dh, g.dw))
-                if out != dtype:
-                    y = y.float()
-                if act == "relu":
-                    torch.relu_(y)
-                elif act == "gelu":
-                    y = torch.nn.functional.gelu(y)
-                return y
-
-        return run
+        """cuDNN through PyTorch (``cudnn_baseline``; TF32 for float32, as kgen reads it)."""
+        return cudnn_baseline(problem, operands, lambda w: w.permute(0, 3, 1, 2), tf32=problem["dtype"] == "float32")
 
     def flops(self, problem: Problem) -> float:
         m, n, k = geometry(problem).gemm
@@ -225,3 +198,37 @@ class ConvFamily:
         shapes, size = self.shapes(problem), ITEMSIZE[problem["dtype"]]
         out = TC_OUTPUTS[problem["out_dtype"]][1]
         return float(size * (math.prod(shapes["x"]) + math.prod(shapes["w"])) + out * math.prod(shapes["y"]))
+
+
+def cudnn_baseline(problem: Problem, operands: Mapping[str, Any], weight, groups: int = 1, tf32: bool = False):
+    """A function running a conv2d ``problem`` with cuDNN through PyTorch on ``operands``'
+    memory (x channels-last, ``weight(w)`` PyTorch's view of w, ``groups``; cudnn.benchmark on,
+    TF32 as ``tf32`` says), the bias in the call and the activation after it, on CuPy's current
+    stream; None without PyTorch."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    dtype, out = problem["dtype"], problem["out_dtype"]
+    g = geometry(problem)
+    x = torch_view(operands["x"], dtype).permute(0, 3, 1, 2)
+    w = weight(torch_view(operands["w"], dtype))
+    bias = torch_view(operands["bias"], out) if operands.get("bias") is not None else None
+    _, act = epilogue_parts(problem)
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.allow_tf32 = tf32
+    stream = torch_stream_of_cupy()
+    conv = torch.nn.functional.conv2d
+
+    def run():
+        with torch.cuda.stream(stream):
+            y = conv(x, w, bias, (g.sh, g.sw), (g.ph, g.pw), (g.dh, g.dw), groups)
+            if out != dtype:
+                y = y.float()
+            if act == "relu":
+                torch.relu_(y)
+            elif act == "gelu":
+                y = torch.nn.functional.gelu(y)
+            return y
+
+    return run
