@@ -13,7 +13,10 @@ For each problem and each way a GEMM family runs it (as ``kgen.gemm`` would: the
 families directly or with staged operands, the CUDA-core family for float32), the model's
 candidate configs are ranked and the first ``--top`` of them measured, with ``--random``
 more drawn from the rest: the model learns where its own ranking is wrong. Each problem
-gets ``--timeout`` seconds at most.
+gets ``--timeout`` seconds at most. With ``--vendor``, cuBLAS (the families' vendor candidate,
+``kgen.kernels.gemm.vendor``) is measured on each problem as well, recorded as config
+``cublas``: what a model of the vendor's time (which dispatch needs to choose between it and
+an untuned generated kernel) is fitted on. The cost model's training skips those records.
 
     python scripts/record_grid.py --out /tmp/h200_gemm_grid.jsonl.gz          # on the GPU machine
     python scripts/record_grid.py --list                                       # the grid, no GPU
@@ -21,11 +24,13 @@ gets ``--timeout`` seconds at most.
         --timeout 8 --out /tmp/h200_gemm_grid_f32.jsonl.gz                     # CUDA-core float32
     python scripts/record_grid.py --lattice tiny --count 48 --top 4 --random 2 --timeout 8 \
         --out tests/data/h100_gemm_tiny_grid.jsonl.gz                          # the launch floor
+    python scripts/record_grid.py --vendor --top 2 --random 0 --timeout 6 --out /tmp/vendor_grid.jsonl.gz
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import sys
 import time
@@ -121,6 +126,14 @@ def listed_configs(spec, problem, target, top: int, extra: int, seed: int) -> di
     return out
 
 
+def with_vendor(spec, problem, listed: dict[str, dict]) -> dict[str, dict]:
+    """``listed`` and, where the family has a vendor call for the problem, the vendor candidate
+    (a tune measures it once it is offered: ``kgen.search``)."""
+    from kgen.vendor import VENDOR_CONFIG
+
+    return {**listed, VENDOR_CONFIG: {}} if spec.vendor_supported(problem) else listed
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--count", type=int, default=96, help="problems of the grid")
@@ -133,6 +146,7 @@ def main(argv=None) -> int:
     parser.add_argument("--only", default="", help="keep the grid's problems of these dtypes (comma-separated "
                                                    "labels: bfloat16, float16, tf32, float32)")
     parser.add_argument("--min-side", type=int, default=1, help="keep the problems whose M and N are at least this")
+    parser.add_argument("--vendor", action="store_true", help="measure cuBLAS on each problem too (config 'cublas')")
     parser.add_argument("--list", action="store_true", help="print the grid and stop")
     parser.add_argument("--out", default="", help="the recording (.jsonl.gz)")
     args = parser.parse_args(argv)
@@ -149,6 +163,8 @@ def main(argv=None) -> int:
         return 0
     if not args.out:
         parser.error("--out is required")
+    if args.vendor:
+        os.environ["KGEN_VENDOR"] = "1"        # (a tune measures the vendor only where it is on)
 
     sys.path.insert(0, str(ROOT / "scripts"))
     from record_space import OnlyListed, write_recording
@@ -170,6 +186,8 @@ def main(argv=None) -> int:
             for spec, problem in ways(shape, target):
                 t0 = time.perf_counter()
                 listed = listed_configs(spec, problem, target, args.top, args.random, seed=i)
+                if args.vendor:
+                    listed = with_vendor(spec, problem, listed)
                 result = tune(spec, problem, target, OnlyListed(runner, listed), db, trials=len(listed),
                               timeout_s=args.timeout, sampler="exhaustive", seed=i, warm_start=False, pool=pool)
                 best = f"{result.best.time_ms:.4f} ms {result.best.config_name}" if result.best else "none"
