@@ -128,11 +128,12 @@ class DepthwiseConv2d(KernelSpec):
         at larger strides, vectors of at most 4 elements and one column a thread; the channels
         across the most threads (of 16, 8, 4, 2, 1, 32) whose channel slices leave at most an
         eighth of their lanes past C (else the fewest); blocks of 256. The tune of bench_conv's
-        16 depthwise layers on an H100 (10 trials each) took 8 columns a thread on all 8 bf16
-        layers of stride 1 (1.2-2.3x faster than 1 or 2) and 1 column with 4-element vectors
-        on 3 of the 5 of stride 2 (8 columns there keep up to 255 registers and spill at 3x3);
-        its 144-channel layer, whose slices of 128 channels left 44 % of the lanes idle, ran
-        at 0.85 TB/s against 1.3-2.2 elsewhere."""
+        16 depthwise layers on an H100 (10 trials each) took 8 columns a thread on 6 of the 8
+        bf16 layers of stride 1 (1.25-2.3x faster than the first default's 1 or 2 columns; 2
+        and 4 on the other two) and 1 column with 4-element vectors on 3 of the 5 of stride 2
+        (8 columns there keep up to 255 registers and spill at 3x3); its 144-channel layer,
+        whose slices of 128 or 256 channels leave 44 % of the lanes idle, ran at 0.85 TB/s
+        against 1.3-2.2 elsewhere."""
         space = self.space(problem, target)
         g = geometry(problem)
         widths = space.params[0].choices
