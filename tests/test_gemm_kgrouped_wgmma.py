@@ -17,7 +17,8 @@ from kgen.errors import DtypeError
 from kgen.export_runtime import replay
 from kgen.fields import parse_args
 from kgen.kernels.gemm.kgrouped import kgrouped_problem, route
-from kgen.kernels.gemm.kgrouped_wgmma import MAX_GROUPS, TABLE_BYTES, GemmKGroupedWgmma
+from kgen.kernels.gemm.grouped_wgmma import MAX_GROUPS, TABLE_BYTES
+from kgen.kernels.gemm.kgrouped_wgmma import GemmKGroupedWgmma
 from kgen.kernels.gemm.wgmma_geometry import smem_bytes
 from kgen.problem import Target
 from kgen.registry import get_spec

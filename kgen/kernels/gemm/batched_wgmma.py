@@ -69,13 +69,7 @@ class GemmBatchedWgmma(BatchedGemm, WgmmaVariant):
         return ctx
 
     def launch(self, problem: Problem, config) -> Launch:
-        cluster = config.get("CLUSTER", 1)
-        units = problem["batch"] * _ceil_div(_ceil_div(problem["m"], config["BM"]), cluster) \
-            * _ceil_div(problem["n"], config["BN"])
-        return Launch((cluster * max(1, min(units, self.sm_count // cluster)), 1, 1),
-                      (128 * (config["CONSUMERS"] + 1), 1, 1),
-                      smem_bytes(config["BM"], config["BN"], config["STAGES"], config["CONSUMERS"],
-                                 config.get("TMA_STORE", 0), 0))
+        return matrices_launch(config, problem["batch"], problem["m"], problem["n"], self.sm_count)
 
     def map_plans(self, problem: Problem, config) -> tuple:
         """``gemm_wgmma``'s plans with a batch: dims (inner, outer, matrices), one matrix where
@@ -104,6 +98,16 @@ class GemmBatchedWgmma(BatchedGemm, WgmmaVariant):
         """``gemm_wgmma``'s recipe for a dense batch: fixed leading dimensions and 3-D maps."""
         return with_matrix_strides(self.dense_recipe(super().arg_recipe(problem, config), problem),
                                    leading_dims(problem), batch_strides(problem))
+
+
+def matrices_launch(config, matrices: int, m: int, n: int, sms: int) -> Launch:
+    """The launch of the wgmma kernel over ``matrices`` outputs of m x n: as many persistent
+    blocks (whole clusters) as SMs, or as the work units (each matrix's tiles of a cluster)."""
+    cluster = config.get("CLUSTER", 1)
+    units = matrices * _ceil_div(_ceil_div(m, config["BM"]), cluster) * _ceil_div(n, config["BN"])
+    return Launch((cluster * max(1, min(units, sms // cluster)), 1, 1), (128 * (config["CONSUMERS"] + 1), 1, 1),
+                  smem_bytes(config["BM"], config["BN"], config["STAGES"], config["CONSUMERS"],
+                             config.get("TMA_STORE", 0), 0))
 
 
 def matrices_map(plan, out: str, c_ptr: int, ldc: int, between: int) -> tuple:

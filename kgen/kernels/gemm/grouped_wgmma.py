@@ -46,6 +46,19 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def table_space(spec: WgmmaVariant, problem: Problem, target: Target) -> Space:
+    """The space of a family whose kernel keeps a table of the groups in shared memory
+    (``TABLE_BYTES`` a group): ``gemm_wgmma``'s for ``spec``'s average group
+    (``spec.average_group``), without split-K, the table counted in shared memory."""
+    table = TABLE_BYTES * problem["groups"]
+    fits = Constraint("shared memory with the groups' table fits the device",
+                      lambda v: smem_bytes(v["BM"], v["BN"], v["STAGES"], v["CONSUMERS"], v["TMA_STORE"], v["XS"])
+                      + table <= target.smem_per_block_optin,
+                      ("BM", "BN", "STAGES", "CONSUMERS", "TMA_STORE", "XS"))
+    return spec.fixed_space(WgmmaVariant.space(spec, spec.average_group(problem, "gemm_wgmma"), target),
+                            {"SPLITK": 1}, [fits])
+
+
 class GemmGroupedWgmma(GroupedGemm, WgmmaVariant):
     family = FAMILY
 
@@ -55,13 +68,7 @@ class GemmGroupedWgmma(GroupedGemm, WgmmaVariant):
 
     # ---- space and picks -----------------------------------------------------------------------
     def space(self, problem: Problem, target: Target) -> Space:
-        table = TABLE_BYTES * problem["groups"]
-        fits = Constraint("shared memory with the groups' table fits the device",
-                          lambda v: smem_bytes(v["BM"], v["BN"], v["STAGES"], v["CONSUMERS"], v["TMA_STORE"], v["XS"])
-                          + table <= target.smem_per_block_optin,
-                          ("BM", "BN", "STAGES", "CONSUMERS", "TMA_STORE", "XS"))
-        return self.fixed_space(super().space(self.average_group(problem, "gemm_wgmma"), target), {"SPLITK": 1},
-                                [fits])
+        return table_space(self, problem, target)
 
     def tile_time(self, problem: Problem, rows: int, cols: int, tile: tuple[int, int], sms: int) -> float:
         """The waves of every group's tiles, each group of the average size."""

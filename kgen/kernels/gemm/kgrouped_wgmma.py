@@ -27,23 +27,21 @@ from typing import Any
 
 from kgen import tma
 from kgen.errors import DtypeError
-from kgen.kernels.gemm.batched_wgmma import matrices_map, with_matrix_strides
+from kgen.kernels.gemm.batched_wgmma import matrices_launch, matrices_map, with_matrix_strides
 from kgen.kernels.gemm.dtypes import ITEMSIZE
 from kgen.kernels.gemm.grouped import ends_recipe
+from kgen.kernels.gemm.grouped_wgmma import MAX_GROUPS, table_space
 from kgen.kernels.gemm.kgrouped import MAX_GROUPS as ANY_GROUPS
 from kgen.kernels.gemm.kgrouped import KGroupedGemm, leading_dims
 from kgen.kernels.gemm.tc import modelled_time
 from kgen.kernels.gemm.wgmma import row_stride
-from kgen.kernels.gemm.wgmma_geometry import smem_bytes
 from kgen.kernels.gemm.wgmma_variant import DTYPES, WgmmaVariant
 from kgen.problem import Problem, Target
-from kgen.space import Constraint, Space
+from kgen.space import Space
 from kgen.spec import Launch
 
 FAMILY = "gemm_kgrouped_wgmma"
-MAX_GROUPS = 1024           # the table: 8 bytes of shared memory a group
-TABLE_BYTES = 8             # a group's row end (and an unused unit count: common/group_table.cuh)
-assert MAX_GROUPS <= ANY_GROUPS
+assert MAX_GROUPS <= ANY_GROUPS      # the groups' table (common/group_table.cuh), as the grouped forward's
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -67,13 +65,7 @@ class GemmKGroupedWgmma(KGroupedGemm, WgmmaVariant):
 
     # ---- space and picks -----------------------------------------------------------------------
     def space(self, problem: Problem, target: Target) -> Space:
-        table = TABLE_BYTES * problem["groups"]
-        fits = Constraint("shared memory with the groups' table fits the device",
-                          lambda v: smem_bytes(v["BM"], v["BN"], v["STAGES"], v["CONSUMERS"], v["TMA_STORE"], v["XS"])
-                          + table <= target.smem_per_block_optin,
-                          ("BM", "BN", "STAGES", "CONSUMERS", "TMA_STORE", "XS"))
-        return self.fixed_space(super().space(self.average_group(problem, "gemm_wgmma"), target), {"SPLITK": 1},
-                                [fits])
+        return table_space(self, problem, target)
 
     def tile_time(self, problem: Problem, rows: int, cols: int, tile: tuple[int, int], sms: int) -> float:
         """The waves of every group's tiles (each group's M x N in whole tiles)."""
@@ -88,13 +80,7 @@ class GemmKGroupedWgmma(KGroupedGemm, WgmmaVariant):
 
     def launch(self, problem: Problem, config) -> Launch:
         """As many persistent blocks (clusters) as SMs, or as the groups' units."""
-        cluster = config.get("CLUSTER", 1)
-        units = problem["groups"] * _ceil_div(_ceil_div(problem["m"], config["BM"]), cluster) \
-            * _ceil_div(problem["n"], config["BN"])
-        return Launch((cluster * max(1, min(units, self.sm_count // cluster)), 1, 1),
-                      (128 * (config["CONSUMERS"] + 1), 1, 1),
-                      smem_bytes(config["BM"], config["BN"], config["STAGES"], config["CONSUMERS"],
-                                 config.get("TMA_STORE", 0), 0))
+        return matrices_launch(config, problem["groups"], problem["m"], problem["n"], self.sm_count)
 
     def map_plans(self, problem: Problem, config) -> tuple:
         """``gemm_wgmma``'s plans over all T rows of A and B, each a batch of one matrix."""
