@@ -39,13 +39,13 @@ from kgen.space import Config
 from kgen.vendor import VENDOR_CONFIG, VENDOR_DIGEST, is_vendor_config
 
 log = logging.getLogger(__name__)
-_RANK = {"tuned": 0, "vendor": 1, "model": 2, "nearest": 2, "default": 3}
+_RANK = {"tuned": 0, "raced": 0, "vendor": 1, "model": 2, "nearest": 2, "default": 3}
 
 
 @dataclass(frozen=True)
 class Choice:
     config: Config
-    how: str                 # "tuned" | "vendor" | "model" | "nearest" | "default"
+    how: str                 # "tuned" | "raced" | "vendor" | "model" | "nearest" | "default"
     time_ms: float | None = None
     from_problem: str = ""
     predicted_ms: float | None = None     # the cost model's prediction, for a "model" choice
@@ -69,6 +69,7 @@ class _Loaded:
     problem: Problem
     choice: Choice
     kernel: Any
+    binary: Binary | None = None
 
 
 class Dispatcher:
@@ -115,13 +116,14 @@ class Dispatcher:
         return t
 
     # ---- policy -------------------------------------------------------------------------------
-    def choose(self, spec, problem: Problem, target: Target) -> Choice:
+    def choose(self, spec, problem: Problem, target: Target, vendor: bool = True) -> Choice:
         """The choice for ``problem``: that of the problem whose records serve it
-        (``spec.record_problem``), by the module's policy."""
+        (``spec.record_problem``), by the module's policy (``vendor=False``: among the
+        generated kernels alone, what a first-call race times against an unmeasured vendor call)."""
         problem = spec.record_problem(problem)
         digest = spec.template_digest()
         best = self._valid_best(spec, problem, target, digest)
-        vendor = self._vendor(spec, problem, target)
+        vendor = self._vendor(spec, problem, target) if vendor else None
         if best is not None:
             record, config = best
             tuned = Choice(config, "tuned", record.measurement.time_ms, problem.key)
@@ -264,33 +266,56 @@ class Dispatcher:
                 decided = (spec.family, shared.key, device)
                 choice = self._decided.get(decided) or self.choose(spec, shared, target)
                 self._decided[decided] = choice     # kept for the other problems it serves
-                if choice.vendor:      # the plan calls the library itself: nothing to compile
-                    self._loaded[key] = loaded = _Loaded(spec, problem, choice, None)
-                    if choice.time_ms is None and knobs.tune_on_miss > 0:
-                        self._tune_in_background(spec, shared, device, target)
-                    return loaded
-                # the config is one of the record problem's space (a grouped call's fewer tokens
-                # may prune tiles its kernel runs all the same)
-                source = render(spec, problem, choice.config, target,
-                                space=spec.space(shared, target) if shared != problem else None)
-                result = compile_source(source)
-                if result.failure is not None:
-                    raise CompileError(f"{choice.config.name} did not compile: {result.failure.detail[:2000]}",
-                                       remedy="report it with the saved source; meanwhile tune the problem",
-                                       config=choice.config.name)
-                loaded = _Loaded(spec, problem, choice, self._kernel(result.binary, device))
-                if choice.how == "tuned":
+                loaded = self.load(spec, problem, device, choice)
+                if loaded.kernel is not None and choice.how == "tuned":
+                    binary = loaded.binary
                     dispatch_memo.remember(
                         dispatch_memo.memo_key(spec.family, shared.key, device, spec.template_digest()),
                         fingerprint, {"config": [list(kv) for kv in choice.config.values],
                                       "name": choice.config.name, "time_ms": choice.time_ms,
-                                      "cubin": result.binary.path, "source_digest": result.binary.source_digest,
-                                      "arch": result.binary.arch, "resources": result.binary.resources,
+                                      "cubin": binary.path, "source_digest": binary.source_digest,
+                                      "arch": binary.arch, "resources": binary.resources,
                                       "target": target.as_dict()})
-                if choice.how != "tuned" and knobs.tune_on_miss > 0:
+                if choice.how not in ("tuned", "raced") and choice.time_ms is None and knobs.tune_on_miss > 0:
                     self._tune_in_background(spec, shared, device, target)
             self._loaded[key] = loaded
         return loaded
+
+    def generated(self, spec, problem: Problem, device: int) -> Choice:
+        """The choice for ``problem`` among the generated kernels alone (not kept: ``settle``
+        keeps what a race decided)."""
+        return self.choose(spec, spec.record_problem(problem), self.target(device), vendor=False)
+
+    def load(self, spec, problem: Problem, device: int, choice: Choice) -> _Loaded:
+        """``choice`` for ``problem``, its kernel compiled and loaded (none for the vendor's,
+        which the plan calls itself); nothing kept but the loaded binary."""
+        if choice.vendor:
+            return _Loaded(spec, problem, choice, None)
+        shared = spec.record_problem(problem)
+        target = self.target(device)
+        # the config is one of the record problem's space (a grouped call's fewer tokens
+        # may prune tiles its kernel runs all the same)
+        source = render(spec, problem, choice.config, target,
+                        space=spec.space(shared, target) if shared != problem else None)
+        result = compile_source(source)
+        if result.failure is not None:
+            raise CompileError(f"{choice.config.name} did not compile: {result.failure.detail[:2000]}",
+                               remedy="report it with the saved source; meanwhile tune the problem",
+                               config=choice.config.name)
+        return _Loaded(spec, problem, choice, self._kernel(result.binary, device), result.binary)
+
+    def settle(self, loaded: _Loaded, device: int, time_ms: float) -> Choice:
+        """Keep ``loaded`` as its problem's choice from now on, measured at ``time_ms`` by a
+        first-call race (``kgen.ops.race``): later signatures of the problem rank it by that time."""
+        spec, problem = loaded.spec, loaded.problem
+        shared = spec.record_problem(problem)
+        choice = Choice(loaded.choice.config, "raced", time_ms, shared.key if loaded.choice.from_problem else "",
+                        loaded.choice.predicted_ms)
+        with self._lock:
+            self._decided[(spec.family, shared.key, device)] = choice
+            self._loaded[(spec.family, problem.key, device)] = _Loaded(spec, problem, choice, loaded.kernel,
+                                                                       loaded.binary)
+        return choice
 
     def _kernel(self, binary: Binary, device: int):
         """``binary`` loaded on ``device`` (the current one), once for every problem it serves."""

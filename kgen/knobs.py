@@ -146,6 +146,18 @@ class Knobs:
                       "the vendor library (cuBLAS) is a candidate of the GEMM families: measured in every "
                       "tune, stored as config 'cublas', and chosen by dispatch where it is the faster "
                       "measured one or the problem is untuned (0: generated kernels only)")
+    race = _EnvKnob("KGEN_RACE", _parse_bool, lambda: True,
+                    "the first call of a GEMM signature that no measurement decides (no tuned or vendor "
+                    "record) times its candidates on the call's own operands, into a scratch output: "
+                    "the vendor library (where KGEN_VENDOR) and the picks of the KGEN_RACE_FAMILIES "
+                    "best-ranked families; the fastest serves the process from then on (0: the ranking "
+                    "alone: the vendor library, else the cost models' pick)")
+    race_families = _EnvKnob("KGEN_RACE_FAMILIES", int, lambda: 2,
+                             "how many families' generated picks (best predicted first) a first-call race "
+                             "times; each is compiled")
+    race_runs = _EnvKnob("KGEN_RACE_RUNS", int, lambda: 10,
+                         "timed runs of each candidate in each of a first-call race's two rounds (L2 "
+                         "flushed before each, the median kept)")
     skinny_max = _EnvKnob("KGEN_SKINNY_MAX", int, lambda: 16,
                           "the largest small side (min(M, N)) of a gemm request that may go to the family "
                           "gemm_skinny (CUDA cores streaming the big operand; it runs up to 16; 0: none does, "

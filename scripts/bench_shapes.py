@@ -16,6 +16,11 @@ Modes, each in a fresh KGEN_HOME (a temporary folder: an empty local database, t
                       ``kgen tune gemm ... --timeout T`` (into the temporary database), KGEN_VENDOR=0
 - ``tuned+vendor``    the same tune, KGEN_VENDOR=1
 
+In every mode the first call of a shape runs dispatch's first-call race where no record
+decides (``kgen.ops.race``: cuBLAS where the mode has it and the two best-ranked families'
+picks, timed on the call's operands; ``KGEN_RACE=0`` in the environment: the ranking alone),
+and its choice is what is timed (``how`` "raced").
+
 Every (shape, mode) is checked against a float64 reference first (max |err| / max |ref|
 within 2e-2 bf16, 5e-3 fp16 and tf32, 1e-4 fp32); a failed check is a row with ``ok`` false,
 not timed. Then cuBLAS (torch.matmul on the same memory, on the same stream; tf32 allowed
@@ -501,8 +506,8 @@ def precompile(shapes: list[dict], modes: list[str], target, log=print) -> tuple
                         dict(m=m, n=n, k=k, dtype=dtype, layout=layout), target)]
                 else:
                     pairs = gemm_request("gemm", m, n, k, dtype, layout, target, precision=precision)
-                for spec, problem in pairs:
-                    choice = dispatcher.choose(spec, problem, target)
+                for spec, problem in pairs:     # every family's generated pick: what a first-call race compiles
+                    choice = dispatcher.choose(spec, problem, target, vendor=False)
                     if not choice.vendor:
                         source = render(spec, problem, choice.config, target)
                         sources[source.digest] = source

@@ -1,5 +1,5 @@
-"""Shared fixtures: a private KGEN_HOME per test session (the vendor candidate off unless a
-test turns it on), and the gpu marker's skip."""
+"""Shared fixtures: a private KGEN_HOME per test session (the vendor candidate and first-call
+races off unless a test turns them on), and the gpu marker's skip."""
 
 import pytest
 
@@ -10,6 +10,7 @@ def _kgen_home(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("KGEN_HOME", str(home))
     monkeypatch.setenv("KGEN_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cubin-cache"))
     monkeypatch.setenv("KGEN_VENDOR", "0")      # the generated kernels under test; vendor tests opt in
+    monkeypatch.setenv("KGEN_RACE", "0")        # the ranking's picks under test; race tests opt in
     yield
 
 

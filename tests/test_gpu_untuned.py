@@ -103,6 +103,45 @@ def test_the_vendor_choice_gives_cublas_result(dtype, monkeypatch):
 
 
 @pytest.mark.parametrize("kind", ["cupy", "torch"])
+def test_a_first_call_race_keeps_a_candidate_and_never_writes_the_callers_output(kind, monkeypatch):
+    """With the vendor library a candidate and no record, the first call times cuBLAS against
+    the generated picks on a scratch output: the caller's NaN-poisoned c is untouched until the
+    call itself, which is then right; the kept choice carries the race's time."""
+    import cupy
+    import torch
+
+    import kgen
+    from kgen.dispatch import default_dispatcher
+    from kgen.kernels.gemm.tc import torch_view
+
+    monkeypatch.setenv("KGEN_VENDOR", "1")
+    monkeypatch.setenv("KGEN_RACE", "1")
+    monkeypatch.setenv("KGEN_USE_SHIPPED_DB", "0")
+    kgen.refresh()
+    for dtype, (m, n, k, layout) in [("bfloat16", (37, 1001, 333, "TT")), ("float32", (523, 77, 2049, "TN")),
+                                     ("float16", (8, 24, 296, "NN")), ("tf32", (1000, 1000, 1000, "NT")),
+                                     ("float32", (5, 300, 700, "NN"))]:
+        a, b, ref, kwargs, real = _operands(m, n, k, layout, dtype, seed=13)
+        c = cupy.full((m, n), 0x7FC0 if real == "bfloat16" else float("nan"),
+                      dtype=cupy.uint16 if real == "bfloat16" else real)
+        if kind == "torch":
+            a, b, c = (torch_view(x, real) if real == "bfloat16" else torch.from_dlpack(x) for x in (a, b, c))
+            kwargs.pop("dtype", None)
+        choice = kgen.gemm_choice(a, b, c, **kwargs)
+        torch.cuda.synchronize()
+        assert choice.how == "raced", (dtype, choice)
+        poisoned = cupy.from_dlpack(c.view(torch.uint16) if kind == "torch" and real == "bfloat16" else c)
+        assert bool(cupy.isnan(poisoned).all() if real != "bfloat16" else (poisoned == 0x7FC0).all())
+        kgen.gemm(a, b, c, **kwargs)
+        torch.cuda.synchronize()
+        err = _relerr(poisoned, ref, real)
+        assert err <= TOLERANCE[dtype], f"{dtype} {m}x{n}x{k} {layout} {choice}: error {err:.2e}"
+        kept = [ch for _, ch in default_dispatcher().loaded(choice.family) if ch.how == "raced"]
+        assert kept and all(0 < ch.time_ms < 100 for ch in kept)
+    kgen.refresh()
+
+
+@pytest.mark.parametrize("kind", ["cupy", "torch"])
 def test_staged_operands_run_the_hopper_family_and_are_correct(kind, generated_only):
     """Rows of an odd length are copied into padded rows for TMA; on PyTorch tensors, on the
     caller's (side) stream."""

@@ -83,10 +83,43 @@ class CupyKernel:
 
 
 class CupyLauncher:
-    """Loads binaries into CupyKernels and allocates outputs."""
+    """Loads binaries into CupyKernels, allocates outputs and times a first call's candidates."""
+
+    def __init__(self):
+        self._flushers: dict[int, Any] = {}
 
     def load(self, binary) -> CupyKernel:
         return CupyKernel(binary.cubin, binary.entry, binary.path)
+
+    def time_calls(self, calls: Sequence[Any], runs: int) -> list[float] | None:
+        """Milliseconds of each of ``calls`` on CuPy's current device and stream: the median of
+        ``runs`` runs, each after an L2 flush with the GPU held until it is queued
+        (``kgen.measure.bench.time_runs``), in two rounds of opposite order, the mean of its
+        two medians. None where the stream is being captured into a CUDA graph (nothing may
+        wait on it then)."""
+        import statistics
+
+        import cupy
+
+        from kgen.measure.bench import l2_flusher, time_runs
+        from kgen.measurement import Timing
+
+        stream = cupy.cuda.get_current_stream()
+        if stream.is_capturing():
+            return None
+        device = cupy.cuda.Device().id
+        flush = self._flushers.get(device)
+        if flush is None:
+            l2 = int(cupy.cuda.runtime.getDeviceProperties(device)["l2CacheSize"])
+            flush = self._flushers[device] = l2_flusher(l2)
+        timing = Timing(warmup=1, runs=runs)
+        medians: list[list[float]] = [[] for _ in calls]
+        order = list(range(len(calls)))
+        for _ in range(2):
+            for i in order:
+                medians[i].append(statistics.median(time_runs(calls[i], timing, flush, hold=True)))
+            order.reverse()
+        return [sum(m) / len(m) for m in medians]
 
     @staticmethod
     def empty(shape, dtype, like=None):

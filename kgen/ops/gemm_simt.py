@@ -4,7 +4,7 @@ caller's stream."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -15,7 +15,7 @@ from kgen.kernels.gemm.simt import argument_dims, scalar_type
 from kgen.kernels.gemm.operands import operand_layout, problem_from_operands
 from kgen.arrays import array_kind
 from kgen.measure.arg_pack import data_pointer
-from kgen.ops import gemm_tc
+from kgen.ops import gemm_tc, race
 from kgen.ops.caller import empty_output
 from kgen.problem import Problem
 from kgen.registry import get_spec
@@ -70,14 +70,30 @@ def make_plan(dispatcher, a, b, c) -> _Plan:
     plan.spans = rules.footprints(problem["m"], problem["n"], problem["k"], problem["layout"], lds,
                                   (ai.itemsize,) * 3)
     spec = get_spec("gemm")
+    choice = dispatcher.decide(spec, problem, device)
+    racing = choice.vendor and choice.time_ms is None and race.can_race(dispatcher.launcher)
+    call = (a, b, ai, bi, lds, device)
     if exact_float32_routed(problem["m"], problem["n"], problem["dtype"]) and \
-            dispatcher.decide(spec, problem, device).how in ("model", "nearest", "default"):
+            (racing or choice.how in ("model", "nearest", "default")):
         delegate = gemm_tc.make_plan(dispatcher, a, b, c, None, None, None, None, None, exact=True)
         if not delegate.simt:
-            plan.delegate, plan.how = delegate, delegate.how
-            return plan
+            if not racing:
+                plan.delegate, plan.how = delegate, delegate.how
+                return plan
+            raced = _race(dispatcher, plan, dispatcher.prepare(spec, problem, device), delegate, call)
+            if raced is not None:
+                return raced
     loaded = dispatcher.prepare(spec, problem, device)
-    config = loaded.choice.config
+    if racing:
+        raced = _race(dispatcher, plan, loaded, None, call)
+        if raced is not None:
+            return raced
+    return _bound(plan, loaded, ai, bi, lds)
+
+
+def _bound(plan: _Plan, loaded, ai, bi, lds) -> _Plan:
+    """``plan`` running ``loaded`` (the vendor library's call, or a kernel bound for the call's operands)."""
+    spec, problem, config = loaded.spec, plan.problem, loaded.choice.config
     plan.config, plan.how = config, loaded.choice.how
     if loaded.choice.vendor:
         plan.vendor = spec.vendor_call(problem)
@@ -89,6 +105,43 @@ def make_plan(dispatcher, a, b, c) -> _Plan:
     template = (np.uint64(0), np.uint64(0), np.uint64(0), *plan.dims, scalar(0), scalar(0))
     plan.launch = loaded.kernel.bind(geo.grid, geo.block, geo.shared_mem, template)
     return plan
+
+
+def _race(dispatcher, plan: _Plan, vendor, delegate, call: tuple) -> _Plan | None:
+    """The faster of the unmeasured vendor call (``vendor``, loaded) and the generated route
+    (``delegate``, the plan of a family computing float32 exactly, else this family's pick),
+    timed on this call's operands (``kgen.ops.race``) and kept as the problem's choice; None
+    where no race ran."""
+    a, b, ai, bi, lds, device = call
+    problem = plan.problem
+    kind = "torch" if plan.torch else "cai"
+    scratch = race.scratch_output(dispatcher.launcher, kind, a, problem["m"], problem["n"], lds[2],
+                                  problem["dtype"])
+    pointers = (data_pointer(a), data_pointer(b), data_pointer(scratch))
+    vendor_plan = _bound(replace(plan), vendor, ai, bi, lds)
+    if delegate is None:
+        generated = dispatcher.load(vendor.spec, problem, device, dispatcher.generated(vendor.spec, problem, device))
+        rival = _bound(replace(plan), generated, ai, bi, lds)
+
+        def run_rival() -> None:
+            launch(rival, a, b, scratch, pointers, 1.0, 0.0)
+    else:
+        generated = dispatcher.prepare(delegate.spec, delegate.problem, device)
+        rival = replace(plan, delegate=delegate, how=delegate.how)
+
+        def run_rival() -> None:
+            gemm_tc.run(dispatcher, delegate, a, b, scratch, 1.0, 0.0)
+
+    times = race.race(dispatcher.launcher, [lambda: launch(vendor_plan, a, b, scratch, pointers, 1.0, 0.0), run_rival],
+                      kind, device)
+    if times is None:
+        return None
+    best = race.fastest(times)
+    winner = (vendor_plan, rival)[best]
+    winner.how = dispatcher.settle((vendor, generated)[best], device, times[best]).how
+    if winner.delegate is not None:
+        winner.delegate.how = winner.how
+    return winner
 
 
 def float32_interface(x):
@@ -133,11 +186,16 @@ def call(dispatcher, a, b, c, alpha: float, beta: float, cupy_arrays: bool, ia):
 
         raise InputError("c overlaps a or b in memory: the kernel would read what it writes",
                          remedy="pass a separate output array (or none, for a new one)")
+    launch(plan, a, b, c, (pa, pb, pc), alpha, beta)
+    return c
+
+
+def launch(plan: _Plan, a, b, c, pointers: tuple, alpha: float, beta: float) -> None:
+    """``plan``'s work on the call's arrays (``pointers``: a's, b's and c's data pointers)."""
     if plan.launch is None:
         if plan.vendor is not None:
             plan.vendor(a, b, c, alpha, beta, None)
-        return c                 # (else an empty output: nothing to compute)
+        return                   # (else an empty output: nothing to compute)
     if plan.split_k:
         plan.kernel.scale(c, beta)
-    plan.launch((pa, pb, pc, *plan.dims, alpha, beta))
-    return c
+    plan.launch((*pointers, *plan.dims, alpha, beta))

@@ -23,6 +23,7 @@ from kgen.kernels.gemm.dtypes import ITEMSIZE, allowed_outputs, epilogue_name
 from kgen.knobs import knobs
 from kgen.problem import Problem
 from kgen.measure.arg_pack import cupy_ndarray
+from kgen.ops import race
 from kgen.ops.caller import empty_output, to_jax, torch_stream
 
 
@@ -97,52 +98,102 @@ def make_plan(dispatcher, a, b, c, bias, activation, precision, dtype, out_dtype
                 epilogue=epilogue_name(bias is not None, activation),
                 align_a=rules.alignment(ai.ptr, lda, ai.itemsize), align_b=rules.alignment(bi.ptr, ldb, bi.itemsize))
     kind = array_kind(a)
-    best = None
     candidates = tensor_core_candidates(args, target)
     if exact:
         candidates = [found for found in candidates if found[0].family in EXACT_FLOAT32_FAMILIES]
+    if candidates and (m == 0 or n == 0):
+        spec, problem, _ = candidates[0]
+        return TcPlan(spec, problem, None, None, None, kind, ai.device)
+    racing = race.can_race(dispatcher.launcher)
+    ranked, vendor = _ranked(dispatcher, candidates, (m, n, k, la + lb, in_a, kind), ai.device, exact, racing)
+    if not ranked:                      # (exact: no family computing float32 exactly takes it)
+        return TcPlan(None, None, None, None, None, kind, ai.device, simt=True)
+    ci = describe(c, "c") if c is not None else None
+    ldc = ci.strides[0] if ci is not None else n
+
+    def planned(spec, problem, staging, loaded) -> TcPlan:
+        """The plan running ``loaded`` (a family's choice, its kernel loaded) on this call's operands."""
+        config = loaded.choice.config
+        spans = rules.footprints(m, n, k, la + lb, (lda, ldb, max(ldc, 1)),
+                                 (ai.itemsize, bi.itemsize, ITEMSIZE[problem["out_dtype"]]))
+        if loaded.choice.vendor:
+            return TcPlan(spec, problem, None, config, None, kind, ai.device, loaded.choice.how,
+                          vendor=spec.vendor_call(problem), spans=spans)
+        lds = (lda, ldb)
+        if staging is not None:
+            lds = tuple(ld if not staged else padded for ld, padded, staged in
+                        zip((lda, ldb), staging.lds, staging.stage))
+        user_ldc, kernel_ldc = max(ldc, 1), ldc
+        output_plan = getattr(spec, "output_plan", None)
+        if (knobs.staging and output_plan is not None and output_plan(problem, config) is not None
+                and not spec.rows_by_band(problem, config)      # the kernel writes such rows well itself
+                and output_staged(m, n, user_ldc, problem["out_dtype"], ci.ptr if ci is not None else 0)):
+            staging = staging or Staging((False, False), (rules.storage_shape(m, n, k, la + lb, "a"),
+                                                          rules.storage_shape(m, n, k, la + lb, "b")), in_a, kind)
+            staging.out = (m, n, problem["out_dtype"])
+            kernel_ldc = staging.ldc
+        return TcPlan(spec, problem, loaded.kernel, config, spec.launch(problem, config), kind, ai.device,
+                      loaded.choice.how, spec.arg_builder(problem, config, (*lds, max(kernel_ldc, 1))),
+                      staging=staging, spans=spans, ldc=user_ldc)
+
+    if racing and (not ranked or ranked[0][4].time_ms is None):
+        contenders = ([vendor] if vendor is not None else []) + ranked[:max(0, knobs.race_families)]
+        if len(contenders) >= 2:
+            raced = _race(dispatcher, contenders, planned, (a, b, bias, m, n, ldc, ai.device, kind))
+            if raced is not None:
+                return raced
+    if racing:                          # no race ran: the ranking alone, the vendor library first
+        ranked, _ = _ranked(dispatcher, candidates, (m, n, k, la + lb, in_a, kind), ai.device, exact, False)
+    _, spec, problem, staging, _ = ranked[0]
+    return planned(spec, problem, staging, dispatcher.prepare(spec, problem, ai.device))   # the winner's kernel alone
+
+
+def _ranked(dispatcher, candidates, call: tuple, device: int, exact: bool, racing: bool):
+    """(entries, vendor): an entry (rank, spec, problem, staging, choice) per candidate family,
+    best first, and, where ``racing`` and the vendor library is an unmeasured candidate, its
+    entry apart (each family's entry then its generated choice: what a race times the vendor
+    against). ``call``: (m, n, k, layout, input dtype, the caller's array kind)."""
+    m, n, k, layout, dtype, kind = call
+    entries, vendor = [], None
     for order, (spec, problem, stage) in enumerate(candidates):
-        if m == 0 or n == 0:
-            return TcPlan(spec, problem, None, None, None, kind, ai.device)
         staging = None
         if any(stage):
-            staging = Staging(stage, (rules.storage_shape(m, n, k, la + lb, "a"),
-                                      rules.storage_shape(m, n, k, la + lb, "b")),
-                              in_a, kind)
-        choice = dispatcher.decide(spec, problem, ai.device)
+            staging = Staging(stage, (rules.storage_shape(m, n, k, layout, "a"),
+                                      rules.storage_shape(m, n, k, layout, "b")), dtype, kind)
+        choice = dispatcher.decide(spec, problem, device)
+        if choice.vendor and choice.time_ms is None and racing:
+            if vendor is None and staging is None and not exact:
+                vendor = ((0, 0.0, order), spec, problem, None, choice)
+            choice = dispatcher.generated(spec, problem, device)
         if choice.vendor and (staging is not None or exact):
             continue                    # the library reads the operands as they are (and float32 as tf32 here)
         group, ms = choice.rank
         rank = (untuned_group(spec.family, group), ms + (staging.cost_ms() if staging is not None else 0.0), order)
-        if best is None or rank < best[0]:
-            best = (rank, spec, problem, staging)
-    if best is None:                    # (exact: no family computing float32 exactly takes it)
-        return TcPlan(None, None, None, None, None, kind, ai.device, simt=True)
-    _, spec, problem, staging = best
-    loaded = dispatcher.prepare(spec, problem, ai.device)      # the winner's kernel alone
-    ci = describe(c, "c") if c is not None else None
-    ldc = ci.strides[0] if ci is not None else n
-    config = loaded.choice.config
-    spans = rules.footprints(m, n, k, la + lb, (lda, ldb, max(ldc, 1)),
-                             (ai.itemsize, bi.itemsize, ITEMSIZE[problem["out_dtype"]]))
-    if loaded.choice.vendor:
-        return TcPlan(spec, problem, None, config, None, kind, ai.device, loaded.choice.how,
-                      vendor=spec.vendor_call(problem), spans=spans)
-    if staging is not None:
-        lda, ldb = (ld if not staged else padded for ld, padded, staged in
-                    zip((lda, ldb), staging.lds, staging.stage))
-    user_ldc = max(ldc, 1)
-    output_plan = getattr(spec, "output_plan", None)
-    if (knobs.staging and output_plan is not None and output_plan(problem, config) is not None
-            and not spec.rows_by_band(problem, config)      # the kernel writes such rows well itself
-            and output_staged(m, n, user_ldc, problem["out_dtype"], ci.ptr if ci is not None else 0)):
-        staging = staging or Staging((False, False), (rules.storage_shape(m, n, k, la + lb, "a"),
-                                                      rules.storage_shape(m, n, k, la + lb, "b")), in_a, kind)
-        staging.out = (m, n, problem["out_dtype"])
-        ldc = staging.ldc
-    return TcPlan(spec, problem, loaded.kernel, config, spec.launch(problem, config), kind, ai.device,
-                  loaded.choice.how, spec.arg_builder(problem, config, (lda, ldb, max(ldc, 1))), staging=staging,
-                  spans=spans, ldc=user_ldc)
+        entries.append((rank, spec, problem, staging, choice))
+    entries.sort(key=lambda entry: entry[0])
+    return entries, vendor
+
+
+def _race(dispatcher, contenders, planned, call: tuple) -> TcPlan | None:
+    """The plan of the fastest of ``contenders`` (entries of ``_ranked``) timed on this call's
+    operands (``kgen.ops.race``), kept as its problem's choice; None where no race ran."""
+    a, b, bias, m, n, ldc, device, kind = call
+    loads, plans = [], []
+    for _, spec, problem, staging, choice in contenders:
+        loaded = dispatcher.load(spec, problem, device, choice)
+        loads.append(loaded)
+        plans.append(planned(spec, problem, staging, loaded))
+    out = plans[0].problem["out_dtype"]
+    scratch = race.scratch_output(dispatcher.launcher, kind, a, m, n, ldc, out)
+    times = race.race(dispatcher.launcher,
+                      [lambda plan=plan: run(dispatcher, plan, a, b, scratch, 1.0, 0.0, bias) for plan in plans],
+                      kind, device)
+    if times is None:
+        return None
+    best = race.fastest(times)
+    winner = plans[best]
+    winner.how = dispatcher.settle(loads[best], device, times[best]).how
+    return winner
 
 
 def _view(x) -> tuple[tuple, int]:

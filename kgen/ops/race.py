@@ -1,0 +1,64 @@
+"""A first call that no measurement decides: its candidates timed on the call's own operands.
+
+A GEMM problem with no record (neither a tuned config nor the vendor library's time) would
+run on a ranking alone: the vendor library before every cost model's pick, or, with
+``KGEN_VENDOR=0``, the pick predicted fastest. Both are guesses where it matters most (the
+generated kernel beat cuBLAS by more than 5 % on a third of a random shape set, and the
+model's family choice errs on skinny problems), so where ``KGEN_RACE`` is on the plan's
+first call times the candidates instead: the vendor call and the picks of the
+``KGEN_RACE_FAMILIES`` best-ranked families, each on the call's operands into a scratch
+output of the caller's row stride (the caller's ``c`` is never written), ``KGEN_RACE_RUNS``
+runs in each of two rounds, L2 flushed, on the caller's stream; the fastest serves the
+process from then on (``Dispatcher.settle``, how "raced"). It is what ``cudnn.benchmark``
+does for convolutions: the cost is paid once per problem, beside the compile of each
+generated candidate. No race runs on a launcher that cannot time (tests' fakes), during
+CUDA graph capture, or with fewer than two candidates; a race that fails leaves the
+ranking's choice.
+
+>>> from kgen.ops.race import fastest
+>>> fastest([0.2, 0.1, 0.3])
+1
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Sequence
+
+from kgen.knobs import knobs
+from kgen.ops.caller import on_caller_stream
+
+log = logging.getLogger(__name__)
+
+
+def can_race(launcher) -> bool:
+    """Whether first calls race at all: the knob, and a launcher that can time."""
+    return knobs.race and callable(getattr(launcher, "time_calls", None))
+
+
+def fastest(times: Sequence[float]) -> int:
+    """Index of the least time (the first of equals: candidates come best-ranked first)."""
+    return min(range(len(times)), key=lambda i: (times[i], i))
+
+
+def race(launcher, calls: Sequence[Callable[[], None]], kind: str, device: int) -> list[float] | None:
+    """Milliseconds of each of ``calls`` (``launcher.time_calls``) on the caller's stream
+    (``kind``: the caller's array library), or None where no race may run or it failed."""
+    if len(calls) < 2 or not can_race(launcher):
+        return None
+    try:
+        with on_caller_stream(kind, device):
+            return launcher.time_calls(calls, max(1, knobs.race_runs))
+    except Exception as exc:       # the ranking's choice stands; the call itself will say what is wrong
+        log.warning("a first-call race failed (%s); keeping the ranking's choice", exc)
+        return None
+
+
+def scratch_output(launcher, kind: str, like: Any, rows: int, cols: int, row_stride: int, dtype: str):
+    """An uninitialised output of the caller's library, ``rows`` × ``cols`` with the caller's
+    ``row_stride`` (elements), for candidates to write while they are timed."""
+    from kgen.ops.caller import empty_output
+
+    stride = max(row_stride, cols, 1)
+    whole = empty_output(launcher, kind == "torch", like, (max(rows, 1), stride), dtype)
+    return whole if stride == cols else whole[:rows, :cols]

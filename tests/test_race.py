@@ -1,0 +1,118 @@
+"""The first-call race (kgen.ops.race) with fake arrays and a launcher that answers scripted
+times (kernels really compile): which candidates a problem no record decides races, which one
+it keeps, that the caller's output is never the race's, and that no race runs where it may not
+(KGEN_RACE=0, a launcher that cannot time, a race that could not run)."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+
+import kgen
+from kgen.problem import Target
+
+from fakes import BASE, FakeArray, FakeLauncher, fake_dispatch
+
+# an sm_80 device: the portable families run everything without a driver (see test_tc_dispatch)
+TARGET = Target(name="NVIDIA A100-SXM4-80GB", cc=(8, 0), sm_count=108, smem_per_block=48 * 1024,
+                smem_per_block_optin=163 * 1024, smem_per_sm=164 * 1024)
+
+
+class TimingLauncher(FakeLauncher):
+    """A fake launcher that can time: each race's candidates get ``times`` in order (None: the
+    race could not run, as during graph capture)."""
+
+    def __init__(self, times):
+        super().__init__()
+        self.times = times
+        self.races: list[int] = []
+
+    def time_calls(self, calls, runs):
+        assert runs >= 1 and all(callable(c) for c in calls)
+        self.races.append(len(calls))
+        return None if self.times is None else list(self.times[:len(calls)])
+
+
+@contextlib.contextmanager
+def racing(times, monkeypatch, vendor=True, race=True):
+    monkeypatch.setenv("KGEN_VENDOR", "1" if vendor else "0")
+    monkeypatch.setenv("KGEN_RACE", "1" if race else "0")          # (the test session's default: off)
+    monkeypatch.setattr("kgen.ops.race.on_caller_stream", lambda kind, device: contextlib.nullcontext())
+    with fake_dispatch(TARGET) as fake:
+        fake.dispatcher._launcher = fake.launcher = TimingLauncher(times)
+        yield fake
+
+
+def _half(m=256, n=256, k=64):
+    return FakeArray((m, k), "float16"), FakeArray((k, n), "float16", ptr=BASE + 0x100_0000)
+
+
+def test_the_generated_pick_that_wins_serves_every_later_call(monkeypatch):
+    with racing([0.020, 0.010], monkeypatch) as fake:            # vendor 20 us, gemm_mma's pick 10 us
+        a, b = _half()
+        c = FakeArray((256, 256), "float16", ptr=BASE + 0x200_0000)
+        choice = kgen.gemm_choice(a, b, c)
+        assert (choice.family, choice.how) == ("gemm_mma", "raced") and choice.config != "cublas"
+        assert fake.launcher.races == [2]
+        kgen.gemm(a, b, c)
+        kgen.gemm(a, b, c)
+        assert fake.launcher.races == [2]                        # decided once, for the problem
+        launches = [launch for _, launch in fake.launcher.launches]
+        assert len(launches) == 2 and all(int(launch.args[2]) == c.ptr for launch in launches)
+        assert fake.launcher.allocated, "the race wrote a scratch output, not the caller's c"
+        loaded = fake.dispatcher.loaded("gemm_mma")
+        assert loaded[-1][1].how == "raced" and loaded[-1][1].time_ms == pytest.approx(0.010)
+
+
+def test_the_vendor_library_that_wins_is_kept_with_its_time(monkeypatch):
+    with racing([0.005, 0.010], monkeypatch) as fake:
+        a, b = _half()
+        choice = kgen.gemm_choice(a, b)
+        assert (choice.config, choice.how) == ("cublas", "raced")
+        assert fake.launcher.races == [2] and not fake.launcher.launches
+        again = kgen.gemm_choice(a, b)      # a new plan ranks the race's measured time first: no new race
+        assert again.config == "cublas" and fake.launcher.races == [2]
+
+
+def test_two_families_race_without_the_vendor(monkeypatch):
+    monkeypatch.setenv("KGEN_SKINNY_DTYPES", "float16")
+    with racing([0.030, 0.010], monkeypatch, vendor=False) as fake:
+        a, b = _half(200, 8, 512)                  # a side of 8: gemm_skinny and gemm_mma both run it
+        first = kgen.gemm_choice(a, b)
+        assert fake.launcher.races == [2] and first.how == "raced"
+        assert first.family == "gemm_mma"          # second in rank (skinny ranks first), faster here
+
+
+def test_the_race_takes_as_many_families_as_the_knob_says(monkeypatch):
+    monkeypatch.setenv("KGEN_SKINNY_DTYPES", "float16")
+    monkeypatch.setenv("KGEN_RACE_FAMILIES", "1")
+    with racing([0.030, 0.010, 0.001], monkeypatch) as fake:
+        a, b = _half(200, 8, 512)
+        kgen.gemm_choice(a, b)
+        assert fake.launcher.races == [2]           # the vendor library and the best-ranked family
+
+
+def test_float32_on_cuda_cores_races_the_vendor_library(monkeypatch):
+    with racing([0.050, 0.020], monkeypatch) as fake:
+        a, b = FakeArray((300, 200)), FakeArray((200, 100), ptr=BASE + 0x100_0000)
+        choice = kgen.gemm_choice(a, b)
+        assert (choice.family, choice.how) == ("gemm", "raced") and choice.config.startswith("gemm_simt_f32_")
+        kgen.gemm(a, b)
+        assert fake.launcher.races == [2] and len(fake.launcher.launches) == 1
+
+
+@pytest.mark.parametrize("setting", ["knob off", "no race possible"])
+def test_without_a_race_the_ranking_decides_as_before(setting, monkeypatch):
+    with racing(None, monkeypatch, race=setting != "knob off") as fake:
+        a, b = _half()
+        choice = kgen.gemm_choice(a, b)
+        assert (choice.config, choice.how) == ("cublas", "vendor")
+        assert fake.launcher.races == ([] if setting == "knob off" else [2])
+
+
+def test_a_launcher_that_cannot_time_never_races(monkeypatch):
+    monkeypatch.setenv("KGEN_VENDOR", "1")
+    with fake_dispatch(TARGET):
+        choice = kgen.gemm_choice(*_half())
+        assert (choice.config, choice.how) == ("cublas", "vendor")
