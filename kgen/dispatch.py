@@ -3,8 +3,10 @@
 Policy for a problem, in order: the tuned best for this device and template (exact key),
 or the vendor library's measured time for it (``kgen.vendor``) where that is faster; for an
 untuned problem the vendor library (a problem nobody tuned has no measurement saying a
-generated kernel is faster), unless ``KGEN_VENDOR=0`` or the family has no vendor call;
-else, by ``KGEN_UNTUNED``: the family's cost model's pick (``model``, the default), the best
+generated kernel is faster), unless ``KGEN_VENDOR=0`` or the family has no vendor call —
+a ranking that a caller holding the operands may replace by a measurement: the GEMM call
+paths race the vendor call against the generated picks (``generated``) on the first call
+and keep the winner (``settle``, how "raced"; ``kgen.ops.race``); else, by ``KGEN_UNTUNED``: the family's cost model's pick (``model``, the default), the best
 config of the nearest tuned problem of the same family (distance on log2 of the shape
 parameters, everything else equal) when it is valid here, among the records
 ``KGEN_DISPATCH_POLICY`` admits (device: this device's; arch: this compute capability's;
