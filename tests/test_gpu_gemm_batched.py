@@ -98,3 +98,31 @@ def test_cupy_broadcast_a():
     want = a.astype(cupy.float64) @ b.astype(cupy.float64)
     assert c.shape == (6, 40, 56)
     assert float(cupy.abs(c.astype(cupy.float64) - want).max() / cupy.abs(want).max()) < 2e-3
+
+
+def test_an_untuned_batch_races_cublas_and_both_families(monkeypatch):
+    """With cuBLAS a candidate and no record, the first call times it against both families'
+    picks on a scratch output; the kept choice carries the race's time and the result is right
+    (beta reads the caller's c, which the race never wrote)."""
+    torch = pytest.importorskip("torch")
+    import kgen
+    from kgen.dispatch import default_dispatcher
+
+    monkeypatch.setenv("KGEN_VENDOR", "1")
+    monkeypatch.setenv("KGEN_RACE", "1")
+    monkeypatch.setenv("KGEN_USE_SHIPPED_DB", "0")
+    kgen.refresh()
+    g = torch.Generator(device="cuda").manual_seed(3)
+    for batch, m, n, k in [(24, 200, 136, 96), (64, 64, 64, 64)]:
+        a = torch.rand(batch, m, k, device="cuda", dtype=torch.bfloat16, generator=g) - 0.5
+        b = torch.rand(batch, n, k, device="cuda", dtype=torch.bfloat16, generator=g).transpose(1, 2) - 0.5
+        c = torch.rand(batch, m, n, device="cuda", dtype=torch.bfloat16, generator=g)
+        want = 0.5 * torch.matmul(a.double(), b.double()) + 2.0 * c.double()
+        kgen.gemm(a, b, c, 0.5, 2.0)
+        torch.cuda.synchronize()
+        err = float((c.double() - want).abs().max() / want.abs().max())
+        assert err < 2e-2, (batch, m, n, k, err)
+        raced = [ch for family in ("gemm_batched", "gemm_batched_wgmma")
+                 for p, ch in default_dispatcher().loaded(family) if p["batch"] == batch and ch.how == "raced"]
+        assert raced and 0 < raced[0].time_ms < 100
+    kgen.refresh()

@@ -116,3 +116,36 @@ def test_a_launcher_that_cannot_time_never_races(monkeypatch):
     with fake_dispatch(TARGET):
         choice = kgen.gemm_choice(*_half())
         assert (choice.config, choice.how) == ("cublas", "vendor")
+
+
+def test_an_untuned_batch_races_cublas_and_the_generated_pick(monkeypatch):
+    import kgen.ops.gemm_batched as batched
+    from kgen.kernels.gemm import vendor
+
+    monkeypatch.setattr(vendor, "_torch_installed", lambda: True)          # (the batched vendor call is PyTorch's)
+    monkeypatch.setattr(batched, "new_array", lambda like, shape, dtype: FakeArray(shape, "float16",
+                                                                                    ptr=BASE + (1 << 26)))
+    monkeypatch.setattr("kgen.ops.launch.on_caller_stream", lambda kind, device: contextlib.nullcontext())
+    with racing([0.050, 0.010], monkeypatch) as fake:
+        a = FakeArray((4, 64, 32), "float16", strides=(64 * 32, 32, 1))
+        b = FakeArray((4, 32, 48), "float16", ptr=BASE + 0x100_0000, strides=(32 * 48, 48, 1))
+        kgen.gemm(a, b)
+        kgen.gemm(a, b)
+        assert fake.launcher.races == [2]                          # once: the race's time decides from then on
+        (_, choice), = fake.dispatcher.loaded("gemm_batched")
+        assert choice.how == "raced" and choice.time_ms == pytest.approx(0.010)
+        assert len(fake.launcher.launches) == 2                    # the two calls; the race's runs are the timer's
+
+
+def test_a_batch_with_one_candidate_does_not_race(monkeypatch):
+    import kgen.ops.gemm_batched as batched
+
+    monkeypatch.setattr(batched, "new_array", lambda like, shape, dtype: FakeArray(shape, "float16",
+                                                                                    ptr=BASE + (1 << 26)))
+    monkeypatch.setattr("kgen.ops.launch.on_caller_stream", lambda kind, device: contextlib.nullcontext())
+    with racing([0.050, 0.010], monkeypatch, vendor=False) as fake:
+        a = FakeArray((4, 64, 32), "float16", strides=(64 * 32, 32, 1))
+        b = FakeArray((4, 32, 48), "float16", ptr=BASE + 0x100_0000, strides=(32 * 48, 48, 1))
+        kgen.gemm(a, b)
+        kgen.gemm(a, b)
+        assert fake.launcher.races == [] and len(fake.launcher.launches) == 2

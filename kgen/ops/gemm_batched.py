@@ -6,8 +6,9 @@ one) serves every batch. Each matrix may be a transposed view (``x.transpose(-1,
 batch must be dense (matrices one after another). A row-major ``a`` whose ``b`` serves every
 batch is one GEMM of batch * M rows: it goes to the 2-D path (and its fastest family). The
 result is (batch, M, N), of the caller's library, on its current stream. Where cuBLAS's batched
-GEMM measured faster, or the problem is untuned, the call is cuBLAS's (the vendor candidate of
-both families; ``KGEN_VENDOR=0`` runs a generated kernel always).
+GEMM measured faster the call is cuBLAS's (the vendor candidate of both families; ``KGEN_VENDOR=0``
+runs a generated kernel always); where nothing measured decides, the first call races cuBLAS
+and the families' picks on its operands and keeps the fastest (``kgen.ops.race``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from kgen.arrays import array_kind, describe
 from kgen.errors import DeviceError, DtypeError, InputError, LayoutError, ShapeError
 from kgen.kernels.gemm import rules
 from kgen.kernels.gemm.dtypes import checked_output, epilogue_name
+from kgen.knobs import knobs
 from kgen.ops.caller import CallerArray, check_no_overlap, new_array, on_caller_stream, to_jax
 from kgen.ops.launch import first_ranked, launch_family
 
@@ -122,15 +124,65 @@ def routed(problem, device: int):
 
 
 def _run(problem, device: int, kind: str, operands: dict[str, Any], arrays: tuple) -> None:
-    """The routed family's choice for ``problem`` (``routed``): a generated kernel, or cuBLAS (the
-    vendor candidate) on the arrays themselves, on the caller's stream either way."""
-    spec, problem, choice = routed(problem, device)
+    """The routed family's choice for ``problem`` (``routed``; where no measurement decides, a
+    first-call race's: ``_race``): a generated kernel, or cuBLAS (the vendor candidate) on the
+    arrays themselves, on the caller's stream either way."""
+    spec, routed_problem, choice = routed(problem, device)
+    if choice.time_ms is None and _race(problem, device, kind, operands, arrays):
+        spec, routed_problem, choice = routed(problem, device)
+    problem = routed_problem
     if not choice.vendor:
         launch_family(spec.family, problem, device, kind, operands)
         return
     a, b, c, bias = arrays
     with on_caller_stream(kind, device):
         _vendor_call(problem)(a, b, c, operands["alpha"], operands["beta"], bias)
+
+
+def _race(problem, device: int, kind: str, operands: dict[str, Any], arrays: tuple) -> bool:
+    """Time cuBLAS (where it is an unmeasured candidate) and the generated picks of the
+    ``KGEN_RACE_FAMILIES`` best-ranked families that run ``problem`` on the call's operands,
+    each into a scratch output (``kgen.ops.race``), and keep the fastest as the problem's choice.
+    False where no race ran (nothing to race, or a race may not run)."""
+    from kgen import dispatch
+    from kgen.kernels.gemm.batched import route
+    from kgen.ops import race
+
+    dispatcher = dispatch.default_dispatcher()
+    declined = ("batched race declined", problem.key, device)       # (dropped with the plans on refresh)
+    if declined in dispatcher.plans or not race.can_race(dispatcher.launcher):
+        return False
+    vendor, generated = None, []
+    for order, (spec, p) in enumerate(route(dispatcher.target(device), problem)):
+        choice = dispatcher.decide(spec, p, device)
+        if choice.vendor:
+            vendor = vendor or (spec, p, choice)
+            choice = dispatcher.generated(spec, p, device)
+        generated.append((choice.rank, order, spec, p, choice))
+    generated.sort(key=lambda entry: entry[:2])
+    contenders = ([vendor] if vendor is not None else []) + [
+        (spec, p, choice) for _, _, spec, p, choice in generated[:max(0, knobs.race_families)]]
+    if len(contenders) < 2:
+        dispatcher.plans[declined] = True
+        return False
+    loads = [dispatcher.load(spec, p, device, choice) for spec, p, choice in contenders]
+    a, b, c, bias = arrays
+    scratch = new_array(CallerArray(a, kind, describe(a, "a"), problem["dtype"]), describe(c, "c").shape,
+                        problem["out_dtype"])
+    scratch_operands = dict(operands, c=describe(scratch, "c").ptr, alpha=1.0, beta=0.0)
+
+    def timed(loaded):
+        if loaded.choice.vendor:
+            return lambda: _vendor_call(loaded.problem)(a, b, scratch, 1.0, 0.0, bias)
+        return lambda: loaded.spec.run(loaded.kernel, loaded.problem, loaded.choice.config, scratch_operands)
+
+    times = race.race(dispatcher.launcher, [timed(loaded) for loaded in loads], kind, device)
+    if times is None:
+        dispatcher.plans[declined] = True
+        return False
+    best = race.fastest(times)
+    dispatcher.settle(loads[best], device, times[best])
+    return True
 
 
 _VENDOR_CALLS: dict[str, Any] = {}
