@@ -409,6 +409,79 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, activation=None, *,
                    _as_dtype(out_dtype))
 
 
+# ---- depthwise conv2d ----------------------------------------------------------------------
+
+@torch.library.custom_op(f"{_LIB}::conv2d_depthwise", mutates_args=())
+def _conv2d_depthwise(x: Tensor, w: Tensor, bias: Optional[Tensor], stride: Sequence[int], padding: Sequence[int],
+                      dilation: Sequence[int], activation: Optional[str] = None) -> Tensor:
+    from kgen.ops.conv import conv2d as eager
+
+    x, w, bias = _plain(x, w, bias)
+    return eager(x, w, bias, tuple(stride), tuple(padding), tuple(dilation), activation, groups=x.shape[1])
+
+
+@_conv2d_depthwise.register_fake
+def _conv2d_depthwise_fake(x, w, bias, stride, padding, dilation, activation=None):
+    torch._check(x.dim() == 4 and w.dim() == 4, lambda: "kgen.conv2d: x and w are 4-D")
+    torch._check(w.shape[0] == x.shape[1] and w.shape[1] == 1,
+                 lambda: f"kgen.conv2d: a depthwise weight of {x.shape[1]} channels is ({x.shape[1]}, 1, R, S)")
+    p = output_size(x.shape[2], w.shape[2], stride[0], padding[0], dilation[0])
+    q = output_size(x.shape[3], w.shape[3], stride[1], padding[1], dilation[1])
+    n, c = x.shape[0], x.shape[1]
+    return x.new_empty_strided((n, c, p, q), (p * q * c, 1, q * c, c))
+
+
+def _depthwise_setup(ctx, inputs, output):
+    x, w, bias, stride, padding, dilation, activation = inputs
+    ctx.options = (list(stride), list(padding), list(dilation), activation, bias is not None)
+    ctx.save_for_backward(x, w, bias, output if activation == "relu" else None)
+
+
+def depthwise_data_gradient(x, w, dy, stride=1, padding=0, dilation=1):
+    """dx of ``y = conv2d(x, w, groups=C)`` given ``dy``, channels-last: at stride 1, kgen's
+    depthwise convolution of dy with the spatially flipped filters (padding d(R-1) - p, the
+    same dilation); at a larger stride (or a padding past the window), PyTorch's."""
+    stride, padding, dilation = _pairs(stride, padding, dilation)
+    window = (w.shape[2], w.shape[3])
+    flipped_padding = [d * (r - 1) - p for d, r, p in zip(dilation, window, padding)]
+    if stride == [1, 1] and min(flipped_padding) >= 0 and knobs.conv_gradients == "kgen":
+        return _conv2d_depthwise(dy.contiguous(memory_format=torch.channels_last), w.flip(2, 3).contiguous(), None,
+                                 [1, 1], flipped_padding, dilation, None)
+    return torch.nn.grad.conv2d_input(x.shape, w, dy, stride, padding, dilation, groups=x.shape[1])
+
+
+def _depthwise_backward(ctx, grad):
+    x, w, bias, output = ctx.saved_tensors
+    stride, padding, dilation, activation, has_bias = ctx.options
+    g = grad
+    if activation == "relu":
+        g = g * (output > 0)
+    elif activation == "gelu":
+        z = _conv2d_depthwise(x, w, bias, stride, padding, dilation, None)
+        g = (g.float() * _gelu_derivative(z)).to(grad.dtype)
+    grad_bias = g.sum(dim=(0, 2, 3)).to(bias.dtype) if has_bias else None
+    g = g.to(x.dtype)
+    grad_x = grad_w = None
+    if ctx.needs_input_grad[0]:
+        grad_x = depthwise_data_gradient(x, w, g, stride, padding, dilation)
+    if ctx.needs_input_grad[1]:        # a reduction over every pixel: PyTorch's (cuDNN's)
+        grad_w = torch.nn.grad.conv2d_weight(x, w.shape, g, stride, padding, dilation, groups=x.shape[1])
+    return grad_x, grad_w, grad_bias, None, None, None, None
+
+
+_conv2d_depthwise.register_autograd(_depthwise_backward, setup_context=_depthwise_setup)
+
+
+def conv2d_depthwise(x, w, bias=None, stride=1, padding=0, dilation=1, activation=None, *, out=None,
+                     out_dtype=None, precision=None, dtype=None):
+    """``kgen.conv2d(..., groups=C)`` as the custom operator (functional form only)."""
+    if out is not None or dtype is not None or out_dtype is not None or precision is not None:
+        raise InputError("in PyTorch's graph (torch.compile, or autograd recording), a depthwise kgen.conv2d returns "
+                         "a new tensor of the input's dtype: out, out_dtype, precision and dtype are not taken",
+                         remedy="leave them unset, or call it under torch.no_grad()")
+    return _conv2d_depthwise(x, w, bias, *_pairs(stride, padding, dilation), activation)
+
+
 # ---- softmax and RMSNorm -------------------------------------------------------------------
 
 @torch.library.custom_op(f"{_LIB}::softmax", mutates_args=())

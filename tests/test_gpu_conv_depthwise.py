@@ -59,3 +59,38 @@ def test_kgen_conv2d_groups_c_on_torch_tensors():
                                                  groups=96))
     assert y.shape == want.shape and y.dtype == torch.bfloat16 and y.is_contiguous(memory_format=torch.channels_last)
     assert float((y.double() - want).abs().max() / want.abs().max()) < 1e-2
+
+
+@pytest.mark.parametrize("case", [
+    dict(stride=1, padding=1, dilation=1, activation=None, r=3, dtype="float32"),        # dx by kgen
+    dict(stride=1, padding=4, dilation=2, activation="gelu", r=5, dtype="float32"),      # dx by kgen, dilated
+    dict(stride=2, padding=1, dilation=1, activation="relu", r=3, dtype="float32"),      # dx by PyTorch
+    dict(stride=1, padding=2, dilation=1, activation="relu", r=5, dtype="bfloat16"),
+], ids=["s1", "s1-dil2-gelu", "s2-relu", "bf16"])
+def test_depthwise_under_autograd_matches_pytorch_gradients(case):
+    """``kgen.conv2d(..., groups=C)`` where autograd records it (the custom operator
+    ``kgen::conv2d_depthwise``): output, dx, dW and dbias against PyTorch's in float64."""
+    torch = pytest.importorskip("torch")
+    import kgen
+    import kgen.torch  # noqa: F401  (registers the operators)
+
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    dt = getattr(torch, case["dtype"])
+    c, r = 40, case["r"]
+    x0 = (torch.rand((3, c, 13, 11), device="cuda", generator=gen) * 2 - 1).to(dt)
+    w0 = ((torch.rand((c, 1, r, r), device="cuda", generator=gen) * 2 - 1) / r).to(dt)
+    b0 = (torch.rand((c,), device="cuda", generator=gen) - 0.5).to(dt)
+    kw = dict(stride=case["stride"], padding=case["padding"], dilation=case["dilation"])
+    x = x0.to(memory_format=torch.channels_last).requires_grad_()
+    w, b = w0.clone().requires_grad_(), b0.clone().requires_grad_()
+    y = kgen.conv2d(x, w, b, activation=case["activation"], groups=c, **kw)
+    dy = torch.rand(y.shape, device="cuda", generator=gen).to(dt)
+    y.backward(dy)
+    xd, wd, bd = (t.double().requires_grad_() for t in (x0, w0, b0))
+    z = torch.nn.functional.conv2d(xd, wd, bd, groups=c, **kw)
+    z = {"relu": torch.relu, "gelu": torch.nn.functional.gelu}.get(case["activation"], lambda t: t)(z)
+    z.backward(dy.double())
+    tol = 1e-4 if case["dtype"] == "float32" else 3e-2
+    for name, got, want in [("y", y, z), ("dx", x.grad, xd.grad), ("dw", w.grad, wd.grad), ("db", b.grad, bd.grad)]:
+        err = float((got.double() - want).abs().max() / want.abs().max())
+        assert err < tol, (name, err)

@@ -66,12 +66,16 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, activation: str | N
     ``out_dtype``: float32 output of half inputs; ``precision="tf32"`` lets float32 inputs run
     on the tensor cores as tf32 (groups = 1; depthwise float32 is exact); ``dtype="bfloat16"``
     says CuPy uint16 arrays hold bfloat16. Inside ``torch.compile``, or where autograd records
-    it, the call (groups = 1) is the custom operator ``torch.ops.kgen.conv2d`` (``kgen.torch``)."""
+    it, the call is the custom operator ``torch.ops.kgen.conv2d`` (``conv2d_depthwise`` for
+    groups = C; ``kgen.torch``), with a backward."""
     groups = _groups(groups)
     if torch_graph_call(x, w, bias):
         if groups != 1:
-            raise InputError("conv2d: a depthwise convolution (groups > 1) is no autograd or torch.compile "
-                             "operator yet", remedy="call it under torch.no_grad(), outside torch.compile")
+            if x.dim() != 4 or groups != x.shape[1]:
+                raise ShapeError(f"conv2d: groups={groups} runs only as a depthwise convolution: groups = C = K",
+                                 remedy="pass groups=1, or groups equal to x's channels")
+            return custom_op("conv2d_depthwise")(x, w, bias, stride, padding, dilation, activation, out=out,
+                                                 out_dtype=out_dtype, precision=precision, dtype=dtype)
         return custom_op("conv2d")(x, w, bias, stride, padding, dilation, activation, out=out, out_dtype=out_dtype,
                                    precision=precision, dtype=dtype)
     torch_caller = type(x).__module__.startswith("torch")
