@@ -136,7 +136,7 @@ def make_plan(dispatcher, a, b, c, bias, activation, precision, dtype, out_dtype
                       loaded.choice.how, spec.arg_builder(problem, config, (*lds, max(kernel_ldc, 1))),
                       staging=staging, spans=spans, ldc=user_ldc)
 
-    if racing and (not ranked or ranked[0][4].time_ms is None):
+    if racing and ranked[0][4].time_ms is None:         # no measurement decides: race
         contenders = ([vendor] if vendor is not None else []) + ranked[:max(0, knobs.race_families)]
         if len(contenders) >= 2:
             raced = _race(dispatcher, contenders, planned, (a, b, bias, m, n, ldc, ai.device, kind))
