@@ -149,3 +149,14 @@ def test_a_batch_with_one_candidate_does_not_race(monkeypatch):
         kgen.gemm(a, b)
         kgen.gemm(a, b)
         assert fake.launcher.races == [] and len(fake.launcher.launches) == 2
+
+
+def test_float32_with_a_small_side_races_the_vendor_library_against_the_exact_family(monkeypatch):
+    """float32 with a side of 16 or less goes to gemm_skinny (exact float32): the one generated
+    candidate there, raced against cuBLAS (and, where the race cannot run, the ranking's cuBLAS)."""
+    with racing([0.050, 0.010], monkeypatch) as fake:
+        a, b = FakeArray((300, 200)), FakeArray((200, 8), ptr=BASE + 0x100_0000)
+        choice = kgen.gemm_choice(a, b)
+        assert (choice.family, choice.how) == ("gemm_skinny", "raced") and fake.launcher.races == [2]
+    with racing(None, monkeypatch) as fake:
+        assert kgen.gemm_choice(a, b).config == "cublas" and fake.launcher.races == [2]

@@ -83,6 +83,7 @@ def make_plan(dispatcher, a, b, c) -> _Plan:
             raced = _race(dispatcher, plan, dispatcher.prepare(spec, problem, device), delegate, call)
             if raced is not None:
                 return raced
+            racing = False              # no race could run: the ranking's choice, below
     loaded = dispatcher.prepare(spec, problem, device)
     if racing:
         raced = _race(dispatcher, plan, loaded, None, call)

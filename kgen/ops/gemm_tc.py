@@ -143,7 +143,7 @@ def make_plan(dispatcher, a, b, c, bias, activation, precision, dtype, out_dtype
             if raced is not None:
                 return raced
     if racing:                          # no race ran: the ranking alone, the vendor library first
-        ranked, _ = _ranked(dispatcher, candidates, (m, n, k, la + lb, in_a, kind), ai.device, exact, False)
+        ranked = _ranked(dispatcher, candidates, (m, n, k, la + lb, in_a, kind), ai.device, exact, False)[0] or ranked
     _, spec, problem, staging, _ = ranked[0]
     return planned(spec, problem, staging, dispatcher.prepare(spec, problem, ai.device))   # the winner's kernel alone
 
