@@ -6,9 +6,10 @@ untuned problem the vendor library (a problem nobody tuned has no measurement sa
 generated kernel is faster), unless ``KGEN_VENDOR=0`` or the family has no vendor call —
 a ranking that a caller holding the operands may replace by a measurement: the GEMM call
 paths race the vendor call against the generated picks (``generated``) on the first call
-and keep the winner (``settle``, how "raced"; ``kgen.ops.race``); else, by ``KGEN_UNTUNED``: the family's cost model's pick (``model``, the default), the best
-config of the nearest tuned problem of the same family (distance on log2 of the shape
-parameters, everything else equal) when it is valid here, among the records
+and keep the winner (``settle``, how "raced"; ``kgen.ops.race``); else, by ``KGEN_UNTUNED``:
+the family's cost model's pick (``model``, the default), the best config of the nearest
+tuned problem of the same family (distance on log2 of the shape parameters, everything else
+equal) when it is valid here, among the records
 ``KGEN_DISPATCH_POLICY`` admits (device: this device's; arch: this compute capability's;
 any: every device's; the template digest always matches), and the family's default config.
 Records are used only where dispatch may trust them (``kgen.db.trust``): under
@@ -317,6 +318,8 @@ class Dispatcher:
             self._decided[(spec.family, shared.key, device)] = choice
             self._loaded[(spec.family, problem.key, device)] = _Loaded(spec, problem, choice, loaded.kernel,
                                                                        loaded.binary)
+        if knobs.tune_on_miss > 0:          # a race measured a few candidates; a tune measures the space
+            self._tune_in_background(spec, shared, device, self.target(device))
         return choice
 
     def _kernel(self, binary: Binary, device: int):

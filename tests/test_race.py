@@ -160,3 +160,14 @@ def test_float32_with_a_small_side_races_the_vendor_library_against_the_exact_fa
         assert (choice.family, choice.how) == ("gemm_skinny", "raced") and fake.launcher.races == [2]
     with racing(None, monkeypatch) as fake:
         assert kgen.gemm_choice(a, b).config == "cublas" and fake.launcher.races == [2]
+
+
+def test_a_raced_problem_is_still_tuned_in_the_background_when_asked(monkeypatch):
+    monkeypatch.setenv("KGEN_TUNE_ON_MISS", "4")
+    tuned = []
+    with racing([0.020, 0.010], monkeypatch) as fake:
+        fake.dispatcher._miss_tuner = lambda spec, problem, target, device, db: tuned.append(problem.key)
+        kgen.gemm_choice(*_half())
+        for thread in list(fake.dispatcher.background.values()):
+            thread.join(5)
+        assert len(tuned) == 1 and fake.launcher.races == [2]
