@@ -176,12 +176,9 @@ def _race(problem, device: int, kind: str, operands: dict[str, Any], arrays: tup
             return lambda: _vendor_call(loaded.problem)(a, b, scratch, 1.0, 0.0, bias)
         return lambda: loaded.spec.run(loaded.kernel, loaded.problem, loaded.choice.config, scratch_operands)
 
-    times = race.race(dispatcher.launcher, [timed(loaded) for loaded in loads], kind, device)
-    if times is None:
+    if race.keep_fastest(dispatcher, loads, [timed(loaded) for loaded in loads], kind, device) is None:
         dispatcher.plans[declined] = True
         return False
-    best = race.fastest(times)
-    dispatcher.settle(loads[best], device, times[best])
     return True
 
 

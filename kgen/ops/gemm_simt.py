@@ -133,13 +133,12 @@ def _race(dispatcher, plan: _Plan, vendor, delegate, call: tuple) -> _Plan | Non
         def run_rival() -> None:
             gemm_tc.run(dispatcher, delegate, a, b, scratch, 1.0, 0.0)
 
-    times = race.race(dispatcher.launcher, [lambda: launch(vendor_plan, a, b, scratch, pointers, 1.0, 0.0), run_rival],
-                      kind, device)
-    if times is None:
+    kept = race.keep_fastest(dispatcher, (vendor, generated),
+                             [lambda: launch(vendor_plan, a, b, scratch, pointers, 1.0, 0.0), run_rival], kind, device)
+    if kept is None:
         return None
-    best = race.fastest(times)
-    winner = (vendor_plan, rival)[best]
-    winner.how = dispatcher.settle((vendor, generated)[best], device, times[best]).how
+    winner = (vendor_plan, rival)[kept[0]]
+    winner.how = kept[1].how
     if winner.delegate is not None:
         winner.delegate.how = winner.how
     return winner

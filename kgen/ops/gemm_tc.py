@@ -185,14 +185,12 @@ def _race(dispatcher, contenders, planned, call: tuple) -> TcPlan | None:
         plans.append(planned(spec, problem, staging, loaded))
     out = plans[0].problem["out_dtype"]
     scratch = race.scratch_output(dispatcher.launcher, kind, a, m, n, ldc, out)
-    times = race.race(dispatcher.launcher,
-                      [lambda plan=plan: run(dispatcher, plan, a, b, scratch, 1.0, 0.0, bias) for plan in plans],
-                      kind, device)
-    if times is None:
+    kept = race.keep_fastest(dispatcher, loads, [lambda plan=plan: run(dispatcher, plan, a, b, scratch, 1.0, 0.0, bias)
+                                                 for plan in plans], kind, device)
+    if kept is None:
         return None
-    best = race.fastest(times)
-    winner = plans[best]
-    winner.how = dispatcher.settle(loads[best], device, times[best]).how
+    winner = plans[kept[0]]
+    winner.how = kept[1].how
     return winner
 
 

@@ -54,6 +54,18 @@ def race(launcher, calls: Sequence[Callable[[], None]], kind: str, device: int) 
         return None
 
 
+def keep_fastest(dispatcher, loads: Sequence[Any], calls: Sequence[Callable[[], None]], kind: str,
+                 device: int) -> tuple[int, Any] | None:
+    """Race ``calls`` (each running the candidate loaded in ``loads``, same order) and keep the
+    fastest as its problem's choice (``Dispatcher.settle``): (its index, the kept choice), or
+    None where no race ran."""
+    times = race(dispatcher.launcher, calls, kind, device)
+    if times is None:
+        return None
+    best = fastest(times)
+    return best, dispatcher.settle(loads[best], device, times[best])
+
+
 def scratch_output(launcher, kind: str, like: Any, rows: int, cols: int, row_stride: int, dtype: str):
     """An uninitialised output of the caller's library, ``rows`` × ``cols`` with the caller's
     ``row_stride`` (elements), for candidates to write while they are timed."""
