@@ -145,7 +145,8 @@ class Knobs:
     vendor = _EnvKnob("KGEN_VENDOR", _parse_bool, lambda: True,
                       "the vendor library (cuBLAS) is a candidate of the GEMM families: measured in every "
                       "tune, stored as config 'cublas', and chosen by dispatch where it is the faster "
-                      "measured one or the problem is untuned (0: generated kernels only)")
+                      "measured one, or for an untuned problem by its first-call race (KGEN_RACE) or "
+                      "ranking (0: generated kernels only)")
     race = _EnvKnob("KGEN_RACE", _parse_bool, lambda: True,
                     "the first call of a GEMM signature that no measurement decides (no tuned or vendor "
                     "record) times its candidates on the call's own operands, into a scratch output: "
