@@ -281,10 +281,15 @@ def _conv2d(x: Tensor, w: Tensor, bias: Optional[Tensor], stride: Sequence[int],
 def _conv2d_fake(x, w, bias, stride, padding, dilation, activation=None, precision=None, out_dtype=None):
     torch._check(x.dim() == 4 and w.dim() == 4, lambda: "kgen.conv2d: x and w are 4-D")
     torch._check(x.shape[1] == w.shape[1], lambda: f"kgen.conv2d: x has {x.shape[1]} channels, w {w.shape[1]}")
+    return _conv_output(x, w, stride, padding, dilation, out_dtype)
+
+
+def _conv_output(x, w, stride, padding, dilation, dtype=None):
+    """An empty channels-last (N, K, P, Q) result of convolving ``x`` with ``w`` (K filters)."""
     p = output_size(x.shape[2], w.shape[2], stride[0], padding[0], dilation[0])
     q = output_size(x.shape[3], w.shape[3], stride[1], padding[1], dilation[1])
     n, k = x.shape[0], w.shape[0]
-    return x.new_empty_strided((n, k, p, q), (p * q * k, 1, q * k, k), dtype=out_dtype or x.dtype)
+    return x.new_empty_strided((n, k, p, q), (p * q * k, 1, q * k, k), dtype=dtype or x.dtype)
 
 
 def _conv2d_setup(ctx, inputs, output):
@@ -373,17 +378,24 @@ def _permute_fake(x, axes):
     return x.new_empty([x.shape[i] for i in axes])
 
 
-def _conv2d_backward(ctx, grad):
-    x, w, bias, output = ctx.saved_tensors
-    stride, padding, dilation, activation, precision, has_bias = ctx.options
+def _through_activation(grad, activation, output, pre_activation, bias, dtype):
+    """(dz in ``dtype``, dbias or None) of a convolution's fused tail ``y = act(z + bias)``:
+    relu through the saved output, gelu through ``pre_activation()`` (z recomputed)."""
     g = grad
     if activation == "relu":
         g = g * (output > 0)
     elif activation == "gelu":
-        z = _conv2d(x, w, bias, stride, padding, dilation, None, precision, grad.dtype)
-        g = (g.float() * _gelu_derivative(z)).to(grad.dtype)
-    grad_bias = g.sum(dim=(0, 2, 3)).to(bias.dtype) if has_bias else None
-    g = g.to(x.dtype)
+        g = (g.float() * _gelu_derivative(pre_activation())).to(grad.dtype)
+    grad_bias = g.sum(dim=(0, 2, 3)).to(bias.dtype) if bias is not None else None
+    return g.to(dtype), grad_bias
+
+
+def _conv2d_backward(ctx, grad):
+    x, w, bias, output = ctx.saved_tensors
+    stride, padding, dilation, activation, precision, has_bias = ctx.options
+    g, grad_bias = _through_activation(
+        grad, activation, output, lambda: _conv2d(x, w, bias, stride, padding, dilation, None, precision, grad.dtype),
+        bias if has_bias else None, x.dtype)
     on_kgen = knobs.conv_gradients == "kgen"
     grad_x = grad_w = None
     if ctx.needs_input_grad[0]:
@@ -425,10 +437,7 @@ def _conv2d_depthwise_fake(x, w, bias, stride, padding, dilation, activation=Non
     torch._check(x.dim() == 4 and w.dim() == 4, lambda: "kgen.conv2d: x and w are 4-D")
     torch._check(w.shape[0] == x.shape[1] and w.shape[1] == 1,
                  lambda: f"kgen.conv2d: a depthwise weight of {x.shape[1]} channels is ({x.shape[1]}, 1, R, S)")
-    p = output_size(x.shape[2], w.shape[2], stride[0], padding[0], dilation[0])
-    q = output_size(x.shape[3], w.shape[3], stride[1], padding[1], dilation[1])
-    n, c = x.shape[0], x.shape[1]
-    return x.new_empty_strided((n, c, p, q), (p * q * c, 1, q * c, c))
+    return _conv_output(x, w, stride, padding, dilation)
 
 
 def _depthwise_setup(ctx, inputs, output):
@@ -453,14 +462,9 @@ def depthwise_data_gradient(x, w, dy, stride=1, padding=0, dilation=1):
 def _depthwise_backward(ctx, grad):
     x, w, bias, output = ctx.saved_tensors
     stride, padding, dilation, activation, has_bias = ctx.options
-    g = grad
-    if activation == "relu":
-        g = g * (output > 0)
-    elif activation == "gelu":
-        z = _conv2d_depthwise(x, w, bias, stride, padding, dilation, None)
-        g = (g.float() * _gelu_derivative(z)).to(grad.dtype)
-    grad_bias = g.sum(dim=(0, 2, 3)).to(bias.dtype) if has_bias else None
-    g = g.to(x.dtype)
+    g, grad_bias = _through_activation(grad, activation, output,
+                                       lambda: _conv2d_depthwise(x, w, bias, stride, padding, dilation, None),
+                                       bias if has_bias else None, x.dtype)
     grad_x = grad_w = None
     if ctx.needs_input_grad[0]:
         grad_x = depthwise_data_gradient(x, w, g, stride, padding, dilation)
