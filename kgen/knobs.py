@@ -153,9 +153,10 @@ class Knobs:
                     "the vendor library (where KGEN_VENDOR) and the picks of the KGEN_RACE_FAMILIES "
                     "best-ranked families; the fastest serves the process from then on (0: the ranking "
                     "alone: the vendor library, else the cost models' pick)")
-    race_families = _EnvKnob("KGEN_RACE_FAMILIES", int, lambda: 2,
+    race_families = _EnvKnob("KGEN_RACE_FAMILIES", int, lambda: 3,
                              "how many families' generated picks (best predicted first) a first-call race "
-                             "times; each is compiled")
+                             "times; each is compiled (3: every family of the tensor-core path that runs "
+                             "the problem)")
     race_runs = _EnvKnob("KGEN_RACE_RUNS", int, lambda: 10,
                          "timed runs of each candidate in each of a first-call race's two rounds (L2 "
                          "flushed before each, the median kept)")
@@ -165,8 +166,9 @@ class Knobs:
                           "kgen tune gemm_skinny still tunes it)")
     skinny_dtypes = _EnvKnob("KGEN_SKINNY_DTYPES", _some_of("float32", "float16", "bfloat16"), lambda: ("float32",),
                              "the input dtypes whose gemm requests may go to gemm_skinny (comma-separated, or "
-                             "none; float32 covers exact and tf32). Its untuned picks beat the tile families' on "
-                             "float32 and lost on float16/bfloat16 (docs/untuned_gemm.md)")
+                             "none; float32 covers exact and tf32) on a ranking alone; a first-call race times "
+                             "it for every dtype it runs. Its untuned picks beat the tile families' on float32 "
+                             "and lost on float16/bfloat16 (docs/untuned_gemm.md)")
     skinny_route = _EnvKnob("KGEN_SKINNY_ROUTE", _one_of("first", "model"), lambda: "first",
                             "how an untuned GEMM whose small side gemm_skinny runs picks its family: first "
                             "(gemm_skinny's pick, before the tile families' cost-model picks; a tuned record "

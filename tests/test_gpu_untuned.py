@@ -120,7 +120,7 @@ def test_a_first_call_race_keeps_a_candidate_and_never_writes_the_callers_output
     kgen.refresh()
     for dtype, (m, n, k, layout) in [("bfloat16", (37, 1001, 333, "TT")), ("float32", (523, 77, 2049, "TN")),
                                      ("float16", (8, 24, 296, "NN")), ("tf32", (1000, 1000, 1000, "NT")),
-                                     ("float32", (5, 300, 700, "NN"))]:
+                                     ("float32", (5, 300, 700, "NN")), ("bfloat16", (28, 1, 4099, "NT"))]:
         a, b, ref, kwargs, real = _operands(m, n, k, layout, dtype, seed=13)
         c = cupy.full((m, n), 0x7FC0 if real == "bfloat16" else float("nan"),
                       dtype=cupy.uint16 if real == "bfloat16" else real)

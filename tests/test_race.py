@@ -84,6 +84,26 @@ def test_two_families_race_without_the_vendor(monkeypatch):
         assert first.family == "gemm_mma"          # second in rank (skinny ranks first), faster here
 
 
+def test_a_half_problem_with_a_small_side_races_gemm_skinny_whatever_kgen_skinny_dtypes_says(monkeypatch):
+    """gemm_skinny is no float16 candidate on a ranking alone (KGEN_SKINNY_DTYPES' default), but a
+    race times it beside the tile family; where it wins, a later signature of the problem keeps
+    it without a new race."""
+    monkeypatch.delenv("KGEN_SKINNY_DTYPES", raising=False)
+    winners = {}
+    for times in ([0.010, 0.030], [0.030, 0.010]):
+        with racing(times, monkeypatch, vendor=False) as fake:
+            a, b = _half(200, 8, 512)
+            choice = kgen.gemm_choice(a, b)
+            assert fake.launcher.races == [2] and choice.how == "raced"
+            winners[choice.family] = times
+            if choice.family == "gemm_skinny":
+                c = FakeArray((200, 8), "float16", ptr=BASE + 0x200_0000, strides=(16, 1))
+                assert kgen.gemm_choice(a, b, c).family == "gemm_skinny" and fake.launcher.races == [2]
+    assert set(winners) == {"gemm_mma", "gemm_skinny"}              # each won where it was timed faster
+    with racing(None, monkeypatch, vendor=False, race=False):
+        assert kgen.gemm_choice(*_half(200, 8, 512)).family == "gemm_mma"
+
+
 def test_the_race_takes_as_many_families_as_the_knob_says(monkeypatch):
     monkeypatch.setenv("KGEN_SKINNY_DTYPES", "float16")
     monkeypatch.setenv("KGEN_RACE_FAMILIES", "1")

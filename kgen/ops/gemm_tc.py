@@ -17,7 +17,8 @@ from kgen.arrays import ArrayInfo, array_kind, describe, one_library
 from kgen.errors import DeviceError, DtypeError, InputError, LayoutError, ShapeError
 from kgen.kernels.gemm import rules
 from kgen.kernels.gemm.operands import check_output, matmul_shape, operand_layout
-from kgen.kernels.gemm.route import EXACT_FLOAT32_FAMILIES, tensor_core_candidates, untuned_group, uses_tensor_cores
+from kgen.kernels.gemm.route import (EXACT_FLOAT32_FAMILIES, routed, tensor_core_candidates, untuned_group,
+                                     uses_tensor_cores)
 from kgen.kernels.gemm.staging import Staging, output_staged
 from kgen.kernels.gemm.dtypes import ITEMSIZE, allowed_outputs, epilogue_name
 from kgen.knobs import knobs
@@ -98,13 +99,13 @@ def make_plan(dispatcher, a, b, c, bias, activation, precision, dtype, out_dtype
                 epilogue=epilogue_name(bias is not None, activation),
                 align_a=rules.alignment(ai.ptr, lda, ai.itemsize), align_b=rules.alignment(bi.ptr, ldb, bi.itemsize))
     kind = array_kind(a)
-    candidates = tensor_core_candidates(args, target)
+    racing = race.can_race(dispatcher.launcher)
+    candidates = tensor_core_candidates(args, target, racing)
     if exact:
         candidates = [found for found in candidates if found[0].family in EXACT_FLOAT32_FAMILIES]
     if candidates and (m == 0 or n == 0):
         spec, problem, _ = candidates[0]
         return TcPlan(spec, problem, None, None, None, kind, ai.device)
-    racing = race.can_race(dispatcher.launcher)
     ranked, vendor = _ranked(dispatcher, candidates, (m, n, k, la + lb, in_a, kind), ai.device, exact, racing)
     if not ranked:                      # (exact: no family computing float32 exactly takes it)
         return TcPlan(None, None, None, None, None, kind, ai.device, simt=True)
@@ -142,8 +143,10 @@ def make_plan(dispatcher, a, b, c, bias, activation, precision, dtype, out_dtype
             raced = _race(dispatcher, contenders, planned, (a, b, bias, m, n, ldc, ai.device, kind))
             if raced is not None:
                 return raced
-    if racing:                          # no race ran: the ranking alone, the vendor library first
-        ranked = _ranked(dispatcher, candidates, (m, n, k, la + lb, in_a, kind), ai.device, exact, False)[0] or ranked
+    if racing:      # no race ran: the ranking alone (the vendor library first), of what it may choose unmeasured
+        ranked = [entry for entry in _ranked(dispatcher, candidates, (m, n, k, la + lb, in_a, kind), ai.device,
+                                             exact, False)[0]
+                  if entry[4].time_ms is not None or routed(entry[1].family, entry[2])] or ranked
     _, spec, problem, staging, _ = ranked[0]
     return planned(spec, problem, staging, dispatcher.prepare(spec, problem, ai.device))   # the winner's kernel alone
 

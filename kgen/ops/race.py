@@ -63,6 +63,10 @@ def keep_fastest(dispatcher, loads: Sequence[Any], calls: Sequence[Callable[[], 
     if times is None:
         return None
     best = fastest(times)
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("raced %s: %s; kept %s", loads[best].problem.key,
+                  ", ".join(f"{load.choice.config.name} {ms * 1e3:.2f} us" for load, ms in zip(loads, times)),
+                  loads[best].choice.config.name)
     return best, dispatcher.settle(loads[best], device, times[best])
 
 

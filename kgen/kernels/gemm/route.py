@@ -45,18 +45,20 @@ def uses_tensor_cores(dtype: str, precision: str | None, epilogue: str, out_dtyp
     return True
 
 
-def routed(family: str, problem: Problem) -> bool:
+def routed(family: str, problem: Problem, racing: bool = False) -> bool:
     """Whether a request for ``gemm`` may go to ``family``: gemm_skinny only up to KGEN_SKINNY_MAX
-    and for the dtypes of KGEN_SKINNY_DTYPES (a family named in the request itself, ``kgen tune
-    gemm_skinny``, runs whatever it supports)."""
-    return family != "gemm_skinny" or skinny_routed(problem["m"], problem["n"], problem["dtype"])
+    and, on a ranking alone, for the dtypes of KGEN_SKINNY_DTYPES; a first-call race
+    (``racing``) times it for every dtype it runs, since the race, not its model, decides (a
+    family named in the request itself, ``kgen tune gemm_skinny``, runs whatever it supports)."""
+    return family != "gemm_skinny" or skinny_routed(problem["m"], problem["n"], problem["dtype"], racing)
 
 
-def skinny_routed(m: int, n: int, dtype: str) -> bool:
-    """Whether a gemm request of this shape and input dtype may go to gemm_skinny."""
+def skinny_routed(m: int, n: int, dtype: str, racing: bool = False) -> bool:
+    """Whether a gemm request of this shape and input dtype may go to gemm_skinny (``racing``:
+    as a contender of a first-call race)."""
     from kgen.knobs import knobs
 
-    return min(m, n) <= knobs.skinny_max and dtype in knobs.skinny_dtypes
+    return min(m, n) <= knobs.skinny_max and (racing or dtype in knobs.skinny_dtypes)
 
 
 def exact_float32_routed(m: int, n: int, dtype: str) -> bool:
@@ -94,8 +96,9 @@ def families_that_run(target: Target, problem: Problem, families: tuple[str, ...
     return tuple(found)
 
 
-def tensor_core_specs(problem_args: dict, target: Target) -> list[tuple[object, Problem]]:
-    """(spec, problem) of every tensor-core family that can run the request, preferred first."""
+def tensor_core_specs(problem_args: dict, target: Target, racing: bool = False) -> list[tuple[object, Problem]]:
+    """(spec, problem) of every tensor-core family that can run the request, preferred first
+    (``racing``: the contenders of a first-call race, ``routed``)."""
     from kgen.registry import families
 
     found = []
@@ -105,7 +108,7 @@ def tensor_core_specs(problem_args: dict, target: Target) -> list[tuple[object, 
             continue
         spec = get_spec(family)
         problem = tc_problem(family, **problem_args)
-        if spec.supports(problem, target) and routed(family, problem):
+        if spec.supports(problem, target) and routed(family, problem, racing):
             found.append((spec, problem))
     if not found:
         raise DtypeError(f"no tensor-core GEMM family runs {problem_args['dtype']} on {target.name} "
@@ -114,14 +117,16 @@ def tensor_core_specs(problem_args: dict, target: Target) -> list[tuple[object, 
     return found
 
 
-def tensor_core_candidates(problem_args: dict, target: Target) -> list[tuple[object, Problem, tuple[bool, bool]]]:
+def tensor_core_candidates(problem_args: dict, target: Target,
+                           racing: bool = False) -> list[tuple[object, Problem, tuple[bool, bool]]]:
     """(spec, problem, staged operands) of every way the tensor cores can run the request:
     each family that runs it as it is (nothing staged), then each family that runs it once
-    the operands it cannot read are copied into padded rows (``staging``; KGEN_STAGING)."""
+    the operands it cannot read are copied into padded rows (``staging``; KGEN_STAGING).
+    ``racing``: the ways a first-call race may time (``routed``)."""
     from kgen.knobs import knobs
     from kgen.registry import families
 
-    found = [(spec, problem, (False, False)) for spec, problem in tensor_core_specs(problem_args, target)]
+    found = [(spec, problem, (False, False)) for spec, problem in tensor_core_specs(problem_args, target, racing)]
     if not knobs.staging:
         return found
     direct = {spec.family for spec, _, _ in found}
