@@ -211,6 +211,19 @@ class ContextLost(RuntimeError):
     """The CUDA context is unusable (a sticky error): the run stops, keeping its rows."""
 
 
+class Stopped(Exception):
+    """SIGTERM (a time limit's ``timeout``): the run stops, keeping its rows."""
+
+
+def _stop_on_sigterm() -> None:
+    import signal
+
+    def stop(signum, frame):
+        raise Stopped()
+
+    signal.signal(signal.SIGTERM, stop)
+
+
 def set_mode(mode: str) -> None:
     """The settings of ``mode`` (the vendor candidate on or off); ``kgen.refresh()`` must follow."""
     os.environ["KGEN_VENDOR"] = "1" if mode.endswith("+vendor") else "0"
@@ -537,6 +550,8 @@ def main(argv=None) -> int:
     parser.add_argument("--modes", default=",".join(DEFAULT_MODES), help="comma-separated: " + ", ".join(MODES))
     parser.add_argument("--tune-timeout", type=float, default=30, help="seconds of each tune (tuned modes)")
     parser.add_argument("--tune-subset", type=int, default=20, help="shapes tuned per dtype: the first of the set")
+    parser.add_argument("--tune-skip", type=int, default=0,
+                        help="shapes of the subset left out (already measured by an earlier run): its first N")
     parser.add_argument("--runs", type=int, default=30, help="timed runs; the median is kept")
     parser.add_argument("--out", default="", help="results file (default scripts/results/<device>/bench_shapes.json)")
     parser.add_argument("--commit", default="", help="the commit measured (where the tree has no .git)")
@@ -572,6 +587,7 @@ def _run(args, dtypes: list[str], modes: list[str], seeds: list[int], seed2: int
               "seed": args.seed, "seed2": seed2, "count": args.count, "dtypes": dtypes, "modes": modes,
               "tune_timeout_s": args.tune_timeout if tuned_modes else None,
               "tune_subset": args.tune_subset if tuned_modes else 0,
+              "tune_skip": args.tune_skip if tuned_modes else 0,
               "timing": gpu.timing.as_dict(), "l2": l2_label(), "nvrtc": target.nvrtc_version,
               "driver": target.driver_version}
     rows: list[dict] = []
@@ -583,9 +599,10 @@ def _run(args, dtypes: list[str], modes: list[str], seeds: list[int], seed2: int
         out.write_text(json.dumps(doc, indent=1) + "\n")
 
     def in_subset(seed: int, index: int) -> bool:
-        return bool(tuned_modes) and seed == args.seed and index < args.tune_subset
+        return bool(tuned_modes) and seed == args.seed and args.tune_skip <= index < args.tune_subset
 
     status, complete = 0, False
+    _stop_on_sigterm()
     try:
         for seed in seeds if untuned_modes else ():
             for label in dtypes:
@@ -599,6 +616,8 @@ def _run(args, dtypes: list[str], modes: list[str], seeds: list[int], seed2: int
         for label in dtypes if tuned_modes else ():
             t0 = time.perf_counter()
             for i, shape in enumerate(shape_set(args.seed, label, args.count)[:args.tune_subset]):
+                if i < args.tune_skip:
+                    continue
                 seconds, tune_error = run_tune(shape, args.tune_timeout)
                 print(f"   tuned {label} {shape_name(shape)} in {seconds:.1f} s" +
                       (f": {tune_error}" if tune_error else ""), flush=True)
@@ -607,12 +626,16 @@ def _run(args, dtypes: list[str], modes: list[str], seeds: list[int], seed2: int
                     if tune_error:
                         row["tune_error"] = tune_error
                 rows += got
-            print(f"-- tuned {label}: {min(args.count, args.tune_subset)} shapes in "
+                write(False)                    # a run cut short keeps every shape tuned so far
+            print(f"-- tuned {label}: {max(0, min(args.count, args.tune_subset) - args.tune_skip)} shapes in "
                   f"{time.perf_counter() - t0:.1f} s (total {time.perf_counter() - started:.1f} s)", flush=True)
             write(False)
         complete = True
     except ContextLost as exc:
         print(f"STOPPED: the CUDA context is lost ({exc}); the rows so far are kept")
+        status = 1
+    except Stopped:
+        print("STOPPED: terminated; the rows so far are kept")
         status = 1
     finally:
         write(complete)
