@@ -122,6 +122,31 @@ def test_float32_on_cuda_cores_races_the_vendor_library(monkeypatch):
         assert fake.launcher.races == [2] and len(fake.launcher.launches) == 1
 
 
+def test_a_float32_small_side_keeps_the_exact_family_that_wins_and_races_once(monkeypatch):
+    """An exact float32 call with a side of 16 or less races the vendor library against
+    gemm_skinny: where gemm_skinny wins, its own generated choice is what is kept (not the
+    library, which is also a candidate of its family's problem where PyTorch is installed) and
+    later plans of the problem take it without a new race. The plan the race times is the
+    family's kernel, never the library's tf32 call."""
+    from kgen.dispatch import default_dispatcher
+    from kgen.kernels.gemm import vendor
+    from kgen.ops import gemm_simt
+
+    monkeypatch.setattr(vendor, "_torch_installed", lambda: True)
+    monkeypatch.setattr(vendor, "_torch_call", lambda problem: lambda *args: None)
+    with racing([0.050, 0.010], monkeypatch) as fake:
+        a, b = FakeArray((4, 176)), FakeArray((176, 256), ptr=BASE + 0x100_0000)
+        choice = kgen.gemm_choice(a, b)
+        assert (choice.family, choice.how) == ("gemm_skinny", "raced") and fake.launcher.races == [2]
+        (_, kept), = fake.dispatcher.loaded("gemm_skinny")
+        assert not kept.vendor and kept.time_ms == pytest.approx(0.010)
+        for _ in range(2):
+            plan = gemm_simt.make_plan(default_dispatcher(), a, b, None)
+            assert plan.delegate is not None and plan.delegate.config.name == choice.config
+            assert plan.delegate.vendor is None       # never the library, which would read float32 as tf32
+        assert fake.launcher.races == [2]
+
+
 @pytest.mark.parametrize("setting", ["knob off", "no race possible"])
 def test_without_a_race_the_ranking_decides_as_before(setting, monkeypatch):
     with racing(None, monkeypatch, race=setting != "knob off") as fake:

@@ -77,7 +77,7 @@ def make_plan(dispatcher, a, b, c) -> _Plan:
             (racing or choice.how in ("model", "nearest", "default")):
         delegate = gemm_tc.make_plan(dispatcher, a, b, c, None, None, None, None, None, exact=True)
         if not delegate.simt:
-            if not racing:
+            if not racing or delegate.how == "raced":      # (it won this process's race of the problem)
                 plan.delegate, plan.how = delegate, delegate.how
                 return plan
             raced = _race(dispatcher, plan, dispatcher.prepare(spec, problem, device), delegate, call)
@@ -126,8 +126,9 @@ def _race(dispatcher, plan: _Plan, vendor, delegate, call: tuple) -> _Plan | Non
 
         def run_rival() -> None:
             launch(rival, a, b, scratch, pointers, 1.0, 0.0)
-    else:
-        generated = dispatcher.prepare(delegate.spec, delegate.problem, device)
+    else:           # the delegate's generated choice (with the vendor on, its family's own choice is the library)
+        generated = dispatcher.load(delegate.spec, delegate.problem, device,
+                                    dispatcher.generated(delegate.spec, delegate.problem, device))
         rival = replace(plan, delegate=delegate, how=delegate.how)
 
         def run_rival() -> None:

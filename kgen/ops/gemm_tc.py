@@ -147,8 +147,12 @@ def make_plan(dispatcher, a, b, c, bias, activation, precision, dtype, out_dtype
         ranked = [entry for entry in _ranked(dispatcher, candidates, (m, n, k, la + lb, in_a, kind), ai.device,
                                              exact, False)[0]
                   if entry[4].time_ms is not None or routed(entry[1].family, entry[2])] or ranked
-    _, spec, problem, staging, _ = ranked[0]
-    return planned(spec, problem, staging, dispatcher.prepare(spec, problem, ai.device))   # the winner's kernel alone
+    _, spec, problem, staging, choice = ranked[0]
+    if choice.config == dispatcher.decide(spec, problem, ai.device).config:
+        return planned(spec, problem, staging, dispatcher.prepare(spec, problem, ai.device))  # the winner's kernel alone
+    # the family's generated choice where its own is the library, which does not run this way
+    # (staged operands, or float32 computed exactly: the library would read it as tf32)
+    return planned(spec, problem, staging, dispatcher.load(spec, problem, ai.device, choice))
 
 
 def _ranked(dispatcher, candidates, call: tuple, device: int, exact: bool, racing: bool):
