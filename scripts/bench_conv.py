@@ -594,11 +594,14 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     cupy, torch, kgen, target, flush = gpu_session()
+    from kgen.knobs import knobs
+
     out = Path(args.out) if args.out else ROOT / "scripts" / "results" / target.slug / "bench_conv.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"device": target.name, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "commit": args.commit or commit(), "runs": args.runs, "torch": torch.__version__,
-            "cudnn": torch.backends.cudnn.version(), "l2": "flushed", "baseline": "torch conv2d, channels_last, "
+            "cudnn": torch.backends.cudnn.version(), "vendor": knobs.vendor, "race": knobs.race,
+            "l2": "flushed", "baseline": "torch conv2d, channels_last, "
             "cudnn.benchmark=True (bmm: torch.matmul; grouped and grouped_wgrad: a torch.matmul a group, and "
             "torch._grouped_mm)"}
     rows = []

@@ -17,8 +17,9 @@ Modes, each in a fresh KGEN_HOME (a temporary folder: an empty local database, t
 - ``tuned+vendor``    the same tune, KGEN_VENDOR=1
 
 In every mode the first call of a shape runs dispatch's first-call race where no record
-decides (``kgen.ops.race``: cuBLAS where the mode has it and the two best-ranked families'
-picks, timed on the call's operands; ``KGEN_RACE=0`` in the environment: the ranking alone),
+decides (``kgen.ops.race``: cuBLAS where the mode has it and the picks of the
+``KGEN_RACE_FAMILIES`` best-ranked families (every one, by default), timed on the call's
+operands; ``KGEN_RACE=0`` in the environment: the ranking alone),
 and its choice is what is timed (``how`` "raced").
 
 Every (shape, mode) is checked against a float64 reference first (max |err| / max |ref|
