@@ -141,7 +141,9 @@ def tune(ctx: typer.Context,
     """Search a family's configs for one problem (or many: --from) and store every measurement.
 
     kgen tune [FAMILY] --FIELD VALUE ... : the family (default KGEN_FAMILY) and its problem
-    fields (`kgen families` lists them), e.g. kgen tune gemm --m 4096 --n 4096 --k 4096.
+    fields (`kgen families` lists them), e.g. kgen tune gemm --m 4096 --n 4096 --k 4096. A request
+    that several families run (gemm) searches the one predicted fastest, then measures the other
+    families' first KGEN_TUNE_RIVALS configs (their model picks), so dispatch compares them by time.
     """
     from kgen.problem import Target
     from kgen.runners import LocalGPURunner, Recording, ReplayRunner
@@ -191,6 +193,7 @@ def tune(ctx: typer.Context,
                 finally:
                     if trial_log:
                         trial_log.close()
+            _measure_rivals(ctx.args, target, runner, store, sampler, seed)
     except KgenError as exc:
         _fail(exc)
     _summary(result, spec.flops(problem), spec.baseline_name)
@@ -198,6 +201,25 @@ def tune(ctx: typer.Context,
         raise typer.Exit(1)
     if sanitize and not _sanitized([result], target, device):
         raise typer.Exit(1)
+
+
+def _measure_rivals(words, target, runner, store, sampler: str, seed: Optional[int]) -> None:
+    """The first KGEN_TUNE_RIVALS configs of each other family the request may run on
+    (``kgen.search.measure_rivals``), a line each."""
+    from kgen.fields import parse_args
+    from kgen.knobs import knobs
+    from kgen.registry import get_spec
+    from kgen.search import measure_rivals
+
+    family, rest = _family_words(words)
+    spec = get_spec(family)
+    rivals = spec.rivals(target, **parse_args(spec.fields(), rest, family))
+    if not rivals or knobs.tune_rivals < 1:
+        return
+    for r in measure_rivals(rivals, target, runner, store, knobs.tune_rivals, sampler, seed):
+        best = f"{_fmt_ms(r.best.time_ms)} ({r.best.config_name})" if r.best else "nothing ran"
+        console.print(f"also measured {r.problem.family}'s first {knobs.tune_rivals} configs "
+                      f"(KGEN_TUNE_RIVALS): {best}")
 
 
 def _sanitized(results, target, device: int) -> bool:

@@ -88,6 +88,11 @@ class Knobs:
                              "store new measurements in the team database instead of the local one")
     default_family = _EnvKnob("KGEN_FAMILY", str, lambda: "gemm",
                               "the kernel family `kgen tune`, `bench` and `export` take when none is named")
+    tune_rivals = _EnvKnob("KGEN_TUNE_RIVALS", int, lambda: 2,
+                           "configs (its model's picks first) of each other family that runs a request "
+                           "measured after `kgen tune` searched the preferred one (GEMM: the other families "
+                           "of the tensor-core path), so that dispatch compares measured times across "
+                           "families; 0: none")
     tune_on_miss = _EnvKnob("KGEN_TUNE_ON_MISS", int, lambda: 0,
                             "trials of a background tune started when dispatch meets an untuned problem "
                             "(0: off)")

@@ -365,6 +365,24 @@ class Tuner:
         return min(ok, key=lambda m: (m.time_ms, m.config_name)) if ok else None
 
 
+def measure_rivals(rivals, target: Target, runner, db, trials: int, sampler: str = DEFAULT_SAMPLER,
+                   seed: int | None = None) -> list[TuneResult]:
+    """The first ``trials`` configs of each (spec, problem) of ``rivals`` (``KernelSpec.rivals``:
+    the other families a tuned request may run on), the model's picks first (no warm start), and
+    the vendor candidate where it is on, measured and stored like a tune's, so that dispatch ranks
+    every family by measured time and not one measured best against the others' predictions.
+    Stored configs count, so measuring again adds nothing. A rival the runner can measure nothing
+    of (a replay that did not record it) is left out."""
+    results = []
+    for spec, problem in rivals:
+        shared = spec.record_problem(problem)
+        if trials < 1 or runner.measurable(shared.key) == {}:
+            continue
+        results.append(tune(spec, shared, target, runner, db, trials=trials, sampler=sampler, seed=seed,
+                            warm_start=False))
+    return results
+
+
 def tune(spec, problem: Problem, target: Target, runner, db, trials: int = 100, timeout_s: float | None = None,
          sampler: str = DEFAULT_SAMPLER, seed: int | None = None, on_progress=None, pool: CompilePool | None = None,
          warm_start: bool = True) -> TuneResult:

@@ -82,6 +82,12 @@ class KernelSpec:
         CUDA cores or tensor cores), another family's."""
         return self, Problem.of(self.family, **{k: v for k, v in values.items() if v is not None})
 
+    def rivals(self, target: Target, **values) -> list[tuple["KernelSpec", Problem]]:
+        """(spec, problem) of the other families dispatch may run the same request on, besides
+        ``request``'s: a tune of the request measures their first configs too, so that dispatch
+        compares measured times (GEMM: the other families of its path). None by default."""
+        return []
+
     # fields whose text is not a word (letters, digits, _ and .): the family checks them itself
     # (``text_field_error``) when a problem comes from a file
     text_fields: tuple[str, ...] = ()

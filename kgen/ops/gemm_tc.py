@@ -100,13 +100,15 @@ def make_plan(dispatcher, a, b, c, bias, activation, precision, dtype, out_dtype
                 align_a=rules.alignment(ai.ptr, lda, ai.itemsize), align_b=rules.alignment(bi.ptr, ldb, bi.itemsize))
     kind = array_kind(a)
     racing = race.can_race(dispatcher.launcher)
-    candidates = tensor_core_candidates(args, target, racing)
+    candidates = tensor_core_candidates(args, target, contending=True)    # (``_decidable`` sorts them)
     if exact:
         candidates = [found for found in candidates if found[0].family in EXACT_FLOAT32_FAMILIES]
     if candidates and (m == 0 or n == 0):
         spec, problem, _ = candidates[0]
         return TcPlan(spec, problem, None, None, None, kind, ai.device)
     ranked, vendor = _ranked(dispatcher, candidates, (m, n, k, la + lb, in_a, kind), ai.device, exact, racing)
+    if not racing:
+        ranked = _decidable(ranked)
     if not ranked:                      # (exact: no family computing float32 exactly takes it)
         return TcPlan(None, None, None, None, None, kind, ai.device, simt=True)
     ci = describe(c, "c") if c is not None else None
@@ -143,10 +145,9 @@ def make_plan(dispatcher, a, b, c, bias, activation, precision, dtype, out_dtype
             raced = _race(dispatcher, contenders, planned, (a, b, bias, m, n, ldc, ai.device, kind))
             if raced is not None:
                 return raced
-    if racing:      # no race ran: the ranking alone (the vendor library first), of what it may choose unmeasured
-        ranked = [entry for entry in _ranked(dispatcher, candidates, (m, n, k, la + lb, in_a, kind), ai.device,
-                                             exact, False)[0]
-                  if entry[4].time_ms is not None or routed(entry[1].family, entry[2])] or ranked
+    if racing:                          # no race ran: the ranking alone, the vendor library first
+        ranked = _decidable(_ranked(dispatcher, candidates, (m, n, k, la + lb, in_a, kind), ai.device, exact,
+                                    False)[0]) or ranked
     _, spec, problem, staging, choice = ranked[0]
     if choice.config == dispatcher.decide(spec, problem, ai.device).config:
         return planned(spec, problem, staging, dispatcher.prepare(spec, problem, ai.device))  # the winner's kernel alone
@@ -179,6 +180,13 @@ def _ranked(dispatcher, candidates, call: tuple, device: int, exact: bool, racin
         entries.append((rank, spec, problem, staging, choice))
     entries.sort(key=lambda entry: entry[0])
     return entries, vendor
+
+
+def _decidable(entries: list) -> list:
+    """The entries of ``_ranked`` a ranking without a race may choose: a measured choice of any
+    family, or an unmeasured pick of a family routed for the request (gemm_skinny's picks for
+    half precision contend only in a race or by a measured record: ``route.routed``)."""
+    return [entry for entry in entries if entry[4].time_ms is not None or routed(entry[1].family, entry[2])]
 
 
 def _race(dispatcher, contenders, planned, call: tuple) -> TcPlan | None:

@@ -18,7 +18,7 @@ from kgen.kernels.gemm import cost as gemm_cost
 from kgen.kernels.gemm import vendor as gemm_vendor
 from kgen.kernels.gemm.dtypes import EPILOGUES
 from kgen.kernels.gemm.problem import LAYOUTS
-from kgen.kernels.gemm.route import PRECISIONS, preferred_request
+from kgen.kernels.gemm.route import PRECISIONS, preferred_request, rival_requests
 from kgen.problem import Problem, Target
 
 FIELDS = (
@@ -50,6 +50,13 @@ class GemmFamily:
             raise KgenError(f"sizes must be >= 1 (got m={m}, n={n}, k={k})")
         dtype = values.pop("dtype", "float32")
         return preferred_request(self.family, m, n, k, dtype, layout, target, **values)
+
+    def rivals(self, target: Target, **values) -> list[tuple]:
+        """The other families' problems of a ``gemm`` request (``rival_requests``)."""
+        layout = str(values.pop("layout", "NN")).upper()
+        m, n, k = values.pop("m"), values.pop("n"), values.pop("k")
+        dtype = values.pop("dtype", "float32")
+        return rival_requests(self.family, m, n, k, dtype, layout, target, **values)
 
     def model_choice(self, problem: Problem, target: Target):
         return gemm_cost.pick(self, problem, target)

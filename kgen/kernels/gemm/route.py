@@ -45,20 +45,20 @@ def uses_tensor_cores(dtype: str, precision: str | None, epilogue: str, out_dtyp
     return True
 
 
-def routed(family: str, problem: Problem, racing: bool = False) -> bool:
+def routed(family: str, problem: Problem, contending: bool = False) -> bool:
     """Whether a request for ``gemm`` may go to ``family``: gemm_skinny only up to KGEN_SKINNY_MAX
-    and, on a ranking alone, for the dtypes of KGEN_SKINNY_DTYPES; a first-call race
-    (``racing``) times it for every dtype it runs, since the race, not its model, decides (a
+    and, on its model's pick alone, for the dtypes of KGEN_SKINNY_DTYPES; where a measurement
+    decides (``contending``: a first-call race, or a measured record) for every dtype it runs (a
     family named in the request itself, ``kgen tune gemm_skinny``, runs whatever it supports)."""
-    return family != "gemm_skinny" or skinny_routed(problem["m"], problem["n"], problem["dtype"], racing)
+    return family != "gemm_skinny" or skinny_routed(problem["m"], problem["n"], problem["dtype"], contending)
 
 
-def skinny_routed(m: int, n: int, dtype: str, racing: bool = False) -> bool:
-    """Whether a gemm request of this shape and input dtype may go to gemm_skinny (``racing``:
-    as a contender of a first-call race)."""
+def skinny_routed(m: int, n: int, dtype: str, contending: bool = False) -> bool:
+    """Whether a gemm request of this shape and input dtype may go to gemm_skinny
+    (``contending``: decided by a measurement, ``routed``)."""
     from kgen.knobs import knobs
 
-    return min(m, n) <= knobs.skinny_max and (racing or dtype in knobs.skinny_dtypes)
+    return min(m, n) <= knobs.skinny_max and (contending or dtype in knobs.skinny_dtypes)
 
 
 def exact_float32_routed(m: int, n: int, dtype: str) -> bool:
@@ -96,9 +96,9 @@ def families_that_run(target: Target, problem: Problem, families: tuple[str, ...
     return tuple(found)
 
 
-def tensor_core_specs(problem_args: dict, target: Target, racing: bool = False) -> list[tuple[object, Problem]]:
+def tensor_core_specs(problem_args: dict, target: Target, contending: bool = False) -> list[tuple[object, Problem]]:
     """(spec, problem) of every tensor-core family that can run the request, preferred first
-    (``racing``: the contenders of a first-call race, ``routed``)."""
+    (``contending``: those a measurement may choose, ``routed``)."""
     from kgen.registry import families
 
     found = []
@@ -108,7 +108,7 @@ def tensor_core_specs(problem_args: dict, target: Target, racing: bool = False) 
             continue
         spec = get_spec(family)
         problem = tc_problem(family, **problem_args)
-        if spec.supports(problem, target) and routed(family, problem, racing):
+        if spec.supports(problem, target) and routed(family, problem, contending):
             found.append((spec, problem))
     if not found:
         raise DtypeError(f"no tensor-core GEMM family runs {problem_args['dtype']} on {target.name} "
@@ -118,15 +118,15 @@ def tensor_core_specs(problem_args: dict, target: Target, racing: bool = False) 
 
 
 def tensor_core_candidates(problem_args: dict, target: Target,
-                           racing: bool = False) -> list[tuple[object, Problem, tuple[bool, bool]]]:
+                           contending: bool = False) -> list[tuple[object, Problem, tuple[bool, bool]]]:
     """(spec, problem, staged operands) of every way the tensor cores can run the request:
     each family that runs it as it is (nothing staged), then each family that runs it once
     the operands it cannot read are copied into padded rows (``staging``; KGEN_STAGING).
-    ``racing``: the ways a first-call race may time (``routed``)."""
+    ``contending``: the ways a measurement may choose (a race's or a record's, ``routed``)."""
     from kgen.knobs import knobs
     from kgen.registry import families
 
-    found = [(spec, problem, (False, False)) for spec, problem in tensor_core_specs(problem_args, target, racing)]
+    found = [(spec, problem, (False, False)) for spec, problem in tensor_core_specs(problem_args, target, contending)]
     if not knobs.staging:
         return found
     direct = {spec.family for spec, _, _ in found}
@@ -194,3 +194,29 @@ def preferred_request(family: str, m: int, n: int, k: int, dtype: str, layout: s
 
     spec, problem, _ = min(tensor_core_candidates(args, target), key=predicted)
     return spec, problem
+
+
+def rival_requests(family: str, m: int, n: int, k: int, dtype: str, layout: str, target: Target,
+                   **options) -> list[tuple[object, Problem]]:
+    """(spec, problem) of every way other than ``preferred_request``'s that dispatch may run a
+    ``gemm`` request: the other families (and staged operands) a first-call race would time
+    (``tensor_core_candidates``, contending: gemm_skinny for every dtype, whose measured records
+    dispatch ranks whatever KGEN_SKINNY_DTYPES says), or, for float32 on the CUDA cores, the families that
+    compute float32 exactly and take its small side. A tune of the request measures their picks
+    beside its search, so that dispatch compares measured times across families. None for a
+    request naming one family."""
+    if family != "gemm":
+        return []
+    chosen_spec, chosen = preferred_request(family, m, n, k, dtype, layout, target, **options)
+    args = dict(m=m, n=n, k=k, dtype=dtype, layout=layout, out_dtype=options.get("out_dtype"),
+                epilogue=options.get("epilogue", "none"), align_a=options.get("align_a"),
+                align_b=options.get("align_b"))
+    if uses_tensor_cores(dtype, options.get("precision"), args["epilogue"], args["out_dtype"]):
+        found = [(spec, problem) for spec, problem, _ in tensor_core_candidates(args, target, True)]
+    elif exact_float32_routed(m, n, dtype):
+        found = [(spec, problem) for spec, problem, _ in tensor_core_candidates(args, target)
+                 if spec.family in EXACT_FLOAT32_FAMILIES]
+    else:
+        found = []
+    return [(spec, problem) for spec, problem in found
+            if (spec.family, problem) != (chosen_spec.family, chosen)]
