@@ -153,11 +153,12 @@ class Knobs:
                       "measured one, or for an untuned problem by its first-call race (KGEN_RACE) or "
                       "ranking (0: generated kernels only)")
     race = _EnvKnob("KGEN_RACE", _parse_bool, lambda: True,
-                    "the first call of a GEMM signature that no measurement decides (no tuned or vendor "
-                    "record) times its candidates on the call's own operands, into a scratch output: "
-                    "the vendor library (where KGEN_VENDOR) and the picks of the KGEN_RACE_FAMILIES "
-                    "best-ranked families; the fastest serves the process from then on (0: the ranking "
-                    "alone: the vendor library, else the cost models' pick)")
+                    "the first call of a GEMM (batched and grouped included) or conv2d problem that no "
+                    "measurement decides (no tuned or vendor record) times its candidates on the call's "
+                    "own operands, into a scratch output: the vendor library (where KGEN_VENDOR and the "
+                    "path has one) and the picks of the KGEN_RACE_FAMILIES best-ranked families; the "
+                    "fastest serves the process from then on (0: the ranking alone: the vendor library, "
+                    "else the cost models' pick)")
     race_families = _EnvKnob("KGEN_RACE_FAMILIES", int, lambda: 3,
                              "how many families' generated picks (best predicted first) a first-call race "
                              "times; each is compiled (3: every family of the tensor-core path that runs "

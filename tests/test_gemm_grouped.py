@@ -177,7 +177,7 @@ def test_checks_before_any_launch(a, b, ends, kw, error, monkeypatch):
                                                                                   ptr=BASE + (1 << 24)))
     monkeypatch.setattr(grouped, "on_caller_stream", lambda kind, device: contextlib.nullcontext())
     monkeypatch.setattr(grouped, "routed", lambda problem, device: (SimpleNamespace(family=problem.family), problem,
-                                                                    None))
+                                                                    SimpleNamespace(time_ms=0.01)))
     monkeypatch.setattr(grouped, "to_device", lambda host: SimpleNamespace(data=SimpleNamespace(ptr=BASE + (1 << 25))))
     if error is None:
         out = kgen.gemm_grouped(a, b, ends, **kw)

@@ -132,3 +132,29 @@ def test_cupy_nhwc_with_out_and_tf32():
     want = SPEC.reference(problem, {"x": x, "w": w})["y"]
     err = float(cupy.abs(out.astype(cupy.float64) - want).max() / cupy.abs(want).max())
     assert err < 1e-3, err
+
+
+def test_an_untuned_conv_races_both_families_and_is_right(monkeypatch):
+    """With no record, the first call times both families' picks into a scratch output and keeps
+    the faster (how "raced", with its time); the caller's NaN-poisoned ``out`` holds the right
+    result once the call returns."""
+    torch = pytest.importorskip("torch")
+    import kgen
+    from kgen.dispatch import default_dispatcher
+
+    monkeypatch.setenv("KGEN_RACE", "1")
+    monkeypatch.setenv("KGEN_USE_SHIPPED_DB", "0")
+    kgen.refresh()
+    shape = (3, 17, 19, 64, 72, 3, 3, 1, 1, 1)              # both families run it (C = 64)
+    x, w, bias = _torch_operands(torch, shape, torch.bfloat16, seed=5)
+    out = torch.full((3, 72, 17, 19), float("nan"), dtype=torch.bfloat16, device="cuda").to(
+        memory_format=torch.channels_last)
+    y = kgen.conv2d(x, w, bias, padding=1, activation="relu", out=out)
+    torch.cuda.synchronize()
+    want = torch.relu(torch.nn.functional.conv2d(x.double(), w.double(), bias.double(), 1, 1))
+    err = float((y.double() - want).abs().max() / want.abs().max())
+    assert y is out and err < 1e-2, err
+    raced = [choice for family in ("conv2d", "conv2d_wgmma") for p, choice in default_dispatcher().loaded(family)
+             if p["c"] == 64 and p["k"] == 72 and choice.how == "raced"]
+    assert len(raced) == 1 and 0 < raced[0].time_ms < 100
+    kgen.refresh()

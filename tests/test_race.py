@@ -35,11 +35,11 @@ class TimingLauncher(FakeLauncher):
 
 
 @contextlib.contextmanager
-def racing(times, monkeypatch, vendor=True, race=True):
+def racing(times, monkeypatch, vendor=True, race=True, target=TARGET):
     monkeypatch.setenv("KGEN_VENDOR", "1" if vendor else "0")
     monkeypatch.setenv("KGEN_RACE", "1" if race else "0")          # (the test session's default: off)
     monkeypatch.setattr("kgen.ops.race.on_caller_stream", lambda kind, device: contextlib.nullcontext())
-    with fake_dispatch(TARGET) as fake:
+    with fake_dispatch(target) as fake:
         fake.dispatcher._launcher = fake.launcher = TimingLauncher(times)
         yield fake
 
@@ -216,3 +216,65 @@ def test_a_raced_problem_is_still_tuned_in_the_background_when_asked(monkeypatch
         for thread in list(fake.dispatcher.background.values()):
             thread.join(5)
         assert len(tuned) == 1 and fake.launcher.races == [2]
+
+
+def _routed_cases():
+    """(route, problem, output operand, output shape) of each family path that races by
+    ``race_routed``, on problems that both of its families run on Hopper."""
+    from kgen.kernels.conv.problem import conv2d_problem
+    from kgen.kernels.gemm.grouped import grouped_problem
+    from kgen.kernels.gemm.kgrouped import kgrouped_problem
+    from kgen.ops import conv, gemm_grouped, gemm_kgrouped
+
+    return [
+        (conv._route(), conv2d_problem(2, 14, 14, 64, 128, 3, 3, padding=1, dtype="float16"), "y", (2, 14, 14, 128)),
+        (gemm_grouped._route(), grouped_problem(4, 512, 256, 128, "float16", "NT"), "c", (512, 256)),
+        (gemm_kgrouped._route(), kgrouped_problem(4, 128, 256, 2048, "float16"), "c", (4, 128, 256)),
+    ]
+
+
+@pytest.mark.parametrize("case", range(3), ids=["conv2d", "grouped", "kgrouped"])
+def test_a_routed_family_path_races_its_families_once_and_keeps_the_faster(case, monkeypatch):
+    """conv2d, grouped and K-grouped GEMM: where no measurement decides, the first call times both
+    families' picks into a scratch output and the faster serves every later call; each family
+    wins where it is timed faster."""
+    import numpy as np
+
+    from kgen.arrays import describe
+    from kgen.ops.caller import CallerArray
+    from kgen.ops.launch import first_ranked, raced_route
+
+    route, problem, output, shape = _routed_cases()[case]
+    hopper = Target.h200()
+
+    def ranked(p, device):
+        return first_ranked(route, p, device, "a family path")
+    winners = set()
+    for times in ([0.010, 0.030], [0.030, 0.010]):
+        with racing(times, monkeypatch, vendor=False, target=hopper) as fake:
+            out = FakeArray(shape, "float16", ptr=BASE + 0x400_0000)
+            like = CallerArray(out, "cai", describe(out, "out"), "float16")
+            operands = {output: np.uint64(out.ptr)}
+            spec, chosen, choice = raced_route(ranked, route, problem, 0, "cai", operands, output, like)
+            assert choice.how == "raced" and fake.launcher.races == [2]
+            assert len(fake.launcher.allocated) == 1          # the scratch output, never the caller's
+            again = raced_route(ranked, route, problem, 0, "cai", operands, output, like)
+            assert again[0].family == spec.family and fake.launcher.races == [2]
+            winners.add(spec.family)
+    assert len(winners) == 2
+
+
+def test_a_routed_problem_with_one_family_does_not_race(monkeypatch):
+    import numpy as np
+
+    from kgen.arrays import describe
+    from kgen.ops.caller import CallerArray
+    from kgen.ops.launch import first_ranked, raced_route
+
+    route, problem, output, shape = _routed_cases()[0]
+    with racing([0.010, 0.030], monkeypatch, vendor=False) as fake:            # sm_80: mma.sync alone
+        out = FakeArray(shape, "float16", ptr=BASE + 0x400_0000)
+        like = CallerArray(out, "cai", describe(out, "out"), "float16")
+        spec, _, choice = raced_route(lambda p, d: first_ranked(route, p, d, "conv2d"), route, problem, 0, "cai",
+                                      {output: np.uint64(out.ptr)}, output, like)
+        assert spec.family == "conv2d" and choice.how != "raced" and fake.launcher.races == []

@@ -24,7 +24,7 @@ from kgen.kernels.conv.problem import DTYPES, check_precision, conv2d_problem, g
 from kgen.kernels.gemm.dtypes import checked_output, epilogue_name
 from kgen.ops.caller import (caller_array, check_no_overlap, custom_op, output_array, result_array, returned,
                              same_device, torch_graph_call)
-from kgen.ops.launch import first_ranked, launch_family, pointer
+from kgen.ops.launch import first_ranked, launch_family, pointer, raced_route
 
 _TO_CHANNELS_LAST = (0, 2, 3, 1)      # a PyTorch NCHW-shaped tensor's dims in NHWC order
 _FROM_CHANNELS_LAST = (0, 3, 1, 2)
@@ -47,9 +47,13 @@ def routed(problem, device: int):
     """(spec, problem, choice) of the family to run a conv2d problem on ``device``: of those that
     can (``kgen.kernels.conv.family.route``), the one the dispatcher ranks first (measured
     times, then the cost model's predictions), the preferred one of equals."""
+    return first_ranked(_route(), problem, device, "conv2d")
+
+
+def _route():
     from kgen.kernels.conv.family import route
 
-    return first_ranked(route, problem, device, "conv2d")
+    return route
 
 
 def _groups(groups) -> int:
@@ -131,7 +135,7 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, activation: str | N
     if groups != 1:
         launch_family(DEPTHWISE, problem, device, a.kind, operands)
     else:
-        spec, chosen, _ = routed(problem, device)
+        spec, chosen, _ = raced_route(routed, _route(), problem, device, a.kind, operands, "y", target)
         launch_family(spec.family, chosen, device, a.kind, operands)
     if torch_caller:
         return out if out is not None else target.obj.permute(*_FROM_CHANNELS_LAST)

@@ -19,7 +19,6 @@ from kgen.arrays import array_kind, describe
 from kgen.errors import DeviceError, DtypeError, InputError, LayoutError, ShapeError
 from kgen.kernels.gemm import rules
 from kgen.kernels.gemm.dtypes import checked_output, epilogue_name
-from kgen.knobs import knobs
 from kgen.ops.caller import CallerArray, check_no_overlap, new_array, on_caller_stream, to_jax
 from kgen.ops.launch import first_ranked, launch_family
 
@@ -142,44 +141,18 @@ def _run(problem, device: int, kind: str, operands: dict[str, Any], arrays: tupl
 def _race(problem, device: int, kind: str, operands: dict[str, Any], arrays: tuple) -> bool:
     """Time cuBLAS (where it is an unmeasured candidate) and the generated picks of the
     ``KGEN_RACE_FAMILIES`` best-ranked families that run ``problem`` on the call's operands,
-    each into a scratch output (``kgen.ops.race``), and keep the fastest as the problem's choice.
-    False where no race ran (nothing to race, or a race may not run)."""
-    from kgen import dispatch
+    each into a scratch output, and keep the fastest as the problem's choice
+    (``kgen.ops.race.race_routed``). False where no race ran."""
     from kgen.kernels.gemm.batched import route
     from kgen.ops import race
 
-    dispatcher = dispatch.default_dispatcher()
-    declined = ("batched race declined", problem.key, device)       # (dropped with the plans on refresh)
-    if declined in dispatcher.plans or not race.can_race(dispatcher.launcher):
-        return False
-    vendor, generated = None, []
-    for order, (spec, p) in enumerate(route(dispatcher.target(device), problem)):
-        choice = dispatcher.decide(spec, p, device)
-        if choice.vendor:
-            vendor = vendor or (spec, p, choice)
-            choice = dispatcher.generated(spec, p, device)
-        generated.append((choice.rank, order, spec, p, choice))
-    generated.sort(key=lambda entry: entry[:2])
-    contenders = ([vendor] if vendor is not None else []) + [
-        (spec, p, choice) for _, _, spec, p, choice in generated[:max(0, knobs.race_families)]]
-    if len(contenders) < 2:
-        dispatcher.plans[declined] = True
-        return False
-    loads = [dispatcher.load(spec, p, device, choice) for spec, p, choice in contenders]
     a, b, c, bias = arrays
-    scratch = new_array(CallerArray(a, kind, describe(a, "a"), problem["dtype"]), describe(c, "c").shape,
-                        problem["out_dtype"])
-    scratch_operands = dict(operands, c=describe(scratch, "c").ptr, alpha=1.0, beta=0.0)
 
-    def timed(loaded):
-        if loaded.choice.vendor:
-            return lambda: _vendor_call(loaded.problem)(a, b, scratch, 1.0, 0.0, bias)
-        return lambda: loaded.spec.run(loaded.kernel, loaded.problem, loaded.choice.config, scratch_operands)
+    def vendor_run(loaded, scratch):
+        return lambda: _vendor_call(loaded.problem)(a, b, scratch, 1.0, 0.0, bias)
 
-    if race.keep_fastest(dispatcher, loads, [timed(loaded) for loaded in loads], kind, device) is None:
-        dispatcher.plans[declined] = True
-        return False
-    return True
+    like = CallerArray(c, kind, describe(c, "c"), problem["out_dtype"])
+    return race.race_routed(route, problem, device, kind, operands, "c", like, vendor_run)
 
 
 _VENDOR_CALLS: dict[str, Any] = {}

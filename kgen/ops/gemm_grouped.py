@@ -10,7 +10,9 @@ host: no synchronisation), or a host sequence of G ints (checked, then copied on
 stream). Rows at and past ``ends[-1]`` are not written. The result is (T, N), of the caller's
 library, on its current stream; ``activation`` (relu, gelu) is fused. On Hopper, with 16-bit
 operands TMA can read, the kernel is ``gemm_grouped_wgmma``'s; elsewhere ``gemm_grouped``'s
-(mma.sync); of two that can, the faster measured, else the Hopper one (``routed``).
+(mma.sync); of two that can, the faster measured, else, on the first call of a problem, the
+faster of the two timed on the call's operands (``kgen.ops.race.race_routed``), else the Hopper one
+(``routed``).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from kgen.kernels.gemm.dtypes import checked_output, epilogue_name
 from kgen.ops.caller import (CallerArray, check_no_overlap, contiguous, custom_op, on_caller_stream, output_array,
                              result_array, same_device, to_jax, torch_graph_call)
 from kgen.ops.gemm_batched import dense_matrices
-from kgen.ops.launch import first_ranked, launch_family
+from kgen.ops.launch import first_ranked, launch_family, raced_route
 
 
 def on_device(ends) -> bool:
@@ -130,9 +132,9 @@ def gemm_grouped(a, b, ends, out=None, *, activation=None, precision=None, dtype
             # in this stream's order, so the copy may be dropped once the kernel is queued
             copied = None if host is None else to_device(host)
             ends_ptr = checked.ptr if copied is None else copied.data.ptr
-            spec, chosen, _ = routed(problem, ai.device)
-            launch_family(spec.family, chosen, ai.device, kind,
-                          {"a": ai.ptr, "b": bi.ptr, "c": target.ptr, "ends": ends_ptr, "alpha": 1.0, "beta": 0.0})
+            operands = {"a": ai.ptr, "b": bi.ptr, "c": target.ptr, "ends": ends_ptr, "alpha": 1.0, "beta": 0.0}
+            spec, chosen, _ = raced_route(routed, _route(), problem, ai.device, kind, operands, "c", target)
+            launch_family(spec.family, chosen, ai.device, kind, operands)
     return to_jax(target.obj, out_t) if kind == "jax" else target.obj
 
 
@@ -140,9 +142,13 @@ def routed(problem, device: int):
     """(spec, problem, choice) of the family that runs a grouped ``problem`` on ``device``: of
     those that can (``kgen.kernels.gemm.grouped.route``), the one the dispatcher ranks first
     (measured times, then the preferred family's pick)."""
+    return first_ranked(_route(), problem, device, "grouped GEMM")
+
+
+def _route():
     from kgen.kernels.gemm.grouped import route
 
-    return first_ranked(route, problem, device, "grouped GEMM")
+    return route
 
 
 def to_device(host: np.ndarray):

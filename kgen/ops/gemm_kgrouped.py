@@ -22,7 +22,7 @@ from kgen.kernels.gemm.dtypes import checked_output
 from kgen.ops.caller import (CallerArray, check_no_overlap, contiguous, custom_op, on_caller_stream, output_array,
                              result_array, same_device, to_jax, torch_graph_call)
 from kgen.ops.gemm_grouped import device_ends, ends_count, host_ends, operand_kind_and_dtype, to_device
-from kgen.ops.launch import first_ranked, launch_family
+from kgen.ops.launch import first_ranked, launch_family, raced_route
 
 
 def _rows(info, name: str) -> tuple[int, int]:
@@ -68,16 +68,19 @@ def gemm_kgrouped(a, b, ends, out=None, *, precision=None, dtype=None, out_dtype
                                            align_b=rules.alignment(bi.ptr, n, bi.itemsize))
                 copied = None if host is None else to_device(host)
                 ends_ptr = checked.ptr if copied is None else copied.data.ptr
-                spec, chosen, _ = routed(problem, ai.device)
-                launch_family(spec.family, chosen, ai.device, kind,
-                              {"a": ai.ptr, "b": bi.ptr, "c": target.ptr, "ends": ends_ptr,
-                               "alpha": 1.0, "beta": 0.0})
+                operands = {"a": ai.ptr, "b": bi.ptr, "c": target.ptr, "ends": ends_ptr, "alpha": 1.0, "beta": 0.0}
+                spec, chosen, _ = raced_route(routed, _route(), problem, ai.device, kind, operands, "c", target)
+                launch_family(spec.family, chosen, ai.device, kind, operands)
     return to_jax(target.obj, out_t) if kind == "jax" else target.obj
 
 
 def routed(problem, device: int):
     """(spec, problem, choice) of the family that runs a K-grouped ``problem`` on ``device``: of
     those that can (``kgen.kernels.gemm.kgrouped.route``), the one the dispatcher ranks first."""
+    return first_ranked(_route(), problem, device, "K-grouped GEMM")
+
+
+def _route():
     from kgen.kernels.gemm.kgrouped import route
 
-    return first_ranked(route, problem, device, "K-grouped GEMM")
+    return route

@@ -150,7 +150,7 @@ def make_plan(dispatcher, a, b, c, bias, activation, precision, dtype, out_dtype
                                     False)[0]) or ranked
     _, spec, problem, staging, choice = ranked[0]
     if choice.config == dispatcher.decide(spec, problem, ai.device).config:
-        return planned(spec, problem, staging, dispatcher.prepare(spec, problem, ai.device))  # the winner's kernel alone
+        return planned(spec, problem, staging, dispatcher.prepare(spec, problem, ai.device))  # the winner's alone
     # the family's generated choice where its own is the library, which does not run this way
     # (staged operands, or float32 computed exactly: the library would read it as tf32)
     return planned(spec, problem, staging, dispatcher.load(spec, problem, ai.device, choice))

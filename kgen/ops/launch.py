@@ -46,3 +46,18 @@ def first_ranked(route, problem: Problem, device: int, what: str):
 def choice_of(family: str, problem: Problem, device: int):
     """The dispatcher's choice for ``problem`` (config and how it was chosen), without a launch."""
     return default_dispatcher().decide(get_spec(family), problem, device)
+
+
+
+
+def raced_route(routed, route, problem: Problem, device: int, kind: str, operands: Mapping[str, Any],
+                output: str, like):
+    """``routed(problem, device)``'s (spec, problem, choice), where no measurement decides it
+    after a first-call race of the families ``route`` names (``kgen.ops.race.race_routed``;
+    ``output``: the operand a scratch array like ``like`` replaces while they are timed)."""
+    from kgen.ops import race
+
+    found = routed(problem, device)
+    if found[2].time_ms is None and race.race_routed(route, problem, device, kind, dict(operands), output, like):
+        found = routed(problem, device)
+    return found

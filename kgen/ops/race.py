@@ -13,7 +13,9 @@ process from then on (``Dispatcher.settle``, how "raced"). It is what ``cudnn.be
 does for convolutions: the cost is paid once per problem, beside the compile of each
 generated candidate. No race runs on a launcher that cannot time (tests' fakes), during
 CUDA graph capture, or with fewer than two candidates; a race that fails leaves the
-ranking's choice.
+ranking's choice. The 2-D GEMM paths race in ``gemm_tc`` and ``gemm_simt``; the paths whose
+families a ``route`` names (batched and grouped GEMM, K-grouped GEMM, conv2d) in
+``race_routed``.
 
 >>> from kgen.ops.race import fastest
 >>> fastest([0.2, 0.1, 0.3])
@@ -78,3 +80,53 @@ def scratch_output(launcher, kind: str, like: Any, rows: int, cols: int, row_str
     stride = max(row_stride, cols, 1)
     whole = empty_output(launcher, kind == "torch", like, (max(rows, 1), stride), dtype)
     return whole if stride == cols else whole[:rows, :cols]
+
+
+def race_routed(route, problem, device: int, kind: str, operands: dict, output: str, like,
+                vendor_run: Callable[[Any, Any], Callable[[], None]] | None = None) -> bool:
+    """The race of a family path that ``route(target, problem)`` names the families of (batched
+    and grouped GEMM, conv2d): the generated picks of the ``KGEN_RACE_FAMILIES`` best-ranked of
+    them and, with ``vendor_run(loaded, scratch)`` (a call of the vendor library into
+    ``scratch``), the vendor library where it is an unmeasured candidate, each on the call's
+    ``operands`` with the output ``output`` replaced by a scratch array of ``like``'s shape,
+    dtype and library (alpha 1 and beta 0 where the operands carry them), and the fastest kept
+    (``keep_fastest``). False where no race ran; a problem with fewer than two candidates, or
+    whose race could not run (CUDA graph capture), is not tried again in the process (the mark
+    goes with the dispatcher's plans on ``kgen.refresh()``)."""
+    from kgen import dispatch
+    from kgen.arrays import describe
+    from kgen.ops.caller import new_array
+
+    dispatcher = dispatch.default_dispatcher()
+    declined = ("race declined", problem.key, device)
+    if declined in dispatcher.plans or not can_race(dispatcher.launcher):
+        return False
+    vendor, generated = None, []
+    for order, (spec, p) in enumerate(route(dispatcher.target(device), problem)):
+        choice = dispatcher.decide(spec, p, device)
+        if choice.vendor:
+            vendor = vendor or (spec, p, choice)
+            choice = dispatcher.generated(spec, p, device)
+        generated.append((choice.rank, order, spec, p, choice))
+    generated.sort(key=lambda entry: entry[:2])
+    contenders = ([vendor] if vendor is not None else []) + [
+        (spec, p, choice) for _, _, spec, p, choice in generated[:max(0, knobs.race_families)]]
+    if len(contenders) < 2 or (vendor is not None and vendor_run is None):     # (an untimed library would lose)
+        dispatcher.plans[declined] = True
+        return False
+    loads = [dispatcher.load(spec, p, device, choice) for spec, p, choice in contenders]
+    with on_caller_stream(kind, device):           # on the operands' device, in the caller's stream order
+        scratch = new_array(like, like.shape, like.dtype, launcher=dispatcher.launcher)
+    on_scratch = {**operands, output: type(operands[output])(describe(scratch, "scratch").ptr)}
+    on_scratch.update({name: value for name, value in (("alpha", 1.0), ("beta", 0.0)) if name in operands})
+
+    def timed(loaded):
+        if loaded.choice.vendor:
+            return vendor_run(loaded, scratch)
+        return lambda: loaded.spec.run(loaded.kernel, loaded.problem, loaded.choice.config, on_scratch)
+
+    if keep_fastest(dispatcher, loads, [timed(loaded) for loaded in loads], kind, device) is None:
+        dispatcher.plans[declined] = True
+        return False
+    return True
+
