@@ -298,3 +298,48 @@ def test_an_output_that_aliases_an_input_is_refused(fake, overlap):
     with pytest.raises(InputError, match="overlaps"):
         kgen.gemm(a, b, FakeArray((64, 64), ptr=ptr))
     kgen.gemm(a, b, FakeArray((64, 64), ptr=BASE + 0x200_0000))       # a separate c is fine
+
+
+def test_load_many_compiles_side_by_side_and_loads_in_order(fake, monkeypatch):
+    """A first-call race's candidates: their compiles run in threads at once, the kernels come
+    back in the order asked, the vendor's without one; a config that does not compile raises
+    CompileError naming it."""
+    import threading
+    import time
+
+    import kgen.dispatch as dispatch
+    from kgen.compile import compile_source
+    from kgen.dispatch import Choice
+    from kgen.errors import CompileError
+    from kgen.space import Config
+
+    threads, running, peak = set(), [0], [0]
+    lock = threading.Lock()
+
+    def slow_compile(source, use_cache=True):
+        with lock:
+            threads.add(threading.get_ident())
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        time.sleep(0.2)
+        with lock:
+            running[0] -= 1
+        return compile_source(source, use_cache)
+
+    monkeypatch.setattr(dispatch, "compile_source", slow_compile)
+    monkeypatch.setenv("KGEN_COMPILE_WORKERS", "4")
+    problem = gemm_problem(300, 200, 100)
+    configs = SPEC.space(problem, TARGET).sample(3, seed=1)
+    wanted = [(SPEC, problem, Choice(config, "model")) for config in configs]
+    wanted.insert(1, (SPEC, problem, Choice(Config("cublas", ()), "vendor")))
+    loaded = fake.dispatcher.load_many(wanted, 0)
+    assert [x.choice.config.name for x in loaded] == [c.config.name for _, _, c in wanted]
+    assert loaded[1].kernel is None and all(x.kernel is not None for i, x in enumerate(loaded) if i != 1)
+    assert peak[0] >= 2 and len(threads) >= 2                   # compiled side by side
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(dispatch, "compile_source", lambda source, use_cache=True: SimpleNamespace(
+        failure=SimpleNamespace(detail="error: no"), binary=None))
+    with pytest.raises(CompileError) as info:
+        fake.dispatcher.load_many(wanted[2:], 0)
+    assert configs[1].name in str(info.value)

@@ -193,11 +193,9 @@ def _race(dispatcher, contenders, planned, call: tuple) -> TcPlan | None:
     """The plan of the fastest of ``contenders`` (entries of ``_ranked``) timed on this call's
     operands (``kgen.ops.race``), kept as its problem's choice; None where no race ran."""
     a, b, bias, m, n, ldc, device, kind = call
-    loads, plans = [], []
-    for _, spec, problem, staging, choice in contenders:
-        loaded = dispatcher.load(spec, problem, device, choice)
-        loads.append(loaded)
-        plans.append(planned(spec, problem, staging, loaded))
+    loads = dispatcher.load_many([(spec, problem, choice) for _, spec, problem, _, choice in contenders], device)
+    plans = [planned(spec, problem, staging, loaded)
+             for (_, spec, problem, staging, _), loaded in zip(contenders, loads)]
     out = plans[0].problem["out_dtype"]
     scratch = race.scratch_output(dispatcher.launcher, kind, a, m, n, ldc, out)
     kept = race.keep_fastest(dispatcher, loads, [lambda plan=plan: run(dispatcher, plan, a, b, scratch, 1.0, 0.0, bias)

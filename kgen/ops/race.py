@@ -114,7 +114,7 @@ def race_routed(route, problem, device: int, kind: str, operands: dict, output: 
     if len(contenders) < 2 or (vendor is not None and vendor_run is None):     # (an untimed library would lose)
         dispatcher.plans[declined] = True
         return False
-    loads = [dispatcher.load(spec, p, device, choice) for spec, p, choice in contenders]
+    loads = dispatcher.load_many(contenders, device)
     with on_caller_stream(kind, device):           # on the operands' device, in the caller's stream order
         scratch = new_array(like, like.shape, like.dtype, launcher=dispatcher.launcher)
     on_scratch = {**operands, output: type(operands[output])(describe(scratch, "scratch").ptr)}
