@@ -296,8 +296,9 @@ class Dispatcher:
 
     def load_many(self, wanted, device: int) -> list[_Loaded]:
         """``load`` of each (spec, problem, choice) of ``wanted``, their compiles side by side in
-        threads (NVRTC releases the GIL; a first-call race's candidates: 1.05 s one after another,
-        0.61 s in threads for three on two host cores), the kernels then loaded in order."""
+        threads (NVRTC releases the GIL; a first-call race's three candidates: 0.86 s one after
+        another, 0.65 s at once on two host cores, ``scripts/experiments/parallel_compile.py``),
+        the kernels then loaded in order."""
         sources = [None if choice.vendor else self._source(spec, problem, device, choice)
                    for spec, problem, choice in wanted]
         todo = [source for source in sources if source is not None]
