@@ -141,6 +141,27 @@ def test_a_first_call_race_keeps_a_candidate_and_never_writes_the_callers_output
     kgen.refresh()
 
 
+@pytest.mark.parametrize("m, n, k, layout", [(4, 256, 176, "TT"), (2, 152, 2024, "NN"), (300, 8, 999, "TN")])
+def test_the_first_call_of_an_exact_float32_small_side_is_exact(m, n, k, layout, monkeypatch):
+    """The first call itself (its plan races cuBLAS against gemm_skinny) computes float32 exactly,
+    whichever wins: never cuBLAS with tf32, which gemm_skinny's own problem would call (an error
+    of about 1e-3 where float32 gives 1e-6)."""
+    import cupy
+
+    import kgen
+
+    monkeypatch.setenv("KGEN_VENDOR", "1")
+    monkeypatch.setenv("KGEN_RACE", "1")
+    monkeypatch.setenv("KGEN_USE_SHIPPED_DB", "0")
+    kgen.refresh()
+    a, b, ref, kwargs, real = _operands(m, n, k, layout, "float32", seed=21)
+    for _ in range(2):
+        c = kgen.gemm(a, b, **kwargs)
+        cupy.cuda.get_current_stream().synchronize()
+        assert _relerr(c, ref, real) <= 1e-5, kgen.gemm_choice(a, b, **kwargs)
+    kgen.refresh()
+
+
 @pytest.mark.parametrize("kind", ["cupy", "torch"])
 def test_staged_operands_run_the_hopper_family_and_are_correct(kind, generated_only):
     """Rows of an odd length are copied into padded rows for TMA; on PyTorch tensors, on the
