@@ -306,15 +306,15 @@ class Dispatcher:
             from concurrent.futures import ThreadPoolExecutor
 
             with ThreadPoolExecutor(min(len(todo), max(1, knobs.compile_workers))) as pool:
-                compiled = dict(zip((id(source) for source in todo), pool.map(compile_source, todo)))
+                compiled = iter(list(pool.map(compile_source, todo)))
         else:
-            compiled = {id(source): compile_source(source) for source in todo}
+            compiled = iter([compile_source(source) for source in todo])
         loaded = []
         for (spec, problem, choice), source in zip(wanted, sources):
             if source is None:
                 loaded.append(_Loaded(spec, problem, choice, None))
                 continue
-            result = compiled[id(source)]
+            result = next(compiled)
             if result.failure is not None:
                 raise CompileError(f"{choice.config.name} did not compile: {result.failure.detail[:2000]}",
                                    remedy="report it with the saved source; meanwhile tune the problem",

@@ -374,9 +374,9 @@ def measure_rivals(rivals, target: Target, runner, db, trials: int, sampler: str
     Stored configs count, so measuring again adds nothing. A rival the runner can measure nothing
     of (a replay that did not record it) is left out."""
     results = []
-    for spec, problem in rivals:
+    for spec, problem in rivals if trials >= 1 else ():
         shared = spec.record_problem(problem)
-        if trials < 1 or runner.measurable(shared.key) == {}:
+        if runner.measurable(shared.key) == {}:
             continue
         results.append(tune(spec, shared, target, runner, db, trials=trials, sampler=sampler, seed=seed,
                             warm_start=False))

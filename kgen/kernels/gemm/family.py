@@ -42,21 +42,11 @@ class GemmFamily:
     def request(self, target: Target, **values):
         """(spec, problem) of a GEMM request: ``gemm`` routes half precision, float64, tf32 and
         epilogues to the tensor-core family the cost model predicts fastest on ``target``."""
-        layout = str(values.pop("layout", "NN")).upper()
-        if layout not in LAYOUTS:
-            raise KgenError(f"layout {layout!r} is not one of {LAYOUTS}", remedy="give two letters of N and T")
-        m, n, k = values.pop("m"), values.pop("n"), values.pop("k")
-        if min(m, n, k) < 1:
-            raise KgenError(f"sizes must be >= 1 (got m={m}, n={n}, k={k})")
-        dtype = values.pop("dtype", "float32")
-        return preferred_request(self.family, m, n, k, dtype, layout, target, **values)
+        return preferred_request(self.family, *_request_fields(values), target, **values)
 
     def rivals(self, target: Target, **values) -> list[tuple]:
         """The other families' problems of a ``gemm`` request (``rival_requests``)."""
-        layout = str(values.pop("layout", "NN")).upper()
-        m, n, k = values.pop("m"), values.pop("n"), values.pop("k")
-        dtype = values.pop("dtype", "float32")
-        return rival_requests(self.family, m, n, k, dtype, layout, target, **values)
+        return rival_requests(self.family, *_request_fields(values), target, **values)
 
     def model_choice(self, problem: Problem, target: Target):
         return gemm_cost.pick(self, problem, target)
@@ -69,3 +59,14 @@ class GemmFamily:
 
     def vendor_call(self, problem: Problem):
         return gemm_vendor.vendor_call(problem)
+
+
+def _request_fields(values: dict) -> tuple[int, int, int, str, str]:
+    """(m, n, k, dtype, layout) popped from a request's field values, checked; the options stay."""
+    layout = str(values.pop("layout", "NN")).upper()
+    if layout not in LAYOUTS:
+        raise KgenError(f"layout {layout!r} is not one of {LAYOUTS}", remedy="give two letters of N and T")
+    m, n, k = values.pop("m"), values.pop("n"), values.pop("k")
+    if min(m, n, k) < 1:
+        raise KgenError(f"sizes must be >= 1 (got m={m}, n={n}, k={k})")
+    return m, n, k, values.pop("dtype", "float32"), layout

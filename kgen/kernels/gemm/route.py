@@ -170,6 +170,13 @@ def gemm_request(family: str, m: int, n: int, k: int, dtype: str, layout: str, t
     return [(spec, problem)]
 
 
+def request_args(m: int, n: int, k: int, dtype: str, layout: str, **options) -> dict:
+    """The tensor-core problem fields of a request's options (``tensor_core_candidates``' first argument)."""
+    return dict(m=m, n=n, k=k, dtype=dtype, layout=layout, out_dtype=options.get("out_dtype"),
+                epilogue=options.get("epilogue", "none"), align_a=options.get("align_a"),
+                align_b=options.get("align_b"))
+
+
 def preferred_request(family: str, m: int, n: int, k: int, dtype: str, layout: str, target: Target,
                       **options) -> tuple[object, Problem]:
     """The (spec, problem) a tune of the request should search: for ``gemm`` on the tensor
@@ -182,9 +189,7 @@ def preferred_request(family: str, m: int, n: int, k: int, dtype: str, layout: s
                                                  options.get("out_dtype")):
         return gemm_request(family, m, n, k, dtype, layout, target, **options)[0]
     gemm_request(family, m, n, k, dtype, layout, target, **options)       # the request's own checks
-    args = dict(m=m, n=n, k=k, dtype=dtype, layout=layout, out_dtype=options.get("out_dtype"),
-                epilogue=options.get("epilogue", "none"), align_a=options.get("align_a"),
-                align_b=options.get("align_b"))
+    args = request_args(m, n, k, dtype, layout, **options)
 
     def predicted(candidate) -> tuple[float, float]:
         spec, problem, stage = candidate
@@ -208,9 +213,7 @@ def rival_requests(family: str, m: int, n: int, k: int, dtype: str, layout: str,
     if family != "gemm":
         return []
     chosen_spec, chosen = preferred_request(family, m, n, k, dtype, layout, target, **options)
-    args = dict(m=m, n=n, k=k, dtype=dtype, layout=layout, out_dtype=options.get("out_dtype"),
-                epilogue=options.get("epilogue", "none"), align_a=options.get("align_a"),
-                align_b=options.get("align_b"))
+    args = request_args(m, n, k, dtype, layout, **options)
     if uses_tensor_cores(dtype, options.get("precision"), args["epilogue"], args["out_dtype"]):
         found = [(spec, problem) for spec, problem, _ in tensor_core_candidates(args, target, True)]
     elif exact_float32_routed(m, n, dtype):
