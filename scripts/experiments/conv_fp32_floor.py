@@ -46,7 +46,7 @@ def main(argv=None) -> int:
         times = {
             "cudnn": median_ms(lambda: torch.nn.functional.conv2d(x, wt, None, stride, padding), args.runs, flush),
             "cublas_gemm": median_ms(lambda: torch.matmul(ta, tb), args.runs, flush),
-            "kgen_gemm": median_ms(lambda: kgen.gemm(a, b, out=out), args.runs, flush),
+            "kgen_gemm": median_ms(lambda: kgen.gemm(a, b, out), args.runs, flush),
         }
         text = ", ".join(f"{name} {t * 1e3:9.1f} us {flops / t / 1e9:6.1f} TF/s" for name, t in times.items())
         print(f"{n}x{h}x{w}x{c}->{k} {r}x{s}/{stride}: GEMM {m}x{k}x{gk}: {text}", flush=True)
