@@ -11,7 +11,8 @@ compared with a float64 convolution of the same inputs.
     python scripts/bench_conv.py --quick --keys /tmp/keys
 
 Rows (one per case): op ("fprop"), n, h, w, c, k, r, s, stride, padding, dilation, dtype,
-epilogue, kgen_ms, baselines ({"cudnn": ms}), tflops (kgen's), speedup (cuDNN ms / kgen ms),
+precision ("tf32" for the suite "tf32"; the suite "float32", ResNet-50's layers at batch 64 and
+1, is exact: kgen's CUDA-core family against cuDNN with TF32 off), epilogue, kgen_ms, baselines ({"cudnn": ms}), tflops (kgen's), speedup (cuDNN ms / kgen ms),
 or for batched GEMMs (suite "bmm": ``kgen.gemm`` on 3-D tensors against ``torch.matmul``; suite
 "bmm-random": shapes drawn by ``random_bmm``, its seed in the meta, which no record is tuned on) op
 ("bmm"), batch, m, n, k, layout, dtype, kgen_ms, baselines ({"cublas": ms}), tflops, speedup;
@@ -101,7 +102,7 @@ DEPTHWISE = [
     (14, 14, 672, 5, 5, 2, 2, 1),
 ]
 DEPTHWISE_ODD = [(33, 47, 36, 7, 7, 2, 3, 1), (20, 20, 35, 3, 3, 1, 2, 2)]
-SUITES = ("resnet50-b64", "resnet50-b1", "odd", "epilogue", "tf32", "bmm", "bmm-random", "grouped", "grouped-random",
+SUITES = ("resnet50-b64", "resnet50-b1", "odd", "epilogue", "tf32", "float32", "bmm", "bmm-random", "grouped", "grouped-random",
           "grouped-wgrad", "backward", "depthwise")
 RANDOM_BMM_SEED = 20261206       # the bmm-random suite's draw (no record is tuned on it)
 
@@ -156,9 +157,9 @@ def _resnet(batch: int, layer: tuple) -> tuple:
 def _cases(quick: bool, suites: set[str]) -> list[dict]:
     cases = []
 
-    def add(shape, suite, dtype="bfloat16", epilogue="none"):
+    def add(shape, suite, dtype="bfloat16", epilogue="none", precision=None):
         if suite in suites:
-            cases.append(dict(zip(FIELDS, shape), dtype=dtype, epilogue=epilogue, suite=suite))
+            cases.append(dict(zip(FIELDS, shape), dtype=dtype, epilogue=epilogue, suite=suite, precision=precision))
 
     layers = RESNET50[::5] if quick else RESNET50
     for layer in layers:
@@ -169,7 +170,10 @@ def _cases(quick: bool, suites: set[str]) -> list[dict]:
         add(shape, "odd")
     for shape in (_resnet(64, RESNET50[2]), _resnet(64, RESNET50[16]), ODD[0]):
         add(shape, "epilogue", "float16", "bias_relu")
-    add(_resnet(64, RESNET50[10]), "tf32", "float32")
+    add(_resnet(64, RESNET50[10]), "tf32", "float32", precision="tf32")
+    for batch in (64, 1):                       # exact float32 (CUDA cores) against cuDNN with TF32 off
+        for layer in layers:
+            add(_resnet(batch, layer), "float32", "float32")
     if "backward" in suites:
         for layer in layers[1:]:                        # the stem: its input needs no gradient
             shape = _resnet(64, layer)
@@ -450,11 +454,12 @@ def _loaded_kernels() -> set:
 
 
 def _problem(case: dict):
-    """The conv2d problem of a case."""
-    from kgen.kernels.conv.problem import conv2d_problem
+    """The conv2d problem of a case (float32: exact unless the case's precision is tf32)."""
+    from kgen.kernels.conv.problem import conv2d_problem, family_for
 
     return conv2d_problem(*(case[f] for f in FIELDS[:7]), stride=case["stride"], padding=case["padding"],
-                          dilation=case["dilation"], dtype=case["dtype"], epilogue=case["epilogue"])
+                          dilation=case["dilation"], dtype=case["dtype"], epilogue=case["epilogue"],
+                          family=family_for(case["dtype"], case.get("precision")))
 
 
 def _flops(case: dict) -> float:
@@ -555,12 +560,12 @@ def bench_case(case: dict, args, torch, kgen, flush, log) -> dict:
     bias = (torch.rand((k,), device="cuda", generator=gen) - 0.5).to(dtype) if "bias" in case["epilogue"] else None
     act = "relu" if case["epilogue"].endswith("relu") else None
     kw = dict(stride=case["stride"], padding=case["padding"], dilation=case["dilation"])
-    precision = "tf32" if case["dtype"] == "float32" else None
+    precision = case.get("precision")
     torch.backends.cudnn.benchmark = True
-    torch.backends.cudnn.allow_tf32 = case["dtype"] == "float32"
+    torch.backends.cudnn.allow_tf32 = precision == "tf32"
     flops = _flops(case)
-    row = dict(op="fprop", **{f: case[f] for f in FIELDS}, dtype=case["dtype"], epilogue=case["epilogue"],
-               suite=case["suite"], baselines={}, ok=None, config="", how="")
+    row = dict(op="fprop", **{f: case[f] for f in FIELDS}, dtype=case["dtype"], precision=precision,
+               epilogue=case["epilogue"], suite=case["suite"], baselines={}, ok=None, config="", how="")
     for f in ("stride", "padding", "dilation"):
         row[f] = list(row[f]) if isinstance(row[f], tuple) else row[f]
 
@@ -572,7 +577,7 @@ def bench_case(case: dict, args, torch, kgen, flush, log) -> dict:
         out = kgen.conv2d(x, w, bias, activation=act, precision=precision, **kw)
         want = _reference(x, w, bias, case, torch)
         err = float((out.double() - want).abs().max() / want.abs().max().clamp(min=1e-30))
-        tol = {"bfloat16": 1e-2, "float16": 2e-3, "float32": 1e-3}[case["dtype"]]
+        tol = {"bfloat16": 1e-2, "float16": 2e-3, "float32": 1e-3 if precision == "tf32" else 1e-5}[case["dtype"]]
         row["error_vs_float64"], row["ok"] = err, bool(err <= tol and out.is_contiguous(
             memory_format=torch.channels_last))
         row["family"], row["config"], row["how"], row["problem_key"] = _choice(case)

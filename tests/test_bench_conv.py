@@ -24,6 +24,7 @@ def test_cases_make_valid_problems():
     suites = {s: [c for c in cases if c["suite"] == s] for s in bench_conv.SUITES}
     assert len(suites["resnet50-b64"]) == len(suites["resnet50-b1"]) == len(bench_conv.RESNET50) == 23
     assert len(set(bench_conv.RESNET50)) == 23
+    assert len(suites["float32"]) == 2 * 23 and all(c["dtype"] == "float32" for c in suites["float32"])
     for case in cases:
         if case.get("op") == "bmm":
             problem = bench_conv._bmm_problem(case)
@@ -36,8 +37,13 @@ def test_cases_make_valid_problems():
         elif case.get("op") == "grouped_wgrad":
             problem = bench_conv._kgrouped_problem(case)
             assert problem.family == "gemm_kgrouped" and problem["k"] == case["k"] and problem["layout"] == "TN"
+        elif case.get("op") == "depthwise":
+            assert bench_conv._depthwise_problem(case).family == "conv2d_depthwise"
         else:
-            assert bench_conv._flops(case) > 0 and bench_conv._problem(case).family == "conv2d"
+            exact = case["dtype"] == "float32" and case.get("precision") is None
+            assert exact == (case["suite"] == "float32")                  # exact float32: that suite only
+            assert bench_conv._flops(case) > 0
+            assert bench_conv._problem(case).family == ("conv2d_simt" if exact else "conv2d")
     backward = suites["backward"]
     assert sum(c["op"] == "dgrad" for c in backward) == 22
     assert sum(c["op"] == "wgrad" for c in backward) == 22

@@ -124,9 +124,8 @@ def test_request_from_command_line_fields(target):
     assert SPEC.request(ampere, **values)[0].family == "conv2d"
     with pytest.raises(FieldError):
         parse_args(SPEC.fields(), ["--n", "8"], "conv2d")                       # h, w, c, k are required
-    with pytest.raises(DtypeError) as info:                                     # float32 only as tf32
-        SPEC.request(target, **parse_args(SPEC.fields(), argv + ["--dtype", "float32"], "conv2d"))
-    assert "tf32" in info.value.remedy
+    exact, problem = SPEC.request(target, **parse_args(SPEC.fields(), argv + ["--dtype", "float32"], "conv2d"))
+    assert exact.family == problem.family == "conv2d_simt"                      # float32 exact: CUDA cores
     _, tf32 = SPEC.request(target, **parse_args(SPEC.fields(), argv + ["--dtype", "float32", "--precision", "tf32"],
                                                 "conv2d"))
     assert tf32["dtype"] == "float32"
@@ -285,11 +284,13 @@ def test_an_out_overlapping_an_input_is_refused():
     assert "overlaps" in str(info.value)
 
 
-def test_float32_call_needs_tf32():
-    x, w = FakeArray((1, 4, 4, 8), "float32"), FakeArray((8, 1, 1, 8), "float32", ptr=BASE + 4096)
-    with pytest.raises(DtypeError) as info:
-        _call(x, w)
-    assert "precision='tf32'" in info.value.remedy
+def test_a_float32_call_is_exact_unless_tf32_is_asked_for():
+    from kgen.kernels.conv.problem import family_for
+
+    assert family_for("float32", None) == "conv2d_simt"
+    assert family_for("float32", "tf32") == family_for("float16", None) == "conv2d"
+    with pytest.raises(InputError):
+        family_for("float32", "fp16")
 
 
 # ---------------------------------------------------------------- the wgmma family (TMA im2col)

@@ -1,5 +1,6 @@
 """``kgen.conv2d``: a 2-D convolution (cross-correlation, as PyTorch's) of channels-last images
-on the tensor cores, with the bias and activation fused, on the caller's arrays and stream;
+on the tensor cores (16-bit inputs, and float32 as tf32 by opt-in) or, for float32, exactly on
+the CUDA cores (``conv2d_simt``), with the bias and activation fused, on the caller's arrays and stream;
 with ``groups`` = the channels, a depthwise convolution (one R x S filter a channel, the family
 ``conv2d_depthwise``, bound by memory: float32 exact on the CUDA cores).
 
@@ -20,7 +21,7 @@ from typing import Any
 
 from kgen.errors import DtypeError, InputError, LayoutError, ShapeError
 from kgen.kernels.conv.depthwise import FAMILY as DEPTHWISE, depthwise_problem
-from kgen.kernels.conv.problem import DTYPES, check_precision, conv2d_problem, geometry
+from kgen.kernels.conv.problem import DTYPES, conv2d_problem, family_for, geometry
 from kgen.kernels.gemm.dtypes import checked_output, epilogue_name
 from kgen.ops.caller import (caller_array, check_no_overlap, custom_op, output_array, result_array, returned,
                              same_device, torch_graph_call)
@@ -67,8 +68,9 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, activation: str | N
            out=None, out_dtype: str | None = None, precision: str | None = None, dtype: str | None = None):
     """``act(conv2d(x, w) + bias)``, groups = 1 or C (depthwise). ``activation``: None, "relu" or
     "gelu" (erf form); ``bias``: one value per output channel, in the output's dtype;
-    ``out_dtype``: float32 output of half inputs; ``precision="tf32"`` lets float32 inputs run
-    on the tensor cores as tf32 (groups = 1; depthwise float32 is exact); ``dtype="bfloat16"``
+    ``out_dtype``: float32 output of half inputs; float32 inputs are computed exactly on the
+    CUDA cores unless ``precision="tf32"`` lets them run on the tensor cores as tf32 (groups =
+    1; depthwise float32 is always exact); ``dtype="bfloat16"``
     says CuPy uint16 arrays hold bfloat16. Inside ``torch.compile``, or where autograd records
     it, the call is the custom operator ``torch.ops.kgen.conv2d`` (``conv2d_depthwise`` for
     groups = C; ``kgen.torch``), with a backward."""
@@ -104,7 +106,7 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, activation: str | N
             raise InputError(f"precision={precision!r} does not apply to a depthwise convolution (float32 is exact)",
                              remedy="leave precision out")
     else:
-        check_precision(a.dtype, precision)
+        family = family_for(a.dtype, precision)
     if groups == 1 and wc != c:
         raise ShapeError(f"conv2d: x has {c} channels and w {wc} (groups=1)",
                          remedy="pass a weight of shape (K, R, S, C) (PyTorch: (K, C, R, S))")
@@ -121,7 +123,7 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, activation: str | N
                                     dtype=a.dtype, out_dtype=out_dtype, epilogue=epilogue)
     else:
         problem = conv2d_problem(n, h, wd, c, k, r, s, stride=stride, padding=padding, dilation=dilation,
-                                 dtype=a.dtype, out_dtype=out_dtype, epilogue=epilogue)
+                                 dtype=a.dtype, out_dtype=out_dtype, epilogue=epilogue, family=family)
     p, q = geometry(problem).output
     result_shape = (n, p, q, k)
     out_view = _channels_last(out, "out") if torch_caller and out is not None else out

@@ -9,6 +9,8 @@ operands, the float64 reference and its check, cuDNN as the baseline, FLOPs and 
 ('conv2d_wgmma', 'conv2d_wgmma')
 >>> get_spec("conv2d").request(Target.h200(), n=2, h=56, w=56, c=3, k=64, r=7, s=7, stride=2, padding=3)[0].family
 'conv2d'
+>>> get_spec("conv2d").request(Target.h200(), n=2, h=56, w=56, c=64, k=64, r=3, s=3, dtype="float32")[0].family
+'conv2d_simt'
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ from typing import Any, Mapping
 
 from kgen.errors import InputError
 from kgen.fields import Field
-from kgen.kernels.conv.problem import DTYPES, SIZES, check_precision, conv2d_problem, gemm_view, geometry
-from kgen.kernels.gemm.dtypes import EPILOGUES, ITEMSIZE, TC_OUTPUTS, epilogue_parts
+from kgen.kernels.conv.problem import DTYPES, EXACT_FLOAT32, SIZES, conv2d_problem, family_for, gemm_view, geometry
+from kgen.kernels.gemm.dtypes import DTYPES as GEMM_DTYPES, EPILOGUES, ITEMSIZE, TC_OUTPUTS, epilogue_parts
 from kgen.kernels.gemm.tc import (as_float64, compare_output, epilogue_reference, to_bf16, to_tf32, tolerance,
                                   torch_stream_of_cupy, torch_view)
 from kgen.problem import Problem, Target
@@ -39,26 +41,28 @@ FIELDS = (
     Field("padding", int, "zero padding (both axes)", 0),
     Field("dilation", int, "dilation (both axes)", 1),
     Field("dtype", str, "input dtype", "bfloat16", DTYPES),
-    Field("precision", str, "tf32: float32 on the tensor cores (float32 needs it)", None, ("tf32",)),
+    Field("precision", str, "tf32: float32 on the tensor cores (else float32 is exact, on the CUDA cores)", None,
+          ("tf32",)),
     Field("out_dtype", str, "the output's dtype (float32 allowed for half inputs)", None),
     Field("epilogue", str, "fused tail", "none", EPILOGUES),
 )
 
 
-# the families that run a conv2d request, most preferred first (``route``)
+# the families that run a conv2d request on the tensor cores, most preferred first (``route``)
 ROUTES = ("conv2d_wgmma", "conv2d")
 
 
 @functools.lru_cache(maxsize=1024)
 def route(target: Target, problem: Problem) -> tuple[tuple[Any, Problem], ...]:
     """(spec, problem) of every family that can run the conv2d ``problem`` on ``target``, most
-    preferred first: wgmma with TMA im2col loads where it applies (Hopper, 16-bit, C a multiple
-    of the k-block), mma.sync everywhere. Remembered: a call asks for it each time, and the
+    preferred first: for a tensor-core problem, wgmma with TMA im2col loads where it applies
+    (Hopper, 16-bit, C a multiple of the k-block), mma.sync everywhere; an exact float32 one
+    (``family_for``) only on the CUDA cores. Remembered: a call asks for it each time, and the
     answer depends on nothing else."""
     from kgen.registry import get_spec
 
     found, g = [], geometry(problem)
-    for family in ROUTES:
+    for family in ((EXACT_FLOAT32,) if problem.family == EXACT_FLOAT32 else ROUTES):
         spec = get_spec(family)
         candidate = conv2d_problem(g.n, g.h, g.w, g.c, g.k, g.r, g.s, stride=(g.sh, g.sw), padding=(g.ph, g.pw),
                                    dilation=(g.dh, g.dw), dtype=problem["dtype"], out_dtype=problem["out_dtype"],
@@ -79,12 +83,17 @@ class ConvFamily:
     baseline_name = "cuDNN"
     gemm_family = ""
     fixed: dict[str, Any] = {}
+    tf32_rounding: str | None = None    # how a float32 problem's operands reach the tensor cores (None: exact)
 
     # ---- untuned picks: the GEMM's on the implicit GEMM -----------------------------------------
     def gemm_spec(self):
         from kgen.registry import get_spec
 
         return get_spec(self.gemm_family)
+
+    def implicit_gemm(self, problem: Problem) -> Problem:
+        """The implicit GEMM as a problem of ``gemm_family`` (``problem.gemm_view``)."""
+        return gemm_view(problem, self.gemm_family)
 
     def _as_conv(self, space, config):
         """A config of the implicit GEMM's family as this space's (``fixed`` values set), if valid."""
@@ -97,7 +106,7 @@ class ConvFamily:
         """The GEMM cost model's pick for the implicit GEMM (its prediction knows no gather)."""
         from kgen.kernels.gemm import cost as gemm_cost
 
-        picked = gemm_cost.pick(self.gemm_spec(), gemm_view(problem, self.gemm_family), target)
+        picked = gemm_cost.pick(self.gemm_spec(), self.implicit_gemm(problem), target)
         conv = self._as_conv(self.space(problem, target), picked[0]) if picked is not None else None
         return (conv, picked[1]) if conv is not None else None
 
@@ -110,7 +119,7 @@ class ConvFamily:
         """The cost model's pick, then the GEMM family's own picks, as this family's configs."""
         space, picks = self.space(problem, target), []
         chosen = self.model_choice(problem, target)
-        gemm = self.gemm_spec().model_picks(gemm_view(problem, self.gemm_family), target, count)
+        gemm = self.gemm_spec().model_picks(self.implicit_gemm(problem), target, count)
         for config in ([chosen[0]] if chosen else []) + gemm:
             conv = self._as_conv(space, config)
             if conv is not None and conv not in picks:
@@ -122,9 +131,9 @@ class ConvFamily:
 
     # ---- the front door ----------------------------------------------------------------------
     def request(self, target: Target, **values) -> tuple[Any, Problem]:
-        check_precision(values.get("dtype", "bfloat16"), values.pop("precision", None))
+        family = family_for(values.get("dtype", "bfloat16"), values.pop("precision", None))
         sizes = [values.pop(f) for f in SIZES]
-        return route(target, conv2d_problem(*sizes, **values))[0]
+        return route(target, conv2d_problem(*sizes, **values, family=family))[0]
 
     def vendor_supported(self, problem: Problem) -> bool:
         """No vendor candidate yet: cuDNN is the baseline a tune reports, not a config it stores."""
@@ -164,7 +173,7 @@ class ConvFamily:
 
         dtype = problem["dtype"]
         x, w = operands["x"], operands["w"]
-        if dtype == "float32":
+        if dtype == "float32" and self.tf32_rounding is not None:
             x, w = to_tf32(x, self.tf32_rounding), to_tf32(w, self.tf32_rounding)
         x, w = as_float64(x, dtype), as_float64(w, dtype)
         g = geometry(problem)
@@ -180,6 +189,8 @@ class ConvFamily:
         return {"y": epilogue_reference(problem, y, operands.get("bias"))}
 
     def tolerance(self, problem: Problem) -> float:
+        if problem["dtype"] == "float32" and self.tf32_rounding is None:
+            return GEMM_DTYPES["float32"][5]           # exact float32, as the CUDA-core GEMM's
         return tolerance(problem)
 
     def check(self, problem: Problem, arrays: Mapping[str, Any], expected: Mapping[str, Any]) -> Check:
@@ -187,8 +198,9 @@ class ConvFamily:
                               self.tolerance(problem))
 
     def baseline(self, problem: Problem, operands: Mapping[str, Any]):
-        """cuDNN through PyTorch (``cudnn_baseline``; TF32 for float32, as kgen reads it)."""
-        return cudnn_baseline(problem, operands, lambda w: w.permute(0, 3, 1, 2), tf32=problem["dtype"] == "float32")
+        """cuDNN through PyTorch (``cudnn_baseline``; float32 as tf32 where kgen reads it so)."""
+        return cudnn_baseline(problem, operands, lambda w: w.permute(0, 3, 1, 2),
+                              tf32=problem["dtype"] == "float32" and self.tf32_rounding is not None)
 
     def flops(self, problem: Problem) -> float:
         m, n, k = geometry(problem).gemm

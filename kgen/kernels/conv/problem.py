@@ -24,7 +24,8 @@ from kgen.kernels.gemm.problem import tc_problem
 from kgen.problem import Problem
 
 FAMILY = "conv2d"
-DTYPES = ("bfloat16", "float16", "float32")      # float32 runs as tf32 (opt-in: precision="tf32")
+EXACT_FLOAT32 = "conv2d_simt"                    # float32 computed in float32, on the CUDA cores
+DTYPES = ("bfloat16", "float16", "float32")      # float32 exact, or as tf32 by opt-in (precision="tf32")
 SIZES = ("n", "h", "w", "c", "k", "r", "s")
 PAIRS = ("sh", "sw", "ph", "pw", "dh", "dw")
 MAX_ELEMENTS = 2**31 - 1                        # image, weight and output element offsets are 32-bit
@@ -84,13 +85,23 @@ def pair(value, name: str, minimum: int) -> tuple[int, int]:
 
 
 def check_precision(dtype: str, precision: str | None) -> None:
-    """float32 runs on the tensor cores as tf32 only when asked (no CUDA-core conv2d yet)."""
-    if dtype == "float32" and precision != "tf32":
-        raise DtypeError("conv2d runs float32 on the tensor cores as tf32 (10-bit mantissa), only when asked",
-                         remedy="pass precision='tf32', or cast x and w to bfloat16")
+    """``precision`` applies to float32 inputs only, and is "tf32" or None."""
     if precision not in (None, "tf32") or (precision == "tf32" and dtype != "float32"):
         raise InputError(f"precision={precision!r} does not apply to {dtype} inputs",
                          remedy="leave precision out (it is 'tf32' for float32 inputs only)")
+
+
+def family_for(dtype: str, precision: str | None) -> str:
+    """The family a conv2d request of these inputs is a problem of: float32 is computed exactly
+    on the CUDA cores (``conv2d_simt``) unless ``precision="tf32"`` lets the tensor cores read
+    it as tf32; 16-bit inputs run on the tensor cores (``conv2d``, which ``route`` may hand to
+    another tensor-core family).
+
+    >>> family_for("float32", None), family_for("float32", "tf32"), family_for("bfloat16", None)
+    ('conv2d_simt', 'conv2d', 'conv2d')
+    """
+    check_precision(dtype, precision)
+    return EXACT_FLOAT32 if dtype == "float32" and precision is None else FAMILY
 
 
 def conv2d_problem(n: int, h: int, w: int, c: int, k: int, r: int, s: int, *, stride=1, padding=0,
