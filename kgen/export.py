@@ -120,6 +120,9 @@ def launch_recipe(spec, problem: Problem, config) -> dict:
     arrays and it says no recipe (the family needs its own runtime)."""
     geo = spec.launch(problem, config)
     launch = {"grid": list(geo.grid), "block": list(geo.block), "shared_mem": geo.shared_mem}
+    cleared = spec.cleared_outputs(problem, config)
+    if cleared:
+        launch["zero"] = cleared          # bytes of each named operand zeroed before the launch
     recipe = spec.arg_recipe(problem, config)
     if recipe is not None:
         return {**launch, "args": recipe}

@@ -189,8 +189,24 @@ class KernelSpec:
     def args(self, problem: Problem, config: Config, arrays: Mapping[str, Any]) -> Sequence[Any]:
         raise NotImplementedError
 
+    def cleared_outputs(self, problem: Problem, config: Config) -> dict[str, int]:
+        """The outputs a launch adds into (e.g. split-K's partial sums, added atomically), by
+        name, with the bytes zeroed on the launch's stream before it; an exported runtime
+        zeroes them too."""
+        return {}
+
     def run(self, kernel, problem: Problem, config: Config, arrays: Mapping[str, Any]) -> None:
-        """Launch once on the current stream; families needing more steps override this."""
+        """Launch once on the current stream (its ``cleared_outputs`` zeroed first); families
+        needing more steps override this."""
+        cleared = self.cleared_outputs(problem, config)
+        if cleared:
+            import cupy
+
+            from kgen.arrays import device_pointer
+
+            stream = cupy.cuda.get_current_stream().ptr
+            for name, nbytes in cleared.items():
+                cupy.cuda.runtime.memsetAsync(device_pointer(arrays[name], name), 0, nbytes, stream)
         geo = self.launch(problem, config)
         kernel.launch(geo.grid, geo.block, self.args(problem, config, arrays), geo.shared_mem)
 

@@ -160,3 +160,17 @@ def test_the_untuned_picks_keep_to_registers(shape, target):
         config = SPEC.default_config(problem, target)
         sass = sass_or_skip(compile_source(render(SPEC, problem, config, target)).binary.cubin)
         assert not re.search(r"\b(LDL|STL)\b", sass), f"{config.name} spills to local memory"
+
+
+def test_export_replays_the_launch_and_zeroes_what_split_k_adds_into(target):
+    from kgen.export import launch_recipe
+
+    problem = problem_of(SHAPES[0])
+    space = SPEC.space(problem, target)
+    split = next(c for c in space.sample(200, seed=2) if c["SK"] > 1)
+    whole = next(c for c in space.sample(200, seed=2) if c["SK"] == 1)
+    m, _, _ = geometry(problem).gemm
+    recipe = launch_recipe(SPEC, problem, split)
+    assert [a.get("pointer") for a in recipe["args"][:3]] == ["x", "w", "y"]
+    assert recipe["zero"] == {"y": 4 * m * problem["k"]} and recipe["grid"][1] == split["SK"]
+    assert "zero" not in launch_recipe(SPEC, problem, whole)

@@ -89,3 +89,38 @@ def test_torch_autograd_in_float32_is_exact():
     assert y.dtype == torch.float32 and y.is_contiguous(memory_format=cl)
     assert rel(y, yd) < 1e-5
     assert rel(x.grad, xd.grad) < 1e-5 and rel(w.grad, wd.grad) < 1e-5 and rel(bias.grad, bd.grad) < 1e-5
+
+
+def test_the_exported_package_replays_the_shipped_records(tmp_path):
+    """``kgen export conv2d_simt`` of this device's shipped records: each exported kernel, run by
+    the package (split-K ones zero y first), matches the float64 convolution."""
+    import importlib
+    import json
+    import sys
+    from pathlib import Path
+
+    import cupy
+
+    from kgen.export import export_package
+    from kgen.problem import Problem
+
+    shipped = Path(__file__).resolve().parents[1] / "tuning_db" / f"{target().slug}_conv2d_simt.jsonl"
+    if not shipped.exists():
+        pytest.skip(f"no shipped conv2d_simt records for {target().name}")
+    records = [json.loads(line) for line in shipped.read_text().splitlines()]
+    small = sorted({r["problem_key"] for r in records}, key=lambda k: Problem.from_key(k)["n"])[:4]
+    (tmp_path / "problems.txt").write_text("".join(k + "\n" for k in small))
+    export_package("conv2d_simt", tmp_path / "out", name="simt_pkg", problems=tmp_path / "problems.txt")
+    sys.path.insert(0, str(tmp_path / "out"))
+    try:
+        package = importlib.import_module("simt_pkg")
+        for key in package.problems():
+            problem = Problem.from_key(key)
+            operands = SPEC.inputs(problem, seed=1)
+            want = SPEC.reference(problem, operands)["y"]
+            package.run(key, **{name: a for name, a in operands.items() if a is not None})
+            got = operands["y"].astype(cupy.float64)
+            err = float(cupy.abs(got - want).max() / cupy.abs(want).max())
+            assert err < 1e-5, (key, package.TABLE["problems"][key]["config"], err)
+    finally:
+        sys.path.remove(str(tmp_path / "out"))

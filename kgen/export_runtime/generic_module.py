@@ -81,7 +81,21 @@ def run(problem, stream=None, **arrays):
         raise ExportedError(f"{exc}; this family takes {sorted(_operand_names())}") from None
     fn = _loader.kernel(_HERE, TABLE["arch"], entry["config"], launch["shared_mem"])
     if stream is None:
-        fn(tuple(launch["grid"]), tuple(launch["block"]), args, shared_mem=launch["shared_mem"])
+        _launch(fn, launch, args, operands)
     else:
         with stream:
-            fn(tuple(launch["grid"]), tuple(launch["block"]), args, shared_mem=launch["shared_mem"])
+            _launch(fn, launch, args, operands)
+
+
+def _launch(fn, launch, args, operands):
+    """The kernel on CuPy's current stream, the outputs it adds into (``zero``: name -> bytes)
+    zeroed first on that stream."""
+    if launch.get("zero"):
+        import cupy
+
+        stream = cupy.cuda.get_current_stream().ptr
+        for name, nbytes in launch["zero"].items():
+            if name not in operands:
+                raise ExportedError(f"operand {name!r} was not passed; this family takes {sorted(_operand_names())}")
+            cupy.cuda.runtime.memsetAsync(operands[name][0], 0, nbytes, stream)
+    fn(tuple(launch["grid"]), tuple(launch["block"]), args, shared_mem=launch["shared_mem"])

@@ -108,17 +108,6 @@ class Conv2dSimt(ConvFamily, KernelSpec):
                 np.int32(m), np.int32(n), np.int32(k), np.int64(problem["c"]), np.int64(k), np.int64(n),
                 np.float32(1.0), np.float32(0.0)]
 
-    def run(self, kernel, problem: Problem, config: Config, operands: Mapping[str, Any]) -> None:
-        """Split-K adds its parts atomically into y: y is zeroed first, on the same stream."""
-        if config["SK"] > 1:
-            _zero(operands["y"], 4 * geometry(problem).gemm[0] * problem["k"])
-        super().run(kernel, problem, config, operands)
-
-
-def _zero(array, nbytes: int) -> None:
-    """``nbytes`` of zeros at the array's (or device pointer's) address, on CuPy's current stream."""
-    import cupy
-
-    from kgen.arrays import device_pointer
-
-    cupy.cuda.runtime.memsetAsync(device_pointer(array, "y"), 0, nbytes, cupy.cuda.get_current_stream().ptr)
+    def cleared_outputs(self, problem: Problem, config: Config) -> dict[str, int]:
+        """Split-K adds its parts atomically into y: y is zeroed first."""
+        return {"y": 4 * geometry(problem).gemm[0] * problem["k"]} if config["SK"] > 1 else {}
