@@ -77,18 +77,24 @@ def _pick_device(db, family: str, digest: str, device: str | None) -> str:
     return devices[0]
 
 
-def _write_kernel(spec, problem, config, target, kernels: Path, written: set, cc) -> None:
-    """Source, cubin and PTX of one config, once."""
-    if config.name in written:
-        return
+def _write_kernel(spec, problem, config, target, kernels: Path, written: dict, cc) -> str:
+    """Source, cubin and PTX of one config on one problem, once per source; returns the files'
+    stem. A family that compiles problem values into its kernels (a convolution's image sizes)
+    renders one config name to several sources: each after the first gets a stem of its own
+    (the name and the source's digest); the entry function keeps the config's name."""
     source = render(spec, problem, config, target)
+    stem = written.get(source.digest)
+    if stem is not None:
+        return stem
+    stem = config.name if config.name not in written.values() else f"{config.name}-{source.digest[:12]}"
     result = compile_source(source)
     if result.failure is not None:
         raise CompileError(f"{config.name} did not compile: {result.failure.detail[:500]}")
-    (kernels / f"{config.name}.cubin").write_bytes(result.binary.cubin)
-    (kernels / f"{config.name}.ptx").write_text(compile_ptx(source, source.arch.replace("sm_", "compute_")))
-    (kernels / f"{config.name}.cu").write_text(source.code)
-    written.add(config.name)
+    (kernels / f"{stem}.cubin").write_bytes(result.binary.cubin)
+    (kernels / f"{stem}.ptx").write_text(compile_ptx(source, source.arch.replace("sm_", "compute_")))
+    (kernels / f"{stem}.cu").write_text(source.code)
+    written[source.digest] = stem
+    return stem
 
 
 class _Operand:
@@ -190,7 +196,7 @@ def export_package(family: str, out_dir: str | Path, name: str = "kgen_kernels",
     kernels.mkdir(parents=True)
     table = {"family": family, "device": device, "arch": arch, "kgen_version": kgen_version(),
              "template_digest": digest, "problems": {}}
-    written: set[str] = set()
+    written: dict[str, str] = {}          # source digest -> the files' stem
     skipped: list[str] = []
     for best in sorted(bests, key=lambda r: r.measurement.problem_key):
         m = best.measurement
@@ -202,8 +208,8 @@ def export_package(family: str, out_dir: str | Path, name: str = "kgen_kernels",
             skipped.append(m.problem_key)
             continue
         recipe = launch_recipe(spec, problem, config) if spec.export_replays else {}
-        _write_kernel(spec, problem, config, target, kernels, written, cc)
-        table["problems"][m.problem_key] = {"config": config.name, "values": config.as_dict(),
+        stem = _write_kernel(spec, problem, config, target, kernels, written, cc)
+        table["problems"][m.problem_key] = {"config": config.name, "kernel": stem, "values": config.as_dict(),
                                             "problem": problem.as_dict(), "time_ms": m.time_ms,
                                             **({"launch": {k: v for k, v in recipe.items() if k != "args"},
                                                 "args": recipe["args"]} if recipe else {})}

@@ -107,9 +107,15 @@ def test_the_exported_package_replays_the_shipped_records(tmp_path):
     shipped = Path(__file__).resolve().parents[1] / "tuning_db" / f"{target().slug}_conv2d_simt.jsonl"
     if not shipped.exists():
         pytest.skip(f"no shipped conv2d_simt records for {target().name}")
-    records = [json.loads(line) for line in shipped.read_text().splitlines()]
-    small = sorted({r["problem_key"] for r in records}, key=lambda k: Problem.from_key(k)["n"])[:4]
-    (tmp_path / "problems.txt").write_text("".join(k + "\n" for k in small))
+    best = {}
+    for r in map(json.loads, shipped.read_text().splitlines()):
+        if r["time_ms"] is not None and (r["problem_key"] not in best or r["time_ms"] < best[r["problem_key"]][0]):
+            best[r["problem_key"]] = (r["time_ms"], r["config_name"])
+    names = [name for _, name in best.values()]
+    shared = max(set(names), key=names.count)               # one config name, two problems: two kernels
+    keys = sorted(k for k, (_, name) in best.items() if name == shared)[:2]
+    keys += sorted(k for k in best if k not in keys)[:2]
+    (tmp_path / "problems.txt").write_text("".join(k + "\n" for k in keys))
     export_package("conv2d_simt", tmp_path / "out", name="simt_pkg", problems=tmp_path / "problems.txt")
     sys.path.insert(0, str(tmp_path / "out"))
     try:

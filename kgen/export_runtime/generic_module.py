@@ -79,7 +79,8 @@ def run(problem, stream=None, **arrays):
         args = _replay.arguments(entry["args"], operands, scalars)
     except _replay.RecipeError as exc:
         raise ExportedError(f"{exc}; this family takes {sorted(_operand_names())}") from None
-    fn = _loader.kernel(_HERE, TABLE["arch"], entry["config"], launch["shared_mem"])
+    fn = _loader.kernel(_HERE, TABLE["arch"], entry.get("kernel", entry["config"]), launch["shared_mem"],
+                         entry["config"])
     if stream is None:
         _launch(fn, launch, args, operands)
     else:

@@ -7,9 +7,10 @@ import os
 _FUNCTIONS = {}
 
 
-def kernel(folder, arch, name, shared_mem=0):
-    """The CuPy function ``name`` of ``folder``/kernels, on the current device, allowed
-    ``shared_mem`` bytes of dynamic shared memory."""
+def kernel(folder, arch, name, shared_mem=0, entry=None):
+    """The CuPy function ``entry`` (default ``name``) of the kernel files ``name`` in
+    ``folder``/kernels, on the current device, allowed ``shared_mem`` bytes of dynamic shared
+    memory."""
     import cupy
 
     device = cupy.cuda.Device()
@@ -17,7 +18,7 @@ def kernel(folder, arch, name, shared_mem=0):
     loaded = _FUNCTIONS.get(key)
     if loaded is None:
         kind = "cubin" if "sm_" + device.compute_capability == arch else "ptx"
-        fn = cupy.RawModule(path=os.path.join(folder, "kernels", f"{name}.{kind}")).get_function(name)
+        fn = cupy.RawModule(path=os.path.join(folder, "kernels", f"{name}.{kind}")).get_function(entry or name)
         # [function, dynamic shared bytes allowed]: 48 KiB less its static shared memory until opted in
         loaded = _FUNCTIONS[key] = [fn, 48 * 1024 - int(fn.shared_size_bytes)]
     fn = loaded[0]

@@ -144,7 +144,8 @@ def _make_plan(a, b, c, bias, activation, out_dtype, precision, dtype):
         if ibias[1] != (n,) or ibias[3] != fields["out_dtype"] or (n > 1 and ibias[2][0] != 1):
             raise ExportedError(f"bias must be a contiguous ({n},) {fields['out_dtype']} array")
     launch = entry["launch"]
-    kernel = _loader.kernel(_HERE, TABLE["arch"], entry["config"], launch["shared_mem"])
+    kernel = _loader.kernel(_HERE, TABLE["arch"], entry.get("kernel", entry["config"]), launch["shared_mem"],
+                         entry["config"])
     recipe = entry["args"]
     return {"m": m, "n": n, "out_dtype": fields["out_dtype"], "kind": ia[5], "lds": (lda, ldb, ldc),
             "device": ia[4], "recipe": recipe, "config": entry["config"], "cached": {},
