@@ -35,7 +35,8 @@ Writes scripts/results/<device>/bench_shapes.json (or --out): {"device", "commit
 "seed", "seed2", "rows", "summary", ...}; one row per (shape, dtype, mode, seed): m, n, k,
 layout, dtype, precision, mode, kgen_ms, baselines {"cublas": ms}, ratio (cuBLAS ms / kgen
 ms: above 1, kgen is faster), choice (config name, or "cublas"), how, staged (the operands
-copied into padded rows first: "a", "b", "ab" or ""), seed, relerr, ok,
+copied into padded rows first: "a", "b", "ab" or ""), chosen_ms (the time the choice carries:
+its record's, or the race's; beside kgen_ms it shows where a tune measured otherwise), seed, relerr, ok,
 tuned_subset (the shape is one of the tuned ones), and error where something raised. The file
 is rewritten after each dtype, so a run cut short keeps what it measured ("complete": false).
 
@@ -234,7 +235,17 @@ def new_row(shape: dict, mode: str, seed: int, tuned_subset: bool) -> dict:
     return {"m": shape["m"], "n": shape["n"], "k": shape["k"], "layout": shape["layout"],
             "dtype": shape["dtype"], "precision": shape["precision"], "mode": mode, "kgen_ms": None,
             "baselines": {"cublas": None}, "ratio": None, "choice": None, "how": None, "staged": "", "seed": seed,
-            "relerr": None, "ok": False, "tuned_subset": tuned_subset}
+            "relerr": None, "ok": False, "tuned_subset": tuned_subset, "chosen_ms": None}
+
+
+def chosen_ms(family: str, config: str) -> float | None:
+    """The time dispatch's choice of ``config`` carries (a record's measured time, or the race's),
+    for comparison with the benchmark's own; None where it carries none (a model's pick)."""
+    from kgen.dispatch import default_dispatcher
+
+    times = [c.time_ms for _, c in default_dispatcher().loaded(family)
+             if c.config is not None and c.config.name == config and c.time_ms is not None]
+    return times[-1] if times else None
 
 
 def progress_line(row: dict) -> str:
@@ -276,6 +287,7 @@ def bench_shape(shape: dict, modes, gpu, seed: int, operand_seed: int, tuned_sub
                 kgen.refresh()
                 choice = kgen.gemm_choice(case.a, case.b, case.c, **case.kwargs)
                 row["choice"], row["how"] = choice.config, choice.how
+                row["chosen_ms"] = chosen_ms(choice.family, choice.config)
                 row["staged"] = choice.staged
 
                 def run(case=case):

@@ -200,7 +200,7 @@ def fake_kgen(monkeypatch):
 
 SHAPE = {"m": 7, "n": 64, "k": 64, "layout": "TN", "dtype": "bfloat16", "precision": None}
 ROW_FIELDS = {"m", "n", "k", "layout", "dtype", "precision", "mode", "kgen_ms", "baselines", "ratio", "choice",
-              "how", "staged", "seed", "relerr", "ok", "tuned_subset"}
+              "how", "staged", "seed", "relerr", "ok", "tuned_subset", "chosen_ms"}
 
 
 def test_each_mode_refreshes_checks_then_times_cublas_and_kgen(fake_kgen):
@@ -210,6 +210,7 @@ def test_each_mode_refreshes_checks_then_times_cublas_and_kgen(fake_kgen):
     assert [set(r) for r in rows] == [ROW_FIELDS, ROW_FIELDS]
     assert [(r["mode"], r["choice"], r["how"]) for r in rows] == [("untuned", "gemm_wgmma_x", "model"),
                                                                    ("untuned+vendor", "cublas", "vendor")]
+    assert [r["chosen_ms"] for r in rows] == [None, None]           # no kernel loaded: no time to carry
     assert all(r["ok"] and r["kgen_ms"] == 1.0 and r["baselines"] == {"cublas": 2.0} and r["ratio"] == 2.0
                and r["relerr"] == 1e-3 and r["seed"] == 3 for r in rows)
     assert fake_kgen == [("refresh",), ("choice", "0", "bfloat16"), ("gemm", "0"), ("gemm", "0"), ("gemm", "0"),
