@@ -83,9 +83,9 @@ class Conv2dSimt(ConvFamily, KernelSpec):
     def _as_conv(self, space, config):
         """A GEMM pick as this space's config; one that splits K where a tail is fused, unsplit."""
         conv = super()._as_conv(space, config)
-        if conv is None and config is not None and config.as_dict().get("SK", 1) > 1:
-            conv = super()._as_conv(space, space.make(dict(config.as_dict(), SK=1))
-                                    if space.is_valid(dict(config.as_dict(), SK=1)) else None)
+        if conv is None and config is not None:
+            unsplit = dict(config.as_dict(), SK=1)
+            conv = space.make(unsplit) if space.is_valid(unsplit) else None
         return conv
 
     # ---- render and launch ---------------------------------------------------------------------
