@@ -17,6 +17,7 @@ zeroed y). Its untuned picks are the GEMM cost model's for that GEMM.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Mapping
 
 import numpy as np
@@ -33,20 +34,14 @@ from kgen.spec import KernelSpec, Launch
 _SIMT = GemmSimt()
 
 
-def _threads(v) -> int:
-    return (v["BM"] // v["TM"]) * (v["BN"] // v["TN"])
+def _one_column(threads, v) -> bool:
+    return threads(v) % (v["BK"] // v["VA"]) == 0
 
 
-def _one_column(v) -> bool:
-    return _threads(v) % (v["BK"] // v["VA"]) == 0
-
-
-def _gather_fits(v) -> bool:
-    """gemm's register estimate (float32: a word a value) with the gather's state of each A row
-    a thread loads (its window corner's offset, two words, its row and column) within 255."""
-    threads = _threads(v)
-    la, lb = v["BM"] * v["BK"] // (v["VA"] * threads), v["BN"] * v["BK"] // (v["VB"] * threads)
-    return (v["TM"] * v["TN"] + v["TM"] + v["TN"]) + la * v["VA"] + lb * v["VB"] + 28 + 4 * la <= 255
+def _gather_fits(registers, rows, v) -> bool:
+    """gemm's register estimate with the gather's state of each A row a thread loads (its window
+    corner's offset, two words, its row and column) within 255."""
+    return registers(v) + 4 * rows(v) <= 255
 
 
 class Conv2dSimt(ConvFamily, KernelSpec):
@@ -71,9 +66,11 @@ class Conv2dSimt(ConvFamily, KernelSpec):
         only without a fused tail."""
         gemm = _SIMT.space(self.implicit_gemm(problem), target)
         constraints = [*gemm.constraints,
-                       Constraint("a thread's A vectors in one k column", _one_column, ("BM", "BN", "BK", "TM", "TN",
-                                                                                     "VA")),
-                       Constraint("the gather's row state fits the registers", _gather_fits,
+                       Constraint("a thread's A vectors in one k column",
+                                  functools.partial(_one_column, gemm.derived["THREADS"]),
+                                  ("BM", "BN", "BK", "TM", "TN", "VA")),
+                       Constraint("the gather's row state fits the registers",
+                                  functools.partial(_gather_fits, gemm.derived["REGS_EST"], gemm.derived["LA"]),
                                   ("BM", "BN", "BK", "TM", "TN", "VA", "VB"))]
         if problem["epilogue"] != "none":
             constraints.append(Constraint("split-K only without a fused bias or activation",
