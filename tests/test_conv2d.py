@@ -277,6 +277,21 @@ def test_call_checks_before_any_launch(kw, error):
         _call(**kw)
 
 
+def test_operands_misaligned_for_the_vectors_are_refused():
+    x = FakeArray((2, 8, 8, 16), "float16", ptr=BASE + 2)          # 16 channels: 16-byte loads
+    with pytest.raises(LayoutError) as info:
+        _call(x)
+    assert "16 bytes" in str(info.value) and "copy" in info.value.remedy
+    with pytest.raises(LayoutError):
+        _call(w=FakeArray((32, 3, 3, 16), "float16", ptr=BASE + (1 << 20) + 8))
+    from kgen.kernels.conv.problem import vector_bytes
+
+    odd = conv2d_problem(2, 8, 8, 3, 32, 3, 3, dtype="float16")   # 3 channels: 2-byte loads, any address
+    assert vector_bytes(odd) == {"x": 2, "w": 2}
+    assert vector_bytes(conv2d_problem(2, 8, 8, 20, 32, 3, 3, dtype="float32", family="conv2d_simt")) == \
+        {"x": 16, "w": 16}
+
+
 def test_an_out_overlapping_an_input_is_refused():
     x = FakeArray((2, 8, 8, 16), "float16")
     with pytest.raises(InputError) as info:

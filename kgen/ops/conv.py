@@ -21,7 +21,7 @@ from typing import Any
 
 from kgen.errors import DtypeError, InputError, LayoutError, ShapeError
 from kgen.kernels.conv.depthwise import FAMILY as DEPTHWISE, depthwise_problem
-from kgen.kernels.conv.problem import DTYPES, conv2d_problem, family_for, geometry
+from kgen.kernels.conv.problem import DTYPES, conv2d_problem, family_for, geometry, vector_bytes
 from kgen.kernels.gemm.dtypes import checked_output, epilogue_name
 from kgen.ops.caller import (caller_array, check_no_overlap, custom_op, output_array, result_array, returned,
                              same_device, torch_graph_call)
@@ -124,6 +124,13 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, activation: str | N
     else:
         problem = conv2d_problem(n, h, wd, c, k, r, s, stride=stride, padding=padding, dilation=dilation,
                                  dtype=a.dtype, out_dtype=out_dtype, epilogue=epilogue, family=family)
+    if groups == 1:
+        widest = vector_bytes(problem)
+        for name, array in (("x", a), ("w", b)):
+            if array.ptr % widest[name]:
+                raise LayoutError(f"conv2d: {name} starts at an address not a multiple of {widest[name]} bytes, "
+                                  f"which its {c}-channel rows allow the kernels to load at once",
+                                  remedy=f"pass a copy of {name} (a fresh array is aligned)")
     p, q = geometry(problem).output
     result_shape = (n, p, q, k)
     out_view = _channels_last(out, "out") if torch_caller and out is not None else out

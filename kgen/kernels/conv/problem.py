@@ -160,6 +160,18 @@ def alignment(elements: int, itemsize: int) -> int:
     return v
 
 
+def vector_bytes(problem: Problem) -> dict[str, int]:
+    """The widest loads (bytes) the conv families may make of x and w: a run of channels of one
+    pixel (C's alignment) and of a weight row (R*S*C's), as ``gemm_view`` (and conv2d_simt's
+    view) allow their vectors; each array's address must be a multiple.
+
+    >>> vector_bytes(conv2d_problem(1, 8, 8, 12, 16, 3, 3, dtype="bfloat16"))
+    {'x': 8, 'w': 8}
+    """
+    g, size = geometry(problem), ITEMSIZE[problem["dtype"]]
+    return {"x": size * alignment(g.c, size), "w": size * alignment(g.r * g.s * g.c, size)}
+
+
 @functools.lru_cache(maxsize=1024)
 def gemm_view(problem: Problem, family: str = "gemm_mma") -> Problem:
     """The implicit GEMM as a problem of the GEMM ``family`` (layout NT: A's rows are output
