@@ -43,12 +43,15 @@ def target():
     return Target.h200()
 
 
-def test_an_exact_float32_request_reaches_only_the_cuda_core_family(target):
+def test_an_exact_float32_request_reaches_only_the_cuda_core_families(target):
     assert isinstance(get_spec("conv2d_simt"), Conv2dSimt)
     spec, problem = get_spec("conv2d").request(target, n=2, h=14, w=14, c=64, k=64, r=3, s=3, padding=1,
                                                dtype="float32")
     assert spec.family == problem.family == "conv2d_simt"
-    assert [s.family for s, _ in route(target, problem)] == ["conv2d_simt"]
+    assert [s.family for s, _ in route(target, problem)] == ["conv2d_simt", "conv2d_winograd"]
+    _, strided = get_spec("conv2d").request(target, n=2, h=14, w=14, c=64, k=64, r=3, s=3, stride=2, padding=1,
+                                            dtype="float32")
+    assert [s.family for s, _ in route(target, strided)] == ["conv2d_simt"]
     spec, problem = get_spec("conv2d").request(target, n=2, h=14, w=14, c=64, k=64, r=3, s=3, padding=1,
                                                dtype="float32", precision="tf32")
     assert spec.family != "conv2d_simt" and "conv2d_simt" not in [s.family for s, _ in route(target, problem)]

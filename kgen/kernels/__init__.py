@@ -21,6 +21,7 @@ BUILTIN_FAMILIES = {
     "conv2d": "kgen.kernels.conv.conv2d:Conv2d",
     "conv2d_wgmma": "kgen.kernels.conv.conv2d_wgmma:Conv2dWgmma",
     "conv2d_simt": "kgen.kernels.conv.conv2d_simt:Conv2dSimt",
+    "conv2d_winograd": "kgen.kernels.conv.conv2d_winograd:Conv2dWinograd",
     "conv2d_depthwise": "kgen.kernels.conv.depthwise:DepthwiseConv2d",
     "dist_gemm": "kgen.dist.tuning:DistGemm",
 }

@@ -50,6 +50,8 @@ FIELDS = (
 
 # the families that run a conv2d request on the tensor cores, most preferred first (``route``)
 ROUTES = ("conv2d_wgmma", "conv2d")
+# the families that run an exact float32 one: the implicit GEMM, and Winograd where its window allows
+EXACT_ROUTES = (EXACT_FLOAT32, "conv2d_winograd")
 
 
 @functools.lru_cache(maxsize=1024)
@@ -57,12 +59,13 @@ def route(target: Target, problem: Problem) -> tuple[tuple[Any, Problem], ...]:
     """(spec, problem) of every family that can run the conv2d ``problem`` on ``target``, most
     preferred first: for a tensor-core problem, wgmma with TMA im2col loads where it applies
     (Hopper, 16-bit, C a multiple of the k-block), mma.sync everywhere; an exact float32 one
-    (``family_for``) only on the CUDA cores. Remembered: a call asks for it each time, and the
-    answer depends on nothing else."""
+    (``family_for``) only on the CUDA cores: the implicit GEMM, and Winograd's F(2x2, 3x3) for
+    a 3x3 window at stride 1. Remembered: a call asks for it each time, and the answer depends
+    on nothing else."""
     from kgen.registry import get_spec
 
     found, g = [], geometry(problem)
-    for family in ((EXACT_FLOAT32,) if problem.family == EXACT_FLOAT32 else ROUTES):
+    for family in (EXACT_ROUTES if problem.family == EXACT_FLOAT32 else ROUTES):
         spec = get_spec(family)
         candidate = conv2d_problem(g.n, g.h, g.w, g.c, g.k, g.r, g.s, stride=(g.sh, g.sw), padding=(g.ph, g.pw),
                                    dilation=(g.dh, g.dw), dtype=problem["dtype"], out_dtype=problem["out_dtype"],
@@ -134,6 +137,13 @@ class ConvFamily:
         family = family_for(values.get("dtype", "bfloat16"), values.pop("precision", None))
         sizes = [values.pop(f) for f in SIZES]
         return route(target, conv2d_problem(*sizes, **values, family=family))[0]
+
+    def rivals(self, target: Target, **values) -> list[tuple[Any, Problem]]:
+        """The request's other families (``route`` after its first): a tune of the request
+        measures their first configs too, so that dispatch compares measured times."""
+        family = family_for(values.get("dtype", "bfloat16"), values.pop("precision", None))
+        sizes = [values.pop(f) for f in SIZES]
+        return list(route(target, conv2d_problem(*sizes, **values, family=family))[1:])
 
     def vendor_supported(self, problem: Problem) -> bool:
         """No vendor candidate yet: cuDNN is the baseline a tune reports, not a config it stores."""

@@ -1,0 +1,153 @@
+"""conv2d forward of 3x3 windows at stride 1 in exact float32 by Winograd's F(2x2, 3x3), on the
+CUDA cores: 16 multiplications per 2x2 outputs, channel and filter where the implicit GEMM
+(``conv2d_simt``) takes 36.
+
+``y = act(conv2d(x, w) + bias)``, x NHWC, w KRSC, y NPQK, float32 in, out and throughout (the
+transforms add, subtract and halve; no tf32). One fused kernel
+(``templates/conv/conv2d_winograd.cu.j2``) transforms each step's input patches and filters in
+shared memory, runs the 16 element-wise products as one GEMM over the channels, and
+transforms its sums back into outputs; no workspace. The family takes the exact float32 problems
+``conv2d_simt`` takes whose window is 3x3 at stride 1 and dilation 1 (any padding); ``route``
+offers both, and a first call's race or a tune's measurements decide.
+
+Space: BM output tiles (2x2 each) by BN output channels a block, BC channels a step; a thread
+owns XG of the 16 products and a TM x TN (tile, channel) tile of each. Its floor is the GEMM's:
+16 x T x K x C multiply-adds (T = N * ceil(P/2) * ceil(Q/2) tiles), 2.25x fewer than the direct
+convolution's at even P and Q.
+
+>>> from kgen.kernels.conv.problem import conv2d_problem
+>>> spec, target = Conv2dWinograd(), Target.h200()
+>>> p = conv2d_problem(8, 28, 28, 64, 64, 3, 3, padding=1, dtype="float32", family="conv2d_winograd")
+>>> spec.supports(p, target), spec.default_config(p, target).name
+(True, 'conv2d_winograd_m32_n64_c8_x4_t4x8')
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from kgen.kernels.conv.family import ConvFamily
+from kgen.kernels.conv.problem import alignment, geometry
+from kgen.kernels.gemm.dtypes import epilogue_parts
+from kgen.problem import Problem, Target
+from kgen.space import Config, Constraint, Param, Space
+from kgen.spec import KernelSpec, Launch
+
+FAMILY = "conv2d_winograd"
+MAX_SUMS = 128              # a thread's XG * TM * TN sums (registers; the transforms need ~40 more)
+
+
+def tiles(problem: Problem) -> int:
+    """The GEMM's rows: 2x2 output tiles over every image."""
+    g = geometry(problem)
+    p, q = g.output
+    return g.n * -(-p // 2) * -(-q // 2)
+
+
+def _pow2_at_least(x: int) -> int:
+    return 1 << max(0, x - 1).bit_length()
+
+
+def threads(v: Mapping[str, int]) -> int:
+    return (16 // v["XG"]) * (v["BM"] // v["TM"]) * (v["BN"] // v["TN"])
+
+
+def smem_floats(v: Mapping[str, int]) -> int:
+    """The main loop's shared memory (floats): two raw buffers, then V and U."""
+    return 2 * (v["BM"] * 16 * v["BC"] + v["BN"] * 9 * v["BC"]) + 16 * v["BC"] * (v["BM"] + v["BN"])
+
+
+def epilogue_width(v: Mapping[str, int]) -> int:
+    """Output channels a pass of the epilogue: the widest slab of BN whose 16 sums per
+    (tile, channel) fit the main loop's shared memory (0: not even one thread column's)."""
+    width = v["BN"]
+    while width >= v["TN"]:
+        if 16 * v["BM"] * width <= smem_floats(v):
+            return width
+        width //= 2
+    return 0
+
+
+class Conv2dWinograd(ConvFamily, KernelSpec):
+    family = FAMILY
+    template = "conv/conv2d_winograd.cu.j2"
+
+    def supports(self, problem: Problem, target: Target) -> bool:
+        """Exact float32 (no precision), 3x3 at stride 1, dilation 1, on sm_80 and later (cp.async)."""
+        g = geometry(problem)
+        return (problem["dtype"] == "float32" and (g.r, g.s, g.sh, g.sw, g.dh, g.dw) == (3, 3, 1, 1, 1, 1)
+                and target.cc >= (8, 0))
+
+    # ---- what the tuner searches ---------------------------------------------------------------
+    def space(self, problem: Problem, target: Target) -> Space:
+        g = geometry(problem)
+        rows, cols, chans = tiles(problem), g.k, g.c
+        params = [
+            Param("BM", (8, 16, 32, 64), default=32),
+            Param("BN", (16, 32, 64, 128), default=64),
+            Param("BC", (4, 8, 16), default=8),
+            Param("XG", (1, 2, 4, 8, 16), default=4),
+            Param("TM", (1, 2, 4, 8), default=4),
+            Param("TN", (2, 4, 8), default=8),
+        ]
+        smem_limit = target.smem_per_block_optin
+        constraints = [
+            Constraint("whole thread rows and columns", lambda v: v["TM"] <= v["BM"] and v["TN"] <= v["BN"],
+                       ("BM", "BN", "TM", "TN")),
+            Constraint("64 to 512 threads", lambda v: 64 <= threads(v) <= 512, ("BM", "BN", "XG", "TM", "TN")),
+            Constraint("a thread's sums fit the registers", lambda v: v["XG"] * v["TM"] * v["TN"] <= MAX_SUMS,
+                       ("XG", "TM", "TN")),
+            Constraint("tiles a block within the problem's", lambda v: v["BM"] <= max(8, _pow2_at_least(rows)),
+                       ("BM",)),
+            Constraint("channels a block within K", lambda v: v["BN"] <= max(16, _pow2_at_least(cols)), ("BN",)),
+            Constraint("channels a step within C", lambda v: v["BC"] <= max(4, _pow2_at_least(chans)), ("BC",)),
+            Constraint("shared memory fits", lambda v: 4 * smem_floats(v) + 24 * v["BM"] <= smem_limit,
+                       ("BM", "BN", "BC")),
+            Constraint("a pass of the epilogue's sums fits", lambda v: epilogue_width(v) > 0,
+                       ("BM", "BN", "BC", "TN")),
+        ]
+
+        def namer(v):
+            return f"{FAMILY}_m{v['BM']}_n{v['BN']}_c{v['BC']}_x{v['XG']}_t{v['TM']}x{v['TN']}"
+
+        derived = {"THREADS": threads, "EW": epilogue_width, "VC": lambda v: min(alignment(chans, 4), v["BC"])}
+        return Space(params, constraints, derived, namer)
+
+    def model_picks(self, problem: Problem, target: Target, count: int) -> list[Config]:
+        """A few shapes of block, largest first, cut to the problem: 32 tiles x 64 channels (256
+        threads, 128 sums a thread), 32 x 32 (128 threads), 64 x 64 (512), 16 x 32 (64); each
+        with 8 channels a step, then 4."""
+        space = self.space(problem, target)
+        shapes = [dict(BM=32, BN=64, XG=4, TM=4, TN=8), dict(BM=32, BN=32, XG=4, TM=4, TN=8),
+                  dict(BM=64, BN=64, XG=4, TM=8, TN=4), dict(BM=16, BN=32, XG=4, TM=4, TN=8),
+                  dict(BM=16, BN=16, XG=2, TM=4, TN=4), dict(BM=8, BN=16, XG=1, TM=2, TN=4)]
+        picks = [space.make(dict(s, BC=bc)) for s in shapes for bc in (8, 4) if space.is_valid(dict(s, BC=bc))]
+        return (picks or [self.first_valid(space, (), problem)])[:count]
+
+    def default_config(self, problem: Problem, target: Target) -> Config:
+        return self.model_picks(problem, target, 1)[0]
+
+    def model_choice(self, problem: Problem, target: Target):
+        """No cost model: the untuned call races this family's pick (``route``), a tune measures it."""
+        return None
+
+    def model_version(self) -> str | None:
+        return None
+
+    # ---- render and launch ---------------------------------------------------------------------
+    def context(self, problem: Problem, config: Config, space: Space) -> dict[str, Any]:
+        ctx = super().context(problem, config, space)
+        has_bias, activation = epilogue_parts(problem)
+        ctx.update(geometry(problem).template_values(), HAS_BIAS=has_bias, ACTIVATION=activation)
+        return ctx
+
+    def launch(self, problem: Problem, config: Config) -> Launch:
+        return Launch((-(-tiles(problem) // config["BM"]), -(-problem["k"] // config["BN"]), 1),
+                      (threads(config), 1, 1), 4 * smem_floats(config))
+
+    def args(self, problem: Problem, config: Config, ops: Mapping[str, Any]) -> list:
+        """x, w, y and bias (0: none), and the batch (the one size not compiled in)."""
+        has_bias, _ = epilogue_parts(problem)
+        return [ops["x"], ops["w"], ops["y"], ops["bias"] if has_bias else np.uint64(0), np.int32(problem["n"])]
