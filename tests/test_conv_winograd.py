@@ -66,6 +66,7 @@ def test_space_keeps_threads_sums_and_shared_memory_within_bounds(shape, target)
     assert configs
     for c in configs:
         assert 64 <= threads(c) <= 512 and c["XG"] * c["TM"] * c["TN"] <= MAX_SUMS
+        assert threads(c) * (c["XG"] * c["TM"] * c["TN"] + 40) <= 65536      # no spills under the launch bound
         assert 4 * smem_floats(c) + 24 * c["BM"] <= target.smem_per_block_optin
         ew = epilogue_width(c)
         assert c["BN"] % ew == 0 and ew % c["TN"] == 0 and 16 * c["BM"] * ew <= smem_floats(c)
