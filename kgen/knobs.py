@@ -163,6 +163,10 @@ class Knobs:
                              "how many families' generated picks (best predicted first) a first-call race "
                              "times; each is compiled (3: every family of the tensor-core path that runs "
                              "the problem)")
+    race_picks = _EnvKnob("KGEN_RACE_PICKS", int, lambda: 3,
+                          "how many of the cost model's best-ranked configs of the CUDA-core GEMM family "
+                          "(float32 exact) a first-call race times where the model's pick would run "
+                          "(each is compiled; 1: its pick alone)")
     race_runs = _EnvKnob("KGEN_RACE_RUNS", int, lambda: 10,
                          "timed runs of each candidate in each of a first-call race's two rounds (L2 "
                          "flushed before each, the median kept)")

@@ -114,12 +114,34 @@ def test_the_race_takes_as_many_families_as_the_knob_says(monkeypatch):
 
 
 def test_float32_on_cuda_cores_races_the_vendor_library(monkeypatch):
-    with racing([0.050, 0.020], monkeypatch) as fake:
+    with racing([0.050, 0.020, 0.030, 0.040], monkeypatch) as fake:
         a, b = FakeArray((300, 200)), FakeArray((200, 100), ptr=BASE + 0x100_0000)
         choice = kgen.gemm_choice(a, b)
         assert (choice.family, choice.how) == ("gemm", "raced") and choice.config.startswith("gemm_simt_f32_")
         kgen.gemm(a, b)
-        assert fake.launcher.races == [2] and len(fake.launcher.launches) == 1
+        assert fake.launcher.races == [4] and len(fake.launcher.launches) == 1   # cuBLAS, the model's 3 picks
+
+
+@pytest.mark.parametrize("picks", [3, 1])
+def test_float32_generated_only_races_the_models_next_picks(picks, monkeypatch):
+    """With KGEN_VENDOR=0 an untuned float32 problem on the CUDA cores times the cost model's
+    KGEN_RACE_PICKS best-ranked configs and keeps the fastest (here the second); with one pick
+    there is nothing to race and the model's pick runs."""
+    from kgen.kernels.gemm import cost
+    from kgen.kernels.gemm.problem import gemm_problem
+    from kgen.registry import get_spec
+
+    monkeypatch.setenv("KGEN_RACE_PICKS", str(picks))
+    with racing([0.050, 0.020, 0.030], monkeypatch, vendor=False) as fake:
+        a, b = FakeArray((300, 200)), FakeArray((200, 100), ptr=BASE + 0x100_0000)
+        choice = kgen.gemm_choice(a, b)
+        ranked = [c.name for c, _ in cost.picks(get_spec("gemm"), gemm_problem(300, 100, 200), TARGET, 3)]
+        if picks == 3:
+            assert fake.launcher.races == [3] and (choice.config, choice.how) == (ranked[1], "raced")
+        else:
+            assert fake.launcher.races == [] and (choice.config, choice.how) == (ranked[0], "model")
+        kgen.gemm(a, b)
+        assert fake.launcher.races == ([3] if picks == 3 else [])
 
 
 def test_a_float32_small_side_keeps_the_exact_family_that_wins_and_races_once(monkeypatch):

@@ -14,6 +14,7 @@ from kgen.kernels.gemm.route import exact_float32_routed
 from kgen.kernels.gemm.simt import argument_dims, scalar_type
 from kgen.kernels.gemm.operands import operand_layout, problem_from_operands
 from kgen.arrays import array_kind
+from kgen.knobs import knobs
 from kgen.measure.arg_pack import data_pointer
 from kgen.ops import gemm_tc, race
 from kgen.ops.caller import empty_output
@@ -89,6 +90,10 @@ def make_plan(dispatcher, a, b, c) -> _Plan:
         raced = _race(dispatcher, plan, loaded, None, call)
         if raced is not None:
             return raced
+    elif loaded.choice.how == "model" and race.can_race(dispatcher.launcher):
+        raced = _race(dispatcher, plan, None, None, call, loaded)
+        if raced is not None:
+            return raced
     return _bound(plan, loaded, ai, bi, lds)
 
 
@@ -108,37 +113,59 @@ def _bound(plan: _Plan, loaded, ai, bi, lds) -> _Plan:
     return plan
 
 
-def _race(dispatcher, plan: _Plan, vendor, delegate, call: tuple) -> _Plan | None:
-    """The faster of the unmeasured vendor call (``vendor``, loaded) and the generated route
-    (``delegate``, the plan of a family computing float32 exactly, else this family's pick),
-    timed on this call's operands (``kgen.ops.race``) and kept as the problem's choice; None
-    where no race ran."""
+def _model_picks(dispatcher, problem: Problem, device: int, first) -> list:
+    """The loaded kernels of the cost model's ``KGEN_RACE_PICKS`` best-ranked configs of the
+    CUDA-core family for ``problem``, ``first`` (its pick, loaded) first: the model ranks
+    configs well and its first pick badly often enough that timing its next few pays (130 x
+    15704 x 6448 NT on an H100: the pick ran 1.78 ms, the second 1.00, cuBLAS 0.83;
+    scripts/experiments/family_reach.py)."""
+    from kgen.dispatch import Choice
+    from kgen.kernels.gemm import cost
+
+    spec = first.spec
+    wanted = [(spec, problem, Choice(config, "model", predicted_ms=ms))
+              for config, ms in cost.picks(spec, problem, dispatcher.target(device), max(1, knobs.race_picks))
+              if config != first.choice.config]
+    return [first] + (dispatcher.load_many(wanted[:max(0, knobs.race_picks - 1)], device) if wanted else [])
+
+
+def _race(dispatcher, plan: _Plan, vendor, delegate, call: tuple, generated=None) -> _Plan | None:
+    """The fastest of the unmeasured vendor call (``vendor``, loaded; None: generated kernels
+    only) and the generated route (``delegate``, the plan of a family computing float32
+    exactly, else this family's choice, or ``generated``, loaded, where given; a cost model's
+    pick with its next picks, ``_model_picks``), timed on this call's operands
+    (``kgen.ops.race``) and kept as the problem's choice; None where no race ran."""
     a, b, ai, bi, lds, device = call
     problem = plan.problem
     kind = "torch" if plan.torch else "cai"
     scratch = race.scratch_output(dispatcher.launcher, kind, a, problem["m"], problem["n"], lds[2],
                                   problem["dtype"])
     pointers = (data_pointer(a), data_pointer(b), data_pointer(scratch))
-    vendor_plan = _bound(replace(plan), vendor, ai, bi, lds)
+    loads, plans, calls = [], [], []
+    if vendor is not None:
+        vendor_plan = _bound(replace(plan), vendor, ai, bi, lds)
+        loads.append(vendor)
+        plans.append(vendor_plan)
+        calls.append(lambda: launch(vendor_plan, a, b, scratch, pointers, 1.0, 0.0))
     if delegate is None:
-        generated = dispatcher.load(vendor.spec, problem, device, dispatcher.generated(vendor.spec, problem, device))
-        rival = _bound(replace(plan), generated, ai, bi, lds)
-
-        def run_rival() -> None:
-            launch(rival, a, b, scratch, pointers, 1.0, 0.0)
+        spec = get_spec("gemm")
+        if generated is None:
+            generated = dispatcher.load(spec, problem, device, dispatcher.generated(spec, problem, device))
+        picks = _model_picks(dispatcher, problem, device, generated) if generated.choice.how == "model" else [generated]
+        for pick in picks:
+            rival = _bound(replace(plan), pick, ai, bi, lds)
+            loads.append(pick)
+            plans.append(rival)
+            calls.append(lambda rival=rival: launch(rival, a, b, scratch, pointers, 1.0, 0.0))
     else:           # the delegate's generated choice (with the vendor on, its family's own choice is the library)
-        generated = dispatcher.load(delegate.spec, delegate.problem, device,
-                                    dispatcher.generated(delegate.spec, delegate.problem, device))
-        rival = replace(plan, delegate=delegate, how=delegate.how)
-
-        def run_rival() -> None:
-            gemm_tc.run(dispatcher, delegate, a, b, scratch, 1.0, 0.0)
-
-    kept = race.keep_fastest(dispatcher, (vendor, generated),
-                             [lambda: launch(vendor_plan, a, b, scratch, pointers, 1.0, 0.0), run_rival], kind, device)
+        loads.append(dispatcher.load(delegate.spec, delegate.problem, device,
+                                     dispatcher.generated(delegate.spec, delegate.problem, device)))
+        plans.append(replace(plan, delegate=delegate, how=delegate.how))
+        calls.append(lambda: gemm_tc.run(dispatcher, delegate, a, b, scratch, 1.0, 0.0))
+    kept = race.keep_fastest(dispatcher, loads, calls, kind, device)
     if kept is None:
         return None
-    winner = (vendor_plan, rival)[kept[0]]
+    winner = plans[kept[0]]
     winner.how = kept[1].how
     if winner.delegate is not None:
         winner.delegate.how = winner.how

@@ -739,6 +739,35 @@ def rank(spec, problem: Problem, target: Target, candidates: list[dict]) -> list
     return [(t, dict(candidates[i])) for t, _, i in named]
 
 
+def picks(spec, problem: Problem, target: Target, count: int) -> list[tuple[Config, float]]:
+    """(config, predicted ms) of the model's ``count`` fastest valid configs for ``problem``,
+    fastest first (equal predictions in the order of their names); [] where the family has no
+    model or none of the candidates fits."""
+    family = spec.family
+    if family not in ANALYTIC or not has_model(family) or count < 1:
+        return []
+    cls = _class(family, problem, target)
+    if not len(cls.rows):
+        return []
+    idx = np.flatnonzero(valid_mask(family, problem, target, cls.cols, "shape"))
+    if not len(idx):
+        return []
+    space = space_for(spec, problem, target)
+    ms = predict_columns(family, problem, target, {p: c[idx] for p, c in cls.cols.items()})
+    order = np.argsort(ms, kind="stable")
+    found: list[tuple[Config, float]] = []
+    i = 0
+    while i < len(order) and len(found) < count:
+        j = i + 1
+        while j < len(order) and ms[order[j]] == ms[order[i]]:     # equal predictions
+            j += 1
+        group = [cls.values(idx[order[t]]) for t in range(i, j)]
+        valid = sorted((space.make(v) for v in group if space.is_valid(v)), key=lambda c: c.name)
+        found += [(c, float(ms[order[i]])) for c in valid if all(c != f for f, _ in found)]
+        i = j
+    return found[:count]
+
+
 def pick(spec, problem: Problem, target: Target) -> tuple[Config, float] | None:
     """(config, predicted ms) of the model's fastest valid config for ``problem``; None where
     the family has no model. Of equal predictions, the config of the smaller name. A problem
@@ -750,26 +779,11 @@ def pick(spec, problem: Problem, target: Target) -> tuple[Config, float] | None:
     >>> config.name.startswith("gemm_simt_f32_nt_"), 0 < ms < 1
     (True, True)
     """
-    family = spec.family
-    if family not in ANALYTIC or not has_model(family):
+    if spec.family not in ANALYTIC or not has_model(spec.family):
         return None
-    cls = _class(family, problem, target)
-    space = space_for(spec, problem, target)
-    if len(cls.rows):
-        idx = np.flatnonzero(valid_mask(family, problem, target, cls.cols, "shape"))
-        if len(idx):
-            ms = predict_columns(family, problem, target, {p: c[idx] for p, c in cls.cols.items()})
-            order = np.argsort(ms, kind="stable")
-            i = 0
-            while i < len(order):
-                j = i + 1
-                while j < len(order) and ms[order[j]] == ms[order[i]]:     # equal predictions
-                    j += 1
-                group = [cls.values(idx[order[t]]) for t in range(i, j)]
-                valid = [space.make(v) for v in group if space.is_valid(v)]
-                if valid:
-                    return min(valid, key=lambda c: c.name), float(ms[order[i]])
-                i = j
+    found = picks(spec, problem, target, 1)
+    if found:
+        return found[0]
     config = spec.default_config(problem, target)
     return config, predict_ms(spec, problem, target, config.as_dict())
 
