@@ -139,3 +139,14 @@ def test_the_picks_keep_to_registers(shape, target):
     for config in SPEC.model_picks(problem, target, 3):
         sass = sass_or_skip(compile_source(render(SPEC, problem, config, target)).binary.cubin)
         assert not re.search(r"\b(LDL|STL)\b", sass), f"{config.name} spills to local memory"
+
+
+def test_export_replays_the_launch_with_nothing_zeroed(target):
+    from kgen.export import launch_recipe
+
+    problem = problem_of(SHAPES[1], "bias_relu")
+    config = SPEC.default_config(problem, target)
+    recipe = launch_recipe(SPEC, problem, config)
+    assert [a.get("pointer") for a in recipe["args"][:4]] == ["x", "w", "y", "bias"]
+    assert tuple(recipe["grid"]) == SPEC.launch(problem, config).grid and "zero" not in recipe
+    assert recipe["shared_mem"] == SPEC.launch(problem, config).shared_mem
