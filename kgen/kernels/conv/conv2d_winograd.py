@@ -29,7 +29,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from kgen.kernels.conv.family import ConvFamily
-from kgen.kernels.conv.problem import alignment, geometry
+from kgen.kernels.conv.problem import alignment, geometry, pow2_at_least
 from kgen.kernels.gemm.dtypes import epilogue_parts
 from kgen.problem import Problem, Target
 from kgen.space import Config, Constraint, Param, Space
@@ -39,6 +39,7 @@ FAMILY = "conv2d_winograd"
 MAX_SUMS = 128              # a thread's XG * TM * TN sums (registers; the transforms need ~40 more)
 OTHER_REGISTERS = 40        # a thread's registers besides its sums (addresses, a row of V and U, a transform)
 REGISTER_FILE = 65536       # 32-bit registers of an SM: one block's threads must fit it
+TILE_TABLE_BYTES = 24       # static shared memory a tile: its patch corner and output offsets, corner row, column
 
 
 def tiles(problem: Problem) -> int:
@@ -47,9 +48,6 @@ def tiles(problem: Problem) -> int:
     p, q = g.output
     return g.n * -(-p // 2) * -(-q // 2)
 
-
-def _pow2_at_least(x: int) -> int:
-    return 1 << max(0, x - 1).bit_length()
 
 
 def threads(v: Mapping[str, int]) -> int:
@@ -117,11 +115,11 @@ class Conv2dWinograd(ConvFamily, KernelSpec):
             Constraint("a block's threads fit the register file",
                        lambda v: threads(v) * (v["XG"] * v["TM"] * v["TN"] + OTHER_REGISTERS) <= REGISTER_FILE,
                        ("BM", "BN", "XG", "TM", "TN")),
-            Constraint("tiles a block within the problem's", lambda v: v["BM"] <= max(8, _pow2_at_least(rows)),
+            Constraint("tiles a block within the problem's", lambda v: v["BM"] <= max(8, pow2_at_least(rows)),
                        ("BM",)),
-            Constraint("channels a block within K", lambda v: v["BN"] <= max(16, _pow2_at_least(cols)), ("BN",)),
-            Constraint("channels a step within C", lambda v: v["BC"] <= max(4, _pow2_at_least(chans)), ("BC",)),
-            Constraint("shared memory fits", lambda v: 4 * smem_floats(v) + 24 * v["BM"] <= smem_limit,
+            Constraint("channels a block within K", lambda v: v["BN"] <= max(16, pow2_at_least(cols)), ("BN",)),
+            Constraint("channels a step within C", lambda v: v["BC"] <= max(4, pow2_at_least(chans)), ("BC",)),
+            Constraint("shared memory fits", lambda v: 4 * smem_floats(v) + TILE_TABLE_BYTES * v["BM"] <= smem_limit,
                        ("BM", "BN", "BC")),
             Constraint("a pass of the epilogue's sums fits", lambda v: epilogue_width(v) > 0,
                        ("BM", "BN", "BC", "TN")),

@@ -27,7 +27,7 @@ from kgen.errors import InputError
 from kgen.fields import Field
 from kgen.kernels.conv.family import FIELDS as CONV_FIELDS
 from kgen.kernels.conv.family import cudnn_baseline
-from kgen.kernels.conv.problem import DTYPES, conv2d_problem, geometry
+from kgen.kernels.conv.problem import DTYPES, conv2d_problem, geometry, pow2_at_least
 from kgen.kernels.gemm.dtypes import ITEMSIZE, epilogue_parts
 from kgen.kernels.memory.elements import ELEMENTS, vector_widths
 from kgen.kernels.memory.family import element_context
@@ -54,9 +54,6 @@ def depthwise_problem(n: int, h: int, w: int, c: int, r: int, s: int, *, stride=
     return conv2d_problem(n, h, w, c, c, r, s, stride=stride, padding=padding, dilation=dilation, dtype=dtype,
                           out_dtype=out_dtype, epilogue=epilogue, family=FAMILY)
 
-
-def _pow2_at_least(x: int) -> int:
-    return 1 << max(0, x - 1).bit_length()
 
 
 def span(config: Mapping[str, int], problem: Problem) -> int:
@@ -106,9 +103,9 @@ class DepthwiseConv2d(KernelSpec):
             Param("THREADS", (64, 128, 256, 512), default=256),
         ]
         constraints = [
-            Constraint("a thread's columns fit the output row", lambda v: v["QT"] <= _pow2_at_least(q), ("QT",)),
+            Constraint("a thread's columns fit the output row", lambda v: v["QT"] <= pow2_at_least(q), ("QT",)),
             Constraint("the block's channels fit the image's", lambda v: v["TC"] * v["VEC"] <= max(
-                v["VEC"], _pow2_at_least(g.c)), ("TC", "VEC")),
+                v["VEC"], pow2_at_least(g.c)), ("TC", "VEC")),
             Constraint("whole rows of threads across the channels", lambda v: v["THREADS"] % v["TC"] == 0,
                        ("TC", "THREADS")),
             Constraint("the block's weights fit shared memory",

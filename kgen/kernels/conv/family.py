@@ -133,17 +133,19 @@ class ConvFamily:
         return self.model_picks(problem, target, 1)[0]
 
     # ---- the front door ----------------------------------------------------------------------
-    def request(self, target: Target, **values) -> tuple[Any, Problem]:
+    def _routes(self, target: Target, values: dict) -> tuple[tuple[Any, Problem], ...]:
+        """``route`` of the problem a user's field values make (its family from dtype and precision)."""
         family = family_for(values.get("dtype", "bfloat16"), values.pop("precision", None))
         sizes = [values.pop(f) for f in SIZES]
-        return route(target, conv2d_problem(*sizes, **values, family=family))[0]
+        return route(target, conv2d_problem(*sizes, **values, family=family))
+
+    def request(self, target: Target, **values) -> tuple[Any, Problem]:
+        return self._routes(target, values)[0]
 
     def rivals(self, target: Target, **values) -> list[tuple[Any, Problem]]:
         """The request's other families (``route`` after its first): a tune of the request
         measures their first configs too, so that dispatch compares measured times."""
-        family = family_for(values.get("dtype", "bfloat16"), values.pop("precision", None))
-        sizes = [values.pop(f) for f in SIZES]
-        return list(route(target, conv2d_problem(*sizes, **values, family=family))[1:])
+        return list(self._routes(target, values)[1:])
 
     def vendor_supported(self, problem: Problem) -> bool:
         """No vendor candidate yet: cuDNN is the baseline a tune reports, not a config it stores."""
