@@ -162,6 +162,36 @@ def test_the_first_call_of_an_exact_float32_small_side_is_exact(m, n, k, layout,
     kgen.refresh()
 
 
+@pytest.mark.parametrize("dtype", ["tf32", "float32"])
+@pytest.mark.parametrize("m, n, k, layout", [(40, 53, 14440, "TN"), (26, 500, 4099, "NN")])
+def test_long_k_small_problems_split_k_up_to_64_and_race_the_exact_family_for_tf32(m, n, k, layout, dtype,
+                                                                                    monkeypatch):
+    """Long K and a few tiles: the CUDA-core family's model pick splits K 32 or 64 ways (partial
+    sums added atomically into beta * C; float32 runs that pick, unraced), and a tf32 request's
+    first call races that exact pick beside the tensor-core picks; whichever wins, both calls
+    and a beta call are right."""
+    import cupy
+
+    import kgen
+
+    monkeypatch.setenv("KGEN_VENDOR", "0")
+    monkeypatch.setenv("KGEN_RACE", "1" if dtype == "tf32" else "0")
+    monkeypatch.setenv("KGEN_USE_SHIPPED_DB", "0")
+    kgen.refresh()
+    a, b, ref, kwargs, real = _operands(m, n, k, layout, dtype, seed=13)
+    for _ in range(2):
+        c = kgen.gemm(a, b, **kwargs)
+        cupy.cuda.get_current_stream().synchronize()
+        choice = kgen.gemm_choice(a, b, **kwargs)
+        assert _relerr(c, ref, real) <= TOLERANCE[dtype], choice
+    if dtype == "float32":
+        assert "_sk32_" in choice.config or "_sk64_" in choice.config, choice
+    kgen.gemm(a, b, c, 1.0, 1.0, **kwargs)              # C = A B + C
+    cupy.cuda.get_current_stream().synchronize()
+    assert _relerr(c, 2 * ref, real) <= TOLERANCE[dtype], choice
+    kgen.refresh()
+
+
 @pytest.mark.parametrize("kind", ["cupy", "torch"])
 def test_staged_operands_run_the_hopper_family_and_are_correct(kind, generated_only):
     """Rows of an odd length are copied into padded rows for TMA; on PyTorch tensors, on the

@@ -169,6 +169,35 @@ def test_a_float32_small_side_keeps_the_exact_family_that_wins_and_races_once(mo
         assert fake.launcher.races == [2]
 
 
+@pytest.mark.parametrize("winner", ["gemm", "gemm_mma"])
+def test_a_long_k_tf32_request_races_the_exact_cuda_core_pick(winner, monkeypatch):
+    """A tf32 request with a long K and small M and N also times the CUDA-core family's pick
+    (float32 exactly): where it wins, the request runs on the CUDA-core path with that kept
+    choice and no second race; where the tensor-core pick wins, it runs as before."""
+    times = [0.050, 0.020] if winner == "gemm" else [0.020, 0.050]
+    with racing(times, monkeypatch, vendor=False) as fake:
+        a, b = FakeArray((40, 14440)), FakeArray((14440, 53), ptr=BASE + 0x100_0000)
+        c = FakeArray((40, 53), ptr=BASE + 0x200_0000)
+        choice = kgen.gemm_choice(a, b, c, precision="tf32")
+        assert (choice.family, choice.how) == (winner, "raced") and fake.launcher.races == [2]
+        kgen.gemm(a, b, c, precision="tf32")
+        kgen.gemm(a, b, c, precision="tf32")
+        assert fake.launcher.races == [2]
+        launches = fake.launcher.launches          # the two calls (the race's runs are the timer's)
+        assert [kernel.entry for kernel, _ in launches] == [choice.config] * 2
+        assert all(int(launch.args[2]) == c.ptr for _, launch in launches)
+        if winner == "gemm":
+            (_, kept), = fake.dispatcher.loaded("gemm")
+            assert kept.config.name == choice.config and kept.time_ms == pytest.approx(0.020)
+
+
+def test_a_short_k_tf32_request_races_no_cuda_core_pick(monkeypatch):
+    with racing([0.050, 0.020], monkeypatch, vendor=False) as fake:
+        a, b = FakeArray((40, 256)), FakeArray((256, 53), ptr=BASE + 0x100_0000)
+        choice = kgen.gemm_choice(a, b, precision="tf32")
+        assert choice.family == "gemm_mma" and fake.launcher.races == []      # one candidate: nothing to race
+
+
 @pytest.mark.parametrize("setting", ["knob off", "no race possible"])
 def test_without_a_race_the_ranking_decides_as_before(setting, monkeypatch):
     with racing(None, monkeypatch, race=setting != "knob off") as fake:

@@ -17,8 +17,8 @@ from kgen.arrays import ArrayInfo, array_kind, describe, one_library
 from kgen.errors import DeviceError, DtypeError, InputError, LayoutError, ShapeError
 from kgen.kernels.gemm import rules
 from kgen.kernels.gemm.operands import check_output, matmul_shape, operand_layout
-from kgen.kernels.gemm.route import (EXACT_FLOAT32_FAMILIES, routed, tensor_core_candidates, untuned_group,
-                                     uses_tensor_cores)
+from kgen.kernels.gemm.route import (EXACT_FLOAT32_FAMILIES, exact_rival, routed, tensor_core_candidates,
+                                     untuned_group, uses_tensor_cores)
 from kgen.kernels.gemm.staging import Staging, output_staged
 from kgen.kernels.gemm.dtypes import ITEMSIZE, allowed_outputs, epilogue_name
 from kgen.knobs import knobs
@@ -99,6 +99,9 @@ def make_plan(dispatcher, a, b, c, bias, activation, precision, dtype, out_dtype
                 epilogue=epilogue_name(bias is not None, activation),
                 align_a=rules.alignment(ai.ptr, lda, ai.itemsize), align_b=rules.alignment(bi.ptr, ldb, bi.itemsize))
     kind = array_kind(a)
+    handed = ("tf32 request on the CUDA cores", tuple(sorted(args.items())), ai.device)
+    if not exact and handed in dispatcher.plans:        # this process's race of the request chose the rival
+        return TcPlan(None, None, None, None, None, kind, ai.device, "raced", simt=True)
     racing = race.can_race(dispatcher.launcher)
     candidates = tensor_core_candidates(args, target, contending=True)    # (``_decidable`` sorts them)
     if exact:
@@ -141,9 +144,12 @@ def make_plan(dispatcher, a, b, c, bias, activation, precision, dtype, out_dtype
 
     if racing and ranked[0][4].time_ms is None:         # no measurement decides: race
         contenders = ([vendor] if vendor is not None else []) + ranked[:max(0, knobs.race_families)]
-        if len(contenders) >= 2:
-            raced = _race(dispatcher, contenders, planned, (a, b, bias, m, n, ldc, ai.device, kind))
+        rival = None if exact or in_a != "float32" else _exact_rival(args, target, contenders)
+        if len(contenders) + (rival is not None) >= 2:
+            raced = _race(dispatcher, contenders, planned, (a, b, bias, m, n, ldc, ai.device, kind), rival)
             if raced is not None:
+                if raced.simt:
+                    dispatcher.plans[handed] = True
                 return raced
     if racing:                          # no race ran: the ranking alone, the vendor library first
         ranked = _decidable(_ranked(dispatcher, candidates, (m, n, k, la + lb, in_a, kind), ai.device, exact,
@@ -189,17 +195,40 @@ def _decidable(entries: list) -> list:
     return [entry for entry in entries if entry[4].time_ms is not None or routed(entry[1].family, entry[2])]
 
 
-def _race(dispatcher, contenders, planned, call: tuple) -> TcPlan | None:
-    """The plan of the fastest of ``contenders`` (entries of ``_ranked``) timed on this call's
-    operands (``kgen.ops.race``), kept as its problem's choice; None where no race ran."""
+def _exact_rival(args: dict, target, contenders: list):
+    """(spec, problem, choice) of the CUDA-core family's pick a tf32 request's race times beside
+    ``contenders`` (``route.exact_rival``), or None."""
+    from kgen.dispatch import Choice
+
+    predicted = [choice.predicted_ms for _, _, _, _, choice in contenders
+                 if not choice.vendor and choice.predicted_ms is not None]
+    found = exact_rival(args, target, min(predicted) if predicted else None)
+    if found is None:
+        return None
+    spec, problem, config, ms = found
+    return spec, problem, Choice(config, "model", predicted_ms=ms)
+
+
+def _race(dispatcher, contenders, planned, call: tuple, rival=None) -> TcPlan | None:
+    """The plan of the fastest of ``contenders`` (entries of ``_ranked``) and ``rival`` (a
+    tf32 request's CUDA-core pick, ``_exact_rival``) timed on this call's operands
+    (``kgen.ops.race``), kept as its problem's choice; None where no race ran. Where the rival
+    wins, the plan hands the request to the CUDA-core path (``simt``), whose plan then finds
+    that choice kept."""
     a, b, bias, m, n, ldc, device, kind = call
-    loads = dispatcher.load_many([(spec, problem, choice) for _, spec, problem, _, choice in contenders], device)
+    wanted = [(spec, problem, choice) for _, spec, problem, _, choice in contenders]
+    loads = dispatcher.load_many(wanted + ([rival] if rival is not None else []), device)
     plans = [planned(spec, problem, staging, loaded)
              for (_, spec, problem, staging, _), loaded in zip(contenders, loads)]
     out = plans[0].problem["out_dtype"]
     scratch = race.scratch_output(dispatcher.launcher, kind, a, m, n, ldc, out)
-    kept = race.keep_fastest(dispatcher, loads, [lambda plan=plan: run(dispatcher, plan, a, b, scratch, 1.0, 0.0, bias)
-                                                 for plan in plans], kind, device)
+    calls = [lambda plan=plan: run(dispatcher, plan, a, b, scratch, 1.0, 0.0, bias) for plan in plans]
+    if rival is not None:
+        exact = loads[-1]
+        operands = {"a": a, "b": b, "c": scratch, "alpha": 1.0, "beta": 0.0}
+        plans.append(TcPlan(None, None, None, None, None, kind, device, simt=True))
+        calls.append(lambda: exact.spec.run(exact.kernel, exact.problem, exact.choice.config, operands))
+    kept = race.keep_fastest(dispatcher, loads, calls, kind, device)
     if kept is None:
         return None
     winner = plans[kept[0]]

@@ -44,6 +44,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from kgen.kernels.gemm.dtypes import DTYPES
+from kgen.kernels.gemm.rules import SPLIT_K
 from kgen.kernels.gemm.mma_geometry import ATOMS
 from kgen.kernels.gemm.wgmma_geometry import (BK, MAX_ACC_FLOATS, RS_FRAGMENT_REGS, SPLITS, STAGE_CHOICES, block_k,
                                               copied_transposed, register_choices, smem_bytes, staging_choices)
@@ -551,7 +552,7 @@ def valid_mask(family: str, problem: Problem, target: Target, c: Mapping[str, np
         ok &= np.isin(bm, (16, 32, 64, 128, 256)) & np.isin(bn, (16, 32, 64, 128, 256))
         ok &= np.isin(tm, (2, 4, 8, 16)) & np.isin(tn, (2, 4, 8, 16)) & np.isin(bk, (8, 16, 32))
         ok &= np.isin(va, vecs) & np.isin(vb, vecs) & np.isin(db, (0, 1)) & np.isin(unroll, (1, 4, 0))
-        ok &= np.isin(gm, (1, 8)) & np.isin(sk, (1, 2, 4, 8, 16)) & np.isin(minb, (1, 2))
+        ok &= np.isin(gm, (1, 8)) & np.isin(sk, SPLIT_K) & np.isin(minb, (1, 2))
         ok &= (bm % tm == 0) & (bn % tn == 0)
         ok &= (threads >= 64) & (threads <= 512) & (threads <= target.max_threads_per_block)
         ok &= tm * tn * (sh["ct"] // 4) <= 128
@@ -632,7 +633,7 @@ def expand(family: str, problem: Problem, cores: np.ndarray) -> np.ndarray:
             for va in {min(aa, 4), min(va0, aa)}:
                 for vb in {min(ab, 4), min(vb0, ab)}:
                     for gm in (1, 8):
-                        for sk in (1, 2, 4, 8, 16):
+                        for sk in SPLIT_K:
                             rows.append((bm, bn, tm, tn, bk, va, vb, db, unroll, gm, sk, minb))
     if not rows:
         return np.zeros((0, len(names)), dtype=np.int64)

@@ -27,6 +27,15 @@ TC_PATH_FAMILIES = ("gemm_wgmma", "gemm_mma", "gemm_skinny")
 PRECISIONS = (None, "ieee", "tf32")
 # families of that path that compute float32 exactly: a float32 call with no tf32 may go to them
 EXACT_FLOAT32_FAMILIES = ("gemm_skinny",)
+# A tf32 request's first-call race also times the CUDA-core family's pick (float32 exactly: at
+# least as precise as tf32) where K is long and that pick is predicted within EXACT_RIVAL_SLACK
+# of the best tensor-core pick. There the tensor-core families run a few tiles of many dependent
+# k steps and the cost model's predictions for them are several times too low: 40 x 53 x 14440 TN
+# on an H100, gemm_wgmma predicted 16 us and ran 54, the CUDA-core family 37.8 at split-K 16 and
+# cuBLAS 17; 26 x 512 x 14782 TN, gemm_wgmma 56 us, the CUDA-core family 34
+# (docs/evidence/nvidia-h100-80gb-hbm3/family_reach_e3c4eb7.jsonl).
+EXACT_RIVAL_MIN_K = 1024
+EXACT_RIVAL_SLACK = 2.0
 
 
 def uses_tensor_cores(dtype: str, precision: str | None, epilogue: str, out_dtype: str | None) -> bool:
@@ -68,6 +77,25 @@ def exact_float32_routed(m: int, n: int, dtype: str) -> bool:
     from kgen.knobs import knobs
 
     return dtype == "float32" and skinny_routed(m, n, dtype) and knobs.skinny_route == "first"
+
+
+def exact_rival(problem_args: dict, target: Target, best_ms: float | None):
+    """(spec, problem, config, predicted ms) of the CUDA-core family's model pick that a tf32
+    request's first-call race times beside the tensor-core picks (``EXACT_RIVAL_MIN_K``), or
+    None: a request with an epilogue or a half-precision output, a short K, or a pick predicted
+    slower than ``EXACT_RIVAL_SLACK`` times ``best_ms`` (the best tensor-core prediction)."""
+    from kgen.kernels.gemm.problem import gemm_problem
+
+    if (problem_args["dtype"] != "float32" or problem_args.get("epilogue", "none") != "none"
+            or problem_args.get("out_dtype") not in (None, "float32") or problem_args["k"] < EXACT_RIVAL_MIN_K):
+        return None
+    spec = get_spec("gemm")
+    problem = gemm_problem(problem_args["m"], problem_args["n"], problem_args["k"], "float32", problem_args["layout"],
+                           problem_args.get("align_a"), problem_args.get("align_b"))
+    picked = spec.model_choice(problem, target)
+    if picked is None or (best_ms is not None and picked[1] > EXACT_RIVAL_SLACK * best_ms):
+        return None
+    return spec, problem, picked[0], picked[1]
 
 
 def untuned_group(family: str, group: float) -> float:

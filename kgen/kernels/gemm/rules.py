@@ -7,6 +7,9 @@ exported module and kgen decide every call the same way.
 
 ITEMSIZE = {"float32": 4, "float64": 8, "float16": 2}
 COMPUTE_SIZE = {"float32": 4, "float64": 8, "float16": 4}
+# the CUDA-core family's split-K choices (its grid's y dimension): 32 and 64 for long-K problems
+# of a few tiles, whose blocks otherwise run tens of dependent k steps each
+SPLIT_K = (1, 2, 4, 8, 16, 32, 64)
 
 
 def operand_layout(shape, strides):

@@ -45,7 +45,7 @@ def _filling_split(space, values: dict, m: int, n: int, sms: int) -> dict:
     256^3 0.032 -> 0.016; 2048^3 keeps SK=1."""
     tiles = math.ceil(m / values["BM"]) * math.ceil(n / values["BN"])
     chosen = values
-    for split in (2, 4, 8, 16):
+    for split in rules.SPLIT_K[1:]:
         if tiles * chosen["SK"] >= 0.9 * sms:
             break
         candidate = dict(values, SK=split)
@@ -69,7 +69,7 @@ def _params(vecs: tuple[int, ...]) -> tuple[Param, ...]:
             Param("DB", (0, 1)),
             Param("UNROLL", (1, 4, 0)),          # 0: unroll the whole BK loop
             Param("GM", (1, 8)),
-            Param("SK", (1, 2, 4, 8, 16)),
+            Param("SK", rules.SPLIT_K),
             Param("MINB", (1, 2)),
     )
 
