@@ -167,6 +167,10 @@ class Knobs:
                           "how many of the cost model's best-ranked configs of the CUDA-core GEMM family "
                           "(float32 exact) a first-call race times where the model's pick would run "
                           "(each is compiled; 1: its pick alone)")
+    race_tc_picks = _EnvKnob("KGEN_RACE_TC_PICKS", int, lambda: 1,
+                             "how many of the cost model's best-ranked configs of the best-ranked tensor-core "
+                             "family (gemm_wgmma, gemm_mma) a first-call race times beside the other "
+                             "families' picks (each is compiled; 1: its pick alone)")
     race_runs = _EnvKnob("KGEN_RACE_RUNS", int, lambda: 10,
                          "timed runs of each candidate in each of a first-call race's two rounds (L2 "
                          "flushed before each, the median kept)")

@@ -113,6 +113,23 @@ def test_the_race_takes_as_many_families_as_the_knob_says(monkeypatch):
         assert fake.launcher.races == [2]           # the vendor library and the best-ranked family
 
 
+def test_the_race_times_the_best_families_next_picks_when_asked(monkeypatch):
+    """KGEN_RACE_TC_PICKS=3: the best-ranked tensor-core family's next two model picks race
+    beside its pick; the fastest (here the third) is kept for the problem."""
+    from kgen.kernels.gemm import cost
+    from kgen.kernels.gemm.problem import tc_problem
+    from kgen.registry import get_spec
+
+    monkeypatch.setenv("KGEN_RACE_TC_PICKS", "3")
+    with racing([0.030, 0.020, 0.010], monkeypatch, vendor=False) as fake:
+        a, b = _half()
+        choice = kgen.gemm_choice(a, b)
+        ranked = [c.name for c, _ in cost.picks(get_spec("gemm_mma"), tc_problem("gemm_mma", 256, 256, 64, "float16"),
+                                                  TARGET, 3)]
+        assert fake.launcher.races == [3] and (choice.family, choice.how) == ("gemm_mma", "raced")
+        assert choice.config == ranked[2]
+
+
 def test_float32_on_cuda_cores_races_the_vendor_library(monkeypatch):
     with racing([0.050, 0.020, 0.030, 0.040], monkeypatch) as fake:
         a, b = FakeArray((300, 200)), FakeArray((200, 100), ptr=BASE + 0x100_0000)

@@ -143,7 +143,8 @@ def make_plan(dispatcher, a, b, c, bias, activation, precision, dtype, out_dtype
                       staging=staging, spans=spans, ldc=user_ldc)
 
     if racing and ranked[0][4].time_ms is None:         # no measurement decides: race
-        contenders = ([vendor] if vendor is not None else []) + ranked[:max(0, knobs.race_families)]
+        contenders = ([vendor] if vendor is not None else []) + ranked[:max(0, knobs.race_families)] \
+            + _next_picks(ranked[0], target)
         rival = None if exact or in_a != "float32" else _exact_rival(args, target, contenders)
         if len(contenders) + (rival is not None) >= 2:
             raced = _race(dispatcher, contenders, planned, (a, b, bias, m, n, ldc, ai.device, kind), rival)
@@ -193,6 +194,21 @@ def _decidable(entries: list) -> list:
     family, or an unmeasured pick of a family routed for the request (gemm_skinny's picks for
     half precision contend only in a race or by a measured record: ``route.routed``)."""
     return [entry for entry in entries if entry[4].time_ms is not None or routed(entry[1].family, entry[2])]
+
+
+def _next_picks(entry, target) -> list:
+    """Entries (as ``_ranked``'s) of the cost model's next ``KGEN_RACE_TC_PICKS`` - 1 configs of
+    the best-ranked family where its choice is the model's pick, for a race to time beside it."""
+    from kgen.dispatch import Choice
+    from kgen.kernels.gemm import cost
+
+    rank, spec, problem, staging, choice = entry
+    if knobs.race_tc_picks <= 1 or choice.how != "model":
+        return []
+    found = [(config, ms) for config, ms in cost.picks(spec, problem, target, knobs.race_tc_picks)
+             if config != choice.config]
+    return [(rank, spec, problem, staging, Choice(config, "model", predicted_ms=ms))
+            for config, ms in found[:knobs.race_tc_picks - 1]]
 
 
 def _exact_rival(args: dict, target, contenders: list):
