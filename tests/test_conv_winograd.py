@@ -70,7 +70,8 @@ def test_space_keeps_threads_sums_and_shared_memory_within_bounds(shape, target)
         assert 4 * smem_floats(c) + 24 * c["BM"] <= target.smem_per_block_optin
         ew = epilogue_width(c)
         assert c["BN"] % ew == 0 and ew % c["TN"] == 0 and 16 * c["BM"] * ew <= smem_floats(c)
-        assert re.fullmatch(r"conv2d_winograd_m\d+_n\d+_c\d+_x\d+_t\d+x\d+", c.name)
+        assert re.fullmatch(r"conv2d_winograd_m\d+_n\d+_c\d+_x\d+_t\d+x\d+(_il)?", c.name)
+        assert c.name.endswith("_il") == bool(c["IL"]) and (not c["IL"] or max(c["TM"], c["TN"]) >= 8)
 
 
 def test_picks_are_valid_deterministic_and_cut_to_small_problems(target):
@@ -93,6 +94,22 @@ def test_rendering_takes_the_copy_width_from_c_and_fuses_the_tail(target):
     code = render(SPEC, plain, SPEC.default_config(plain, target), target).code
     assert "Activation::none" in code and "HAS_BIAS = false" in code
     assert "constexpr int H = 56, W = 56, C = 64, K = 64;" in code
+
+
+def test_interleaved_thread_tiles_render_only_where_asked_and_keep_to_registers(target):
+    """IL spreads a thread's rows and columns over the block in chunks of 4 (conflict-free vector
+    loads of V and U); without it the kernel is the contiguous one, byte for byte."""
+    from kgen.compile import compile_source
+
+    problem = problem_of(SHAPES[0])
+    space = SPEC.space(problem, target)
+    base = dict(BM=32, BN=64, BC=8, XG=2, TM=8, TN=8)
+    plain, spread = (render(SPEC, problem, space.make(dict(base, IL=il)), target, space).code for il in (0, 1))
+    assert "load_chunk" in spread and "SLN = GN * CWN" in spread
+    assert "load_chunk" not in plain and "CWN" not in plain
+    assert not space.is_valid(dict(base, TM=4, TN=4, XG=8, IL=1))          # one chunk a side: nothing to spread
+    sass = sass_or_skip(compile_source(render(SPEC, problem, space.make(dict(base, IL=1)), target, space)).binary.cubin)
+    assert not re.search(r"\b(LDL|STL)\b", sass) and re.search(r"\bLDS\.128\b", sass)
 
 
 def test_launch_covers_every_tile_and_channel(target):

@@ -36,7 +36,9 @@ def _problem(shape, epilogue="none"):
 def test_picks_and_sampled_configs_are_exact(index):
     problem = _problem(ODD[index], EPILOGUES[index])
     space = SPEC.space(problem, target())
-    configs = SPEC.model_picks(problem, target(), 3) + space.sample(5, seed=index)
+    picks = SPEC.model_picks(problem, target(), 3)
+    flipped = [dict(c.as_dict(), IL=1 - c["IL"]) for c in picks]         # each pick's other thread layout
+    configs = picks + [space.make(v) for v in flipped if space.is_valid(v)] + space.sample(5, seed=index)
     for seed, config in enumerate(dict.fromkeys(configs)):
         check, _ = check_config(SPEC, problem, config, seed=seed)
         assert check.ok, f"{config.name} on {problem.key}: {check.detail}"

@@ -11,7 +11,8 @@ transforms its sums back into outputs; no workspace. The family takes the exact 
 offers both, and a first call's race or a tune's measurements decide.
 
 Space: BM output tiles (2x2 each) by BN output channels a block, BC channels a step; a thread
-owns XG of the 16 products and a TM x TN (tile, channel) tile of each. Its floor is the GEMM's:
+owns XG of the 16 products and a TM x TN (tile, channel) tile of each, contiguous or (IL) in
+chunks of 4 spread across the block (conflict-free vector loads of V and U). Its floor is the GEMM's:
 16 x T x K x C multiply-adds (T = N * ceil(P/2) * ceil(Q/2) tiles), 2.25x fewer than the direct
 convolution's at even P and Q.
 
@@ -19,7 +20,7 @@ convolution's at even P and Q.
 >>> spec, target = Conv2dWinograd(), Target.h200()
 >>> p = conv2d_problem(8, 28, 28, 64, 64, 3, 3, padding=1, dtype="float32", family="conv2d_winograd")
 >>> spec.supports(p, target), spec.default_config(p, target).name
-(True, 'conv2d_winograd_m32_n64_c8_x2_t8x8')
+(True, 'conv2d_winograd_m32_n64_c8_x2_t8x8_il')
 """
 
 from __future__ import annotations
@@ -104,6 +105,7 @@ class Conv2dWinograd(ConvFamily, KernelSpec):
             Param("XG", (1, 2, 4, 8, 16), default=4),
             Param("TM", (1, 2, 4, 8), default=4),
             Param("TN", (2, 4, 8), default=8),
+            Param("IL", (0, 1), default=0),
         ]
         smem_limit = target.smem_per_block_optin
         constraints = [
@@ -123,17 +125,21 @@ class Conv2dWinograd(ConvFamily, KernelSpec):
                        ("BM", "BN", "BC")),
             Constraint("a pass of the epilogue's sums fits", lambda v: epilogue_width(v) > 0,
                        ("BM", "BN", "BC", "TN")),
+            Constraint("interleaving needs two chunks of 4 rows or columns a thread",
+                       lambda v: not v["IL"] or v["TM"] >= 8 or v["TN"] >= 8, ("TM", "TN", "IL")),
         ]
 
         def namer(v):
-            return f"{FAMILY}_m{v['BM']}_n{v['BN']}_c{v['BC']}_x{v['XG']}_t{v['TM']}x{v['TN']}"
+            return f"{FAMILY}_m{v['BM']}_n{v['BN']}_c{v['BC']}_x{v['XG']}_t{v['TM']}x{v['TN']}" + \
+                ("_il" if v["IL"] else "")
 
         derived = {"THREADS": threads, "EW": epilogue_width, "VC": lambda v: min(alignment(chans, 4), v["BC"]),
                    **{name: (lambda v, name=name: strides(v)[name]) for name in ("XRS", "WRS", "BMP", "BNP")}}
         return Space(params, constraints, derived, namer)
 
     def model_picks(self, problem: Problem, target: Target, count: int) -> list[Config]:
-        """A few shapes of block, cut to the problem, each with 8 channels a step, then 4: 32
+        """A few shapes of block, cut to the problem, each with 8 channels a step, then 4, each
+        with interleaved thread tiles (IL) first where they apply: 32
         tiles x 64 channels with 2 of the 16 products and 8 x 8 (tile, channel) a thread (256
         threads, 128 sums: the fastest of those measured on ResNet-50's 14x14 layer, H100), the
         same block with 4 products and 4 x 8 or 8 x 4 a thread, 32 x 32 (128 threads), 16 x 32
@@ -143,7 +149,8 @@ class Conv2dWinograd(ConvFamily, KernelSpec):
                   dict(BM=64, BN=32, XG=4, TM=8, TN=4), dict(BM=32, BN=32, XG=4, TM=4, TN=8),
                   dict(BM=16, BN=32, XG=4, TM=4, TN=8), dict(BM=16, BN=16, XG=2, TM=4, TN=4),
                   dict(BM=8, BN=16, XG=1, TM=2, TN=4)]
-        picks = [space.make(dict(s, BC=bc)) for s in shapes for bc in (8, 4) if space.is_valid(dict(s, BC=bc))]
+        picks = [space.make(dict(s, BC=bc, IL=il)) for s in shapes for bc in (8, 4) for il in (1, 0)
+                 if space.is_valid(dict(s, BC=bc, IL=il))]
         return (picks or [self.first_valid(space, (), problem)])[:count]
 
     def default_config(self, problem: Problem, target: Target) -> Config:
