@@ -29,8 +29,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from kgen.intmath import pow2_at_least
 from kgen.kernels.conv.family import ConvFamily
-from kgen.kernels.conv.problem import alignment, geometry, pow2_at_least
+from kgen.kernels.conv.problem import alignment, geometry
 from kgen.kernels.gemm.dtypes import epilogue_parts
 from kgen.problem import Problem, Target
 from kgen.space import Config, Constraint, Param, Space

@@ -25,9 +25,10 @@ import numpy as np
 
 from kgen.errors import InputError
 from kgen.fields import Field
+from kgen.intmath import pow2_at_least
 from kgen.kernels.conv.family import FIELDS as CONV_FIELDS
 from kgen.kernels.conv.family import cudnn_baseline
-from kgen.kernels.conv.problem import DTYPES, conv2d_problem, geometry, pow2_at_least
+from kgen.kernels.conv.problem import DTYPES, conv2d_problem, geometry
 from kgen.kernels.gemm.dtypes import ITEMSIZE, epilogue_parts
 from kgen.kernels.memory.elements import ELEMENTS, vector_widths
 from kgen.kernels.memory.family import element_context

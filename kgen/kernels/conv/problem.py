@@ -152,15 +152,6 @@ def geometry(problem: Problem) -> Geometry:
     return g
 
 
-def pow2_at_least(x: int) -> int:
-    """The smallest power of two >= x (1 for x <= 1): a block or vector no wider than a size needs.
-
-    >>> pow2_at_least(1), pow2_at_least(20), pow2_at_least(64)
-    (1, 32, 64)
-    """
-    return 1 << max(0, x - 1).bit_length()
-
-
 def alignment(elements: int, itemsize: int) -> int:
     """The widest vector (elements, at most 16 bytes) dividing a run of ``elements``."""
     v = 16 // itemsize

@@ -12,17 +12,14 @@ layout, any size and alignment, with the fused epilogue of ``kgen.kernels.gemm.t
 
 from __future__ import annotations
 
-import math
 
+from kgen.intmath import pow2_at_least
 from kgen.kernels.gemm.dtypes import ITEMSIZE
 from kgen.kernels.gemm.mma_geometry import ATOMS, tile_shape
 from kgen.kernels.gemm.tc import TensorCoreGemm, type_context
 from kgen.problem import Problem, Target
 from kgen.space import Config, Constraint, Param, Space
 from kgen.spec import Launch
-
-def _pow2_at_least(x: int) -> int:
-    return 1 << max(0, math.ceil(math.log2(max(1, x))))
 
 
 # (BM, BN, WM, WN) of the default config, largest first (``GemmMma.default_config``)
@@ -101,8 +98,8 @@ class GemmMma(TensorCoreGemm):
             Param("LP", (0, 1, 2) if dtype == "float64" else (0, 1), default=0),
         ]
         constraints = [
-            Constraint("block tile fits the problem", lambda v: v["BM"] <= max(16, _pow2_at_least(m))
-                       and v["BN"] <= max(16, _pow2_at_least(n)), ("BM", "BN")),
+            Constraint("block tile fits the problem", lambda v: v["BM"] <= max(16, pow2_at_least(m))
+                       and v["BN"] <= max(16, pow2_at_least(n)), ("BM", "BN")),
             Constraint("warp tile divides block tile", lambda v: v["BM"] % v["WM"] == 0
                        and v["BN"] % v["WN"] == 0, ("BM", "BN", "WM", "WN")),
             Constraint("1 to 16 warps", lambda v: 1 <= warps(v) <= 16, ("BM", "BN", "WM", "WN", "WK")),

@@ -22,6 +22,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from kgen.intmath import pow2_at_least
 from kgen.kernels.gemm import rules
 from kgen.kernels.gemm.dtypes import DTYPES
 from kgen.kernels.gemm.family import GemmFamily
@@ -29,10 +30,6 @@ from kgen.problem import Problem, Target
 from kgen.space import Config, Param, Space
 from kgen.space_rules import Rules
 from kgen.spec import KernelSpec, Launch
-
-
-def _pow2_at_least(x: int) -> int:
-    return 1 << max(0, math.ceil(math.log2(max(1, x))))
 
 
 def _filling_split(space, values: dict, m: int, n: int, sms: int) -> dict:
@@ -124,7 +121,7 @@ class GemmSimt(GemmFamily, KernelSpec):
         # for a config read from a file, and each one for enumeration and its messages
         rules = Rules(
             [p.name for p in params],
-            {"widest_m": max(16, _pow2_at_least(m)), "widest_n": max(16, _pow2_at_least(n)), "m": m, "n": n,
+            {"widest_m": max(16, pow2_at_least(m)), "widest_n": max(16, pow2_at_least(n)), "m": m, "n": n,
              "k": k, "half_output": dtype == "float16", "align_a": align_a, "align_b": align_b,
              "a_contig_k": layout[0] == "N", "b_contig_k": layout[1] == "T", "pad": pad,
              "ct_size": ct_size, "words": words, "staged_words": staged_words, "accumulator_words": ct_size // 4,
@@ -193,7 +190,7 @@ class GemmSimt(GemmFamily, KernelSpec):
         space = self.space(problem, target)
         widest = 16 // DTYPES[problem["dtype"]][2]
         m, n = problem["m"], problem["n"]
-        big = min(128, max(16, _pow2_at_least(m))), min(128, max(16, _pow2_at_least(n)))
+        big = min(128, max(16, pow2_at_least(m))), min(128, max(16, pow2_at_least(n)))
         depths = (16, 8) if problem["dtype"] == "float32" else (8,)
         tiles = ((big[0], big[1], 8, 8), (big[0], big[1], 4, 4), (64, 64, 4, 4),
                  (32, 64, 2, 4), (16, 64, 2, 2), (64, 16, 2, 2), (16, 16, 2, 2))

@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import functools
 import itertools
-import math
 from typing import Any, Mapping
 
 import numpy as np
 
+from kgen.intmath import pow2_at_least
 from kgen.kernels.gemm.dtypes import ITEMSIZE, TC_INPUTS, TC_OUTPUTS
 from kgen.kernels.gemm.tc import TensorCoreGemm
 from kgen.kernels.gemm.workspace import split_k_workspace
@@ -48,10 +48,6 @@ MODEL_VERSION = "skinny-analytic-1"
 # draws (sm_share times its fair share: a few SMs cannot saturate the memory).
 HW = {"dram_bw": 4.25e12, "latency_s": 0.9e-6, "l2_bw": 9e12, "launch_s": 4.5e-6, "issue_clk": 128.0,
       "clock_hz": 1.755e9, "split_s": 1.5e-6, "max_threads_sm": 2048, "sm_share": 2.5}
-
-
-def _pow2_at_least(x: int) -> int:
-    return 1 << max(0, math.ceil(math.log2(max(1, x))))
 
 
 def _cdiv(a, b):
@@ -88,7 +84,7 @@ class GemmSkinny(TensorCoreGemm):
         elt = ITEMSIZE[dtype]
         y_k = r["y_kcontig"]
         vecs = vector_choices(elt, y_k, r["align_y"])
-        small_cap, big_cap, k_cap = _pow2_at_least(r["small"]), _pow2_at_least(r["big"]), _pow2_at_least(k)
+        small_cap, big_cap, k_cap = pow2_at_least(r["small"]), pow2_at_least(r["big"]), pow2_at_least(k)
 
         def bj(v):
             return block_columns(y_k, v)
@@ -335,14 +331,14 @@ def candidates(problem: Problem, target: Target, all_rows: bool = False) -> dict
     y_k, k = r["y_kcontig"], max(1, problem["k"])
     cores = _cores(problem["dtype"], y_k, r["align_y"], min(96 * 1024, target.smem_per_block_optin))
     if not all_rows:
-        rows = min(SMALL_MAX, _pow2_at_least(r["small"]))
+        rows = min(SMALL_MAX, pow2_at_least(r["small"]))
         keep = (cores["S"] == rows) | (cores["S"] * 2 == rows)
         cores = {name: col[keep] for name, col in cores.items()}
     size = len(cores["S"])
     c = {name: np.repeat(col, len(SPLITS)) for name, col in cores.items()}
     c["SPLITK"] = np.tile(np.array(SPLITS, dtype=np.int64), size)
     bj, kc = block_columns(y_k, c), chunk(y_k, c)
-    small_cap, big_cap, k_cap = _pow2_at_least(r["small"]), _pow2_at_least(r["big"]), _pow2_at_least(k)
+    small_cap, big_cap, k_cap = pow2_at_least(r["small"]), pow2_at_least(r["big"]), pow2_at_least(k)
     blocks = _cdiv(r["big"], bj) * _cdiv(r["small"], c["S"])
     keep = ((c["S"] <= small_cap) & (bj <= max(32, big_cap))
             & (kc <= np.maximum(k_cap, 32 * c["V"] if y_k else 32)) & (_cdiv(k, kc) >= c["SPLITK"])

@@ -56,11 +56,11 @@ Launch(grid=(132, 1, 1), block=(384, 1, 1), shared_mem=230480)
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 
 from kgen import tma
+from kgen.intmath import pow2_at_least
 from kgen.kernels.gemm.dtypes import ITEMSIZE, allowed_outputs
 from kgen.kernels.gemm.tc import TensorCoreGemm, modelled_time
 from kgen.kernels.gemm.workspace import split_k_workspace
@@ -86,10 +86,6 @@ def kernel_dims(problem: Problem, values) -> tuple[int, int]:
 
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
-
-
-def _pow2_at_least(x: int) -> int:
-    return 1 << max(0, math.ceil(math.log2(max(1, x))))
 
 
 class GemmWgmma(TensorCoreGemm):
@@ -162,7 +158,7 @@ class GemmWgmma(TensorCoreGemm):
 
         constraints = [
             Constraint("block tile fits the problem",
-                       lambda v: v["BM"] <= max(64, _pow2_at_least(rows(v)[0]))
+                       lambda v: v["BM"] <= max(64, pow2_at_least(rows(v)[0]))
                        and v["BN"] <= max(64, 64 * _ceil_div(rows(v)[1], 64)),
                        ("BM", "BN", "RS")),
             Constraint("shared memory fits the device",

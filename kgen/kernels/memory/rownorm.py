@@ -39,6 +39,7 @@ import numpy as np
 
 from kgen.errors import ShapeError
 from kgen.fields import Field
+from kgen.intmath import pow2_at_least
 from kgen.kernels.memory.elements import FLOAT32_EPS, VECTOR_BYTES, element, vector_widths
 from kgen.kernels.memory.family import (MemoryFamily, decode, dtype_field, element_context, poisoned,
                                         random_array, torch_view)
@@ -76,10 +77,6 @@ def rownorm_problem(family: str, rows: int, cols: int, dtype: str) -> Problem:
         raise ShapeError(f"{family} over rows of {cols} elements: at most {MAX_COLS} are taken",
                          remedy="split the row, or normalise it in two steps")
     return Problem.of(family, rows=int(rows), cols=int(cols), dtype=dtype)
-
-
-def _pow2_at_least(n: int) -> int:
-    return 1 << max(0, math.ceil(math.log2(max(1, n))))
 
 
 def edge_slots(vec: int, tpr: int) -> int:
@@ -155,14 +152,14 @@ class RowNorm(MemoryFamily):
         constraints = [
             Constraint("a vector is no longer than the row", lambda v: v["VEC"] <= cols, ("VEC",)),
             Constraint("every thread of a row has a vector",
-                       lambda v: v["TPR"] <= _pow2_at_least(-(-cols // v["VEC"] // v["SPLIT"])), ("VEC", "TPR", "SPLIT")),
+                       lambda v: v["TPR"] <= pow2_at_least(-(-cols // v["VEC"] // v["SPLIT"])), ("VEC", "TPR", "SPLIT")),
             Constraint("a row split over a cluster (sm_90), one row a block, every block with a whole vector a thread",
                        lambda v: v["SPLIT"] == 1 or (target.cc >= (9, 0) and v["BLOCK"] == v["TPR"]
                                                      and (cols // v["VEC"]) // v["SPLIT"] >= v["TPR"]),
                        ("VEC", "TPR", "BLOCK", "SPLIT")),
             Constraint("a block holds whole rows", lambda v: v["BLOCK"] % v["TPR"] == 0, ("TPR", "BLOCK")),
             Constraint("a block holds no more rows than there are",
-                       lambda v: v["BLOCK"] <= max(32, v["TPR"] * _pow2_at_least(rows)), ("TPR", "BLOCK")),
+                       lambda v: v["BLOCK"] <= max(32, v["TPR"] * pow2_at_least(rows)), ("TPR", "BLOCK")),
             Constraint("held in registers: ITEMS are the fewest that cover the row",
                        lambda v: v["HOLD"] != "regs" or v["ITEMS"] == held_items(v),
                        ("VEC", "TPR", "HOLD", "ITEMS", "SPLIT")),
@@ -232,10 +229,10 @@ class RowNorm(MemoryFamily):
                and body >= 2 * split * SPLIT_PART):
             split *= 2
         part = -(-body // split)
-        tpr = min(1024, _pow2_at_least(-(-part // HELD_TARGET)))
+        tpr = min(1024, pow2_at_least(-(-part // HELD_TARGET)))
         while tpr < 1024 and tpr < part and rows * split * tpr < target.sm_count * 1024:
             tpr *= 2
-        block = tpr if split > 1 else max(tpr, min(256, max(32, tpr * _pow2_at_least(rows))))
+        block = tpr if split > 1 else max(tpr, min(256, max(32, tpr * pow2_at_least(rows))))
         items = next((i for i in HELD_ITEMS if i * tpr >= part), HELD_ITEMS[-1])
         scratch = self._scratch_bytes({"BLOCK": 1024, "TPR": 1024})
         held = row_bytes(cols, dtype) + scratch        # a block's shared memory, its row held there
@@ -274,7 +271,7 @@ class RowNorm(MemoryFamily):
         for split in (d["SPLIT"] // 2, d["SPLIT"] * 2):     # the neighbouring splits where rows are few
             if split in SPLITS and (d["SPLIT"] > 1 or few_rows):
                 share = -(-body // split)
-                tpr = min(1024, _pow2_at_least(-(-share // HELD_TARGET)))
+                tpr = min(1024, pow2_at_least(-(-share // HELD_TARGET)))
                 items = next((i for i in HELD_ITEMS if i * tpr >= share), HELD_ITEMS[-1])
                 candidates.append({**d, "HOLD": "regs", "TPR": tpr, "BLOCK": tpr if split > 1 else d["BLOCK"],
                                    "ITEMS": items, "SPLIT": split})
