@@ -141,7 +141,10 @@ def test_passed_vouches_only_for_records_why_finds_valid():
         return (family, problem.key, name or SPEC.space(problem, Target.h200()).make(values).name, values, time_ms,
                 "NVIDIA H200", cc, d, kind)
 
-    c0, c1 = CONFIGS[0].as_dict(), CONFIGS[1].as_dict()
+    other = SPEC.space(OTHER, Target.h200())                      # c1: a config valid for both problems
+    c0 = CONFIGS[0].as_dict()
+    c1 = next(c.as_dict() for c in SPEC.space(P, Target.h200()).sample(50, seed=5)[1:]
+              if not other.violations(c.as_dict()))
     pool = [fields(c0), fields(c1), fields(c1, problem=OTHER), fields(c0, time_ms=None),
             fields({**c0, "BM": 100}), fields({**c0, "DB": True}, name=CONFIGS[0].name),
             fields({**c0, "GM": 1.0}, name=CONFIGS[0].name), fields(c0, name="evil_entry"), fields(c0, time_ms=1e-9),
