@@ -119,14 +119,9 @@ def _model_picks(dispatcher, problem: Problem, device: int, first) -> list:
     configs well and its first pick badly often enough that timing its next few pays (130 x
     15704 x 6448 NT on an H100: the pick ran 1.78 ms, the second 1.00, cuBLAS 0.83;
     scripts/experiments/family_reach.py)."""
-    from kgen.dispatch import Choice
-    from kgen.kernels.gemm import cost
-
-    spec = first.spec
-    wanted = [(spec, problem, Choice(config, "model", predicted_ms=ms))
-              for config, ms in cost.picks(spec, problem, dispatcher.target(device), max(1, knobs.race_picks))
-              if config != first.choice.config]
-    return [first] + (dispatcher.load_many(wanted[:max(0, knobs.race_picks - 1)], device) if wanted else [])
+    wanted = race.next_model_picks(first.spec, problem, dispatcher.target(device), first.choice.config,
+                                   knobs.race_picks)
+    return [first] + (dispatcher.load_many(wanted, device) if wanted else [])
 
 
 def _race(dispatcher, plan: _Plan, vendor, delegate, call: tuple, generated=None) -> _Plan | None:

@@ -199,16 +199,11 @@ def _decidable(entries: list) -> list:
 def _next_picks(entry, target) -> list:
     """Entries (as ``_ranked``'s) of the cost model's next ``KGEN_RACE_TC_PICKS`` - 1 configs of
     the best-ranked family where its choice is the model's pick, for a race to time beside it."""
-    from kgen.dispatch import Choice
-    from kgen.kernels.gemm import cost
-
     rank, spec, problem, staging, choice = entry
-    if knobs.race_tc_picks <= 1 or choice.how != "model":
+    if choice.how != "model":
         return []
-    found = [(config, ms) for config, ms in cost.picks(spec, problem, target, knobs.race_tc_picks)
-             if config != choice.config]
-    return [(rank, spec, problem, staging, Choice(config, "model", predicted_ms=ms))
-            for config, ms in found[:knobs.race_tc_picks - 1]]
+    return [(rank, spec, problem, staging, picked)
+            for _, _, picked in race.next_model_picks(spec, problem, target, choice.config, knobs.race_tc_picks)]
 
 
 def _exact_rival(args: dict, target, contenders: list):

@@ -72,6 +72,20 @@ def keep_fastest(dispatcher, loads: Sequence[Any], calls: Sequence[Callable[[], 
     return best, dispatcher.settle(loads[best], device, times[best])
 
 
+def next_model_picks(spec, problem, target, first, count: int) -> list:
+    """(spec, problem, choice) of the cost model's best-ranked configs for ``problem`` after
+    ``first`` (the config already in the race), at most ``count - 1`` of them: what a race
+    times beside the model's pick, where the model ranks well but its first pick often enough
+    is not the fastest."""
+    from kgen.dispatch import Choice
+    from kgen.kernels.gemm import cost
+
+    if count <= 1:
+        return []
+    found = [(config, ms) for config, ms in cost.picks(spec, problem, target, count) if config != first]
+    return [(spec, problem, Choice(config, "model", predicted_ms=ms)) for config, ms in found[:count - 1]]
+
+
 def scratch_output(launcher, kind: str, like: Any, rows: int, cols: int, row_stride: int, dtype: str):
     """An uninitialised output of the caller's library, ``rows`` × ``cols`` with the caller's
     ``row_stride`` (elements), for candidates to write while they are timed."""

@@ -51,7 +51,6 @@ def tiles(problem: Problem) -> int:
     return g.n * -(-p // 2) * -(-q // 2)
 
 
-
 def threads(v: Mapping[str, int]) -> int:
     return (16 // v["XG"]) * (v["BM"] // v["TM"]) * (v["BN"] // v["TN"])
 

@@ -56,7 +56,6 @@ def depthwise_problem(n: int, h: int, w: int, c: int, r: int, s: int, *, stride=
                           out_dtype=out_dtype, epilogue=epilogue, family=FAMILY)
 
 
-
 def span(config: Mapping[str, int], problem: Problem) -> int:
     """Input columns a thread's QT output columns read, per window row."""
     g = geometry(problem)
