@@ -186,7 +186,7 @@ def test_recipe_errors_name_what_is_missing():
 EXPORTED = {
     "gemm_mma": "gemm_mma|align_a=4|align_b=8|dtype=bfloat16|epilogue=none|k=700|layout=NN|m=3000|n=5000|"
                 "out_dtype=bfloat16|precision=native",
-    "gemm_wgmma": "gemm_wgmma|align_a=8|align_b=8|dtype=bfloat16|epilogue=none|k=4096|layout=NN|m=1|n=4096|"
+    "gemm_wgmma": "gemm_wgmma|align_a=8|align_b=8|dtype=bfloat16|epilogue=none|k=8192|layout=NN|m=1|n=8192|"
                   "out_dtype=bfloat16|precision=native",
 }
 
@@ -417,8 +417,8 @@ def test_exported_gemm_skinny_gives_the_exact_float32_product(tmp_path):
 
 
 GENERIC = {
-    "conv2d_wgmma": "conv2d_wgmma|c=512|dh=1|dtype=bfloat16|dw=1|epilogue=none|h=7|k=512|n=1|out_dtype=bfloat16|"
-                    "ph=1|pw=1|r=3|s=3|sh=1|sw=1|w=7",
+    "conv2d_wgmma": "conv2d_wgmma|c=128|dh=1|dtype=bfloat16|dw=1|epilogue=none|h=28|k=128|n=1|out_dtype=bfloat16|"
+                    "ph=1|pw=1|r=3|s=3|sh=1|sw=1|w=28",
     "gemm_batched": "gemm_batched|align_a=8|align_b=8|batch=64|broadcast=none|dtype=bfloat16|epilogue=none|k=64|"
                     "layout=NT|m=512|n=512|out_dtype=bfloat16|precision=native",
     "gemm_batched_wgmma": "gemm_batched_wgmma|align_a=8|align_b=8|batch=64|broadcast=none|dtype=bfloat16|"

@@ -679,6 +679,27 @@ def _splitk_jobs(target):
     return jobs
 
 
+LONG_K_SHAPES = [(40, 72, 8200), (200, 136, 13832)]    # one or a few tiles, up to 32 parts
+
+
+def _long_k_jobs(target):
+    """Per shape x dtype: the largest splits offered (parts read several at a time, a last
+    group of fewer parts where the split is no multiple of the group), polling and counted."""
+    jobs = {}
+    for i, (shape, dtype) in enumerate((s, d) for s in LONG_K_SHAPES for d in ("float16", "float32")):
+        rng = random.Random(3000 + i)
+        problem = SPEC.problem(*shape, dtype, LAYOUTS[i % len(LAYOUTS)])
+        if not SPEC.supports(problem, target):
+            continue
+        split = [c for c in SPEC.space(problem, target).configs() if c["SPLITK"] >= 6]
+        picks = [rng.choice([c for c in split if c["SPLITK"] == s]) for s in sorted({c["SPLITK"] for c in split})[-3:]]
+        counted = [c for c in split if not split_parts_poll(problem, c, target.sm_count)]
+        if counted:
+            picks.append(rng.choice(counted))
+        jobs[("longk", shape, dtype)] = (problem, picks)
+    return jobs
+
+
 def _alpha_beta_jobs(target):
     jobs = {}
     for dtype in DTYPES:
@@ -796,6 +817,7 @@ def gpu():
 
     target = Target.detect(0)
     jobs = {**_odd_jobs(target), **_edge_jobs(target), **_alpha_beta_jobs(target), **_splitk_jobs(target),
+            **_long_k_jobs(target),
             **_store_jobs(target), **_cluster_jobs(target), **_staged_jobs(target), **_rs_jobs(target),
             **_rows_jobs(target)}
     for dtype, layout in (("bfloat16", "NT"), ("float32", "NN")):
@@ -942,6 +964,27 @@ def test_gpu_split_k_adds_every_part_launch_after_launch(gpu, shape, layout):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("shape", LONG_K_SHAPES)
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_gpu_long_k_splits_are_right_and_bitwise_repeatable(gpu, shape, dtype):
+    """Up to 32 parts of a tile, read several at a time: right against float64, and the same
+    bits launch after launch (the parts are added in their order, whatever order they land in)."""
+    import cupy
+
+    problem, configs = _job_or_skip(gpu, ("longk", shape, dtype))
+    assert configs and max(c["SPLITK"] for c in configs) >= 12
+    _verify_all(gpu, ("longk", shape, dtype))
+    _, _, kernel = gpu
+    for config in configs:
+        operands = SPEC.inputs(problem, 1)
+        outs = []
+        for _ in range(3):
+            SPEC.run(kernel(problem, config), problem, config, operands)
+            outs.append(cupy.asnumpy(operands["c"]).tobytes())
+        assert outs[0] == outs[1] == outs[2], config.name
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("shape", RS_SHAPES)
 @pytest.mark.parametrize("layout", ("NN", "TT"))
 def test_gpu_tf32_rs_is_right_launch_after_launch(gpu, shape, layout):
@@ -1060,3 +1103,25 @@ def test_the_empty_slot_pattern_is_a_nan_arithmetic_never_gives(target):
     name = "gemm_wgmma_bf16_nn_64x64x64_s8_c1_g1_k2_ts"
     code = render(SPEC, problem, space.find([name])[name], target, space).code
     assert f"EMPTY_BITS = {hex(EMPTY_BITS)}u" in code
+
+
+def test_the_last_part_reads_several_parts_at_once_without_spilling(target):
+    """The reading warp keeps up to 32 float4 loads a lane in flight (4 parts of a 64-wide tile,
+    3 of a 128-wide one, 1 beside 128 accumulators), and nothing spills for it."""
+    expect = [((40, 40, 8176, "float16", "TN"), "gemm_wgmma_f16_tn_64x64x64_s8_c1_g1_k12_ts", 4),
+              ((40, 40, 8176, "float16", "TN"), "gemm_wgmma_f16_tn_64x64x64_s8_c1_g1_k2", 2),
+              ((208, 136, 13832, "float16", "TN"), "gemm_wgmma_f16_tn_64x128x64_s2_c1_g1_k12", 3),
+              ((200, 600, 8192, "bfloat16", "NT"), "gemm_wgmma_bf16_nt_128x256x64_s2_c2_g1_k2", 1)]
+    for shape, name, together in expect:
+        problem = SPEC.problem(*shape)
+        source = render(SPEC, problem, SPEC.space(problem, target).find([name])[name], target)
+        assert f"constexpr int PARTS_TOGETHER = {together};" in source.code, name
+    problem = SPEC.problem(40, 40, 8176, "float16", "TN")
+    space = SPEC.space(problem, target)
+    name = "gemm_wgmma_f16_tn_64x64x64_s8_c1_g1_k12_ts"
+    result = compile_source(render(SPEC, problem, space.find([name])[name], target, space))
+    assert result.failure is None, result.failure
+    res = result.binary.resources
+    assert res.get("spill_stores", 0) == 0 and res.get("stack", 0) == 0, res
+    sass = sass_or_skip(result.binary.cubin)
+    assert len(re.findall(r"LDG\.E\.128\.STRONG\.GPU", sass)) >= 32     # 4 parts x 8 float4s, in one round

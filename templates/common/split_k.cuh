@@ -2,24 +2,32 @@
   Split-K over a workspace, for a persistent wgmma kernel whose work units are (tile, part)
   pairs: macros writing the workspace's helpers and, inside a consumer warp's loop over its
   units, how the parts of a tile meet.
-    split_k_workspace(empty_bits, nacc)   the "empty" slot pattern (a NaN the host puts in every
-                                          slot), polling, relaxed 16-byte global accesses
+    split_k_workspace(empty_bits, nacc, slabs, split)
+                                          the "empty" slot pattern (a NaN the host puts in every
+                                          slot), how many loads a reading warp keeps in flight,
+                                          polling, relaxed 16-byte global accesses
     split_k_meet(nacc)                    each warp of a part writes its sums to its slot; the
                                           warp that finishes the tile adds the others' (polling
                                           where every unit has a block, else counting arrivals
-                                          on the tile's counter), puts "empty" back, and goes on
-                                          to the epilogue; the others `continue` to their next unit
-  nacc: a thread's accumulators per m64 slab (n / 2). split_k_meet reads, from the scope it is
-  written into: acc (float[SLABS][nacc]), m0, n0, row_off, warp, lane, M, part, polled, ws,
+                                          on the tile's counter), several parts' sums in flight
+                                          at once, puts "empty" back, and goes on to the
+                                          epilogue; the others `continue` to their next unit
+  nacc: a thread's accumulators per m64 slab (n / 2); slabs: its m64 slabs; split: SPLITK.
+  split_k_meet reads, from the scope it is written into: acc (float[SLABS][nacc]), m0, n0, row_off, warp, lane, M, part, polled, ws,
   counters, tiles_n, t, cw, tid; RS, RPC, BM, BN, SPLITK, SLABS; and the trace marks
   (common/trace.cuh).
 -#}
-{% macro split_k_workspace(empty_bits, nacc) %}
+{% macro split_k_workspace(empty_bits, nacc, slabs, split) %}
+{#- a reading lane's float4 loads in flight, in chunks of 8 of a part: 128 registers beside 32
+    accumulators, 96 beside 64, else 32 #}
+{% set in_flight = 32 if slabs * nacc <= 32 else (24 if slabs * nacc <= 64 else 8) %}
+{% set poll_loads = [nacc // 4, 8] | min %}
 // Split-K workspace slots hold this NaN bit pattern ("empty") between launches.
 constexpr unsigned EMPTY_BITS = {{ empty_bits }}u;
 #define EMPTY __uint_as_float(EMPTY_BITS)
-constexpr int POLL_LOADS = {{ nacc // 4 if nacc // 4 <= 16 else 8 }};   // a polling warp's float4 loads in flight together
-static_assert(({{ nacc }} / 4) % POLL_LOADS == 0, "a slab's float4 sums are polled in whole chunks");
+constexpr int POLL_LOADS = {{ poll_loads }};   // a reading lane's float4 loads of one part's slab in flight together
+constexpr int PARTS_TOGETHER = {{ [[in_flight // poll_loads, 1] | max, split] | min }};   // parts read together
+static_assert(({{ nacc }} / 4) % POLL_LOADS == 0, "a slab's float4 sums are read in whole chunks");
 constexpr unsigned POLL_NS = 64;  // between polls
 
 __device__ __forceinline__ bool is_empty(float v) { return __float_as_uint(v) == EMPTY_BITS; }
@@ -79,44 +87,6 @@ __device__ __forceinline__ float4 ld_relaxed_v4(const float* p) {
                 if (polled) {
                     if (!adds_by_polling) continue;             // the last part adds this one's sums
                     if (t == 0 && cw == 0 && tid == 0) KGEN_MARK(18);   // (trace: its turn known)
-                    const int last_slab = min(SLABS - 1, (M - 1 - first_row) / 64);   // the last one written
-                    for (int p = 0; p < SPLITK - 1; ++p) {
-                        float* theirs = ws + (slot + p) * SLOT_FLOATS;
-                        // lane 0 waits (backing off: polls read L2) for the part's last float4, lane
-                        // 31's of its last store; then every lane reads its sums, what is not yet
-                        // there again
-                        if (lane == 0) {
-                            const float* tail = theirs + ((last_slab * ({{ nacc }} / 4) + {{ nacc }} / 4 - 1) * 32 + 31) * 4;
-                            while (any_empty(ld_relaxed_v4(tail))) __nanosleep(POLL_NS);
-                        }
-                        __syncwarp();
-                        #pragma unroll
-                        for (int s = 0; s < SLABS; ++s) {
-                            if (first_row + 64 * s >= M) continue;
-                            #pragma unroll
-                            for (int q0 = 0; q0 < {{ nacc }} / 4; q0 += POLL_LOADS) {
-                                float* at = theirs + ((s * ({{ nacc }} / 4) + q0) * 32 + lane) * 4;
-                                float4 v[POLL_LOADS];
-                                #pragma unroll
-                                for (int c = 0; c < POLL_LOADS; ++c) v[c] = ld_relaxed_v4(at + c * 128);
-                                for (;;) {          // what has not landed is read again, all in flight together
-                                    bool waiting = false;
-                                    #pragma unroll
-                                    for (int c = 0; c < POLL_LOADS; ++c) waiting |= any_empty(v[c]);
-                                    if (!waiting) break;
-                                    __nanosleep(POLL_NS);
-                                    #pragma unroll
-                                    for (int c = 0; c < POLL_LOADS; ++c)
-                                        if (any_empty(v[c])) v[c] = ld_relaxed_v4(at + c * 128);
-                                }
-                                #pragma unroll
-                                for (int c = 0; c < POLL_LOADS; ++c) {
-                                    add_sums(&acc[s][4 * (q0 + c)], v[c]);
-                                    st_relaxed_v4(at + c * 128, EMPTY, EMPTY, EMPTY, EMPTY);   // for the next launch
-                                }
-                            }
-                        }
-                    }
                 } else {                                        // by the counters
                     __threadfence();                            // the sums, before the count
                     __syncwarp();
@@ -129,20 +99,67 @@ __device__ __forceinline__ float4 ld_relaxed_v4(const float* p) {
                     }
                     if (arrived != SPLITK - 1) continue;        // a later part finishes this tile
                     __threadfence();
-                    for (int p = 0; p < SPLITK; ++p) {
-                        float4* theirs = reinterpret_cast<float4*>(ws + (slot + p) * SLOT_FLOATS);
+                    if (lane == 0) counters[slot / SPLITK] = 0;     // ready for the next launch
+                    // whichever part arrives last, the sum is 0 + part 0 + part 1 + ...: its own
+                    // sums are read back from its slot in their turn
+                    #pragma unroll
+                    for (int s = 0; s < SLABS; ++s) {
                         #pragma unroll
-                        for (int s = 0; s < SLABS; ++s) {
-                            if (first_row + 64 * s >= M) continue;
+                        for (int i = 0; i < {{ nacc }}; ++i) acc[s][i] = 0.0f;
+                    }
+                }
+                // The parts' sums, PARTS_TOGETHER parts x POLL_LOADS float4s of a lane in flight
+                // at once (one memory round trip a group, where reading a part at a time cost one
+                // or two each), added part by part in increasing order, whatever order they land
+                // in: the bits of the result do not depend on the timing. Polling, the last part
+                // (the reader) has no slot and its sums come first. A value still "empty" (polling:
+                // that part is not done) is read again; every slot is left "empty" for the next
+                // launch.
+                for (int p0 = 0; p0 < SPLITK; p0 += PARTS_TOGETHER) {
+                    #pragma unroll
+                    for (int s = 0; s < SLABS; ++s) {
+                        if (first_row + 64 * s >= M) continue;
+                        #pragma unroll
+                        for (int q0 = 0; q0 < {{ nacc }} / 4; q0 += POLL_LOADS) {
+                            float4 v[PARTS_TOGETHER][POLL_LOADS];
                             #pragma unroll
-                            for (int q = 0; q < {{ nacc }} / 4; ++q) {
-                                float4* at = theirs + (s * ({{ nacc }} / 4) + q) * 32 + lane;
-                                if (p != part) add_sums(&acc[s][4 * q], __ldcg(at));
-                                *at = make_float4(EMPTY, EMPTY, EMPTY, EMPTY);   // as a polling launch expects
+                            for (int g = 0; g < PARTS_TOGETHER; ++g) {
+                                const float* at = ws + (slot + p0 + g) * SLOT_FLOATS + ((s * ({{ nacc }} / 4) + q0) * 32 + lane) * 4;
+                                #pragma unroll
+                                for (int c = 0; c < POLL_LOADS; ++c)
+                                    v[g][c] = (p0 + g < SPLITK && !(polled && p0 + g == part))
+                                            ? ld_relaxed_v4(at + c * 128) : make_float4(0.f, 0.f, 0.f, 0.f);
+                            }
+                            for (;;) {          // what has not landed is read again, all in flight together
+                                bool waiting = false;
+                                #pragma unroll
+                                for (int g = 0; g < PARTS_TOGETHER; ++g) {
+                                    #pragma unroll
+                                    for (int c = 0; c < POLL_LOADS; ++c) waiting |= any_empty(v[g][c]);
+                                }
+                                if (!waiting) break;
+                                __nanosleep(POLL_NS);
+                                #pragma unroll
+                                for (int g = 0; g < PARTS_TOGETHER; ++g) {
+                                    const float* at = ws + (slot + p0 + g) * SLOT_FLOATS + ((s * ({{ nacc }} / 4) + q0) * 32 + lane) * 4;
+                                    #pragma unroll
+                                    for (int c = 0; c < POLL_LOADS; ++c)
+                                        if (any_empty(v[g][c])) v[g][c] = ld_relaxed_v4(at + c * 128);
+                                }
+                            }
+                            #pragma unroll
+                            for (int g = 0; g < PARTS_TOGETHER; ++g) {
+                                const int p = p0 + g;
+                                if (p >= SPLITK || (polled && p == part)) continue;   // (polling: no slot of its own)
+                                float* at = ws + (slot + p) * SLOT_FLOATS + ((s * ({{ nacc }} / 4) + q0) * 32 + lane) * 4;
+                                #pragma unroll
+                                for (int c = 0; c < POLL_LOADS; ++c) {
+                                    add_sums(&acc[s][4 * (q0 + c)], v[g][c]);
+                                    st_relaxed_v4(at + c * 128, EMPTY, EMPTY, EMPTY, EMPTY);
+                                }
                             }
                         }
                     }
-                    if (lane == 0) counters[slot / SPLITK] = 0;     // ready for the next launch
                 }
                 if (t == 0 && cw == 0 && tid == 0) KGEN_MARK(19);   // (trace: the other parts added)
 {% endmacro %}
