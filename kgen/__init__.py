@@ -11,6 +11,7 @@ from kgen.dispatch import refresh
 from kgen.dispatch import set_miss_tuner as _set_miss_tuner
 from kgen.kernels.gemm.problem import gemm_problem
 from kgen.ops.conv import conv2d
+from kgen.ops.conv_wgrad import conv2d_weight_gradient
 from kgen.ops.elementwise import cast, elementwise
 from kgen.ops.reduce import reduce
 from kgen.ops.caller import set_custom_ops as _set_custom_ops
@@ -41,7 +42,7 @@ def _custom_ops():
 _set_custom_ops(_custom_ops)
 
 __all__ = [
-    "softmax", "rmsnorm", "conv2d",
+    "softmax", "rmsnorm", "conv2d", "conv2d_weight_gradient",
     "permute", "transpose", "gemm", "gemm_choice", "gemm_grouped", "gemm_kgrouped", "elementwise", "cast", "reduce", "GemmChoice", "gemm_problem", "refresh", "run", "Problem", "Target", "Param", "Space", "Constraint", "Config",
     "KernelSpec", "Launch", "Check", "register", "get_spec", "families",
     "KgenError", "InputError", "DeviceError", "DtypeError", "ShapeError", "LayoutError", "SpaceError", "ExpressionError",

@@ -339,6 +339,8 @@ def weight_gradient(x, w, dy, stride=1, padding=0, dilation=1, precision=None):
     (N channels each) with the K filters of dy (``kgen.kernels.conv.gradients``)."""
     stride, padding, dilation = _pairs(stride, padding, dilation)
     k, c = w.shape[0], w.shape[1]
+    if _one_wgrad_kernel_runs(x, w, dy, stride, padding, dilation, precision):
+        return _conv2d_weight_gradient(x, dy, list(w.shape[2:]), stride, padding, dilation)
     if not weight_gradient_is_gemm(w.shape[2:], stride, padding):
         plan = weight_gradient_conv(w.shape[2:], stride, padding, dilation, x.shape[2:], dy.shape[2:])
         images = _batch_and_channels_swapped(x)                                    # (C, N, H, W)
@@ -349,6 +351,39 @@ def weight_gradient(x, w, dy, stride=1, padding=0, dilation=1, precision=None):
     pixels_x = x[:, :, ::stride[0], ::stride[1]].permute(0, 2, 3, 1).reshape(-1, c)
     pixels_g = dy.permute(0, 2, 3, 1).reshape(-1, k)
     return _gemm(pixels_g.t(), pixels_x, None, None, precision, None, 1.0).reshape(k, c, 1, 1)
+
+
+def _one_wgrad_kernel_runs(x, w, dy, stride, padding, dilation, precision) -> bool:
+    """Whether ``conv2d_wgrad_wgmma`` takes this weight gradient: 16-bit channels-last CUDA
+    tensors of a problem it supports, other than a 1x1 window at stride 1 with no padding (one
+    plain GEMM over dy and x as they lie)."""
+    from kgen.kernels.conv.conv2d_wgrad_wgmma import DTYPES, wgrad_problem
+    from kgen.ops.conv_wgrad import supported
+
+    dtype = _dtype_name(x.dtype)
+    if (precision is not None or dtype not in DTYPES or dy.dtype != x.dtype or not x.is_cuda
+            or (tuple(w.shape[2:]) == (1, 1) and stride == [1, 1] and padding == [0, 0])
+            or not x.permute(0, 2, 3, 1).is_contiguous() or not dy.permute(0, 2, 3, 1).is_contiguous()):
+        return False
+    (n, c, h, wd), (k, _, r, s) = x.shape, w.shape
+    problem = wgrad_problem(n, h, wd, c, k, r, s, stride=stride, padding=padding, dilation=dilation, dtype=dtype)
+    return supported(problem, x.device.index or 0)
+
+
+@torch.library.custom_op(f"{_LIB}::conv2d_weight_gradient", mutates_args=())
+def _conv2d_weight_gradient(x: Tensor, dy: Tensor, kernel_size: Sequence[int], stride: Sequence[int],
+                            padding: Sequence[int], dilation: Sequence[int]) -> Tensor:
+    """dW (K, C, R, S, channels-last) by kgen's weight-gradient kernel (``kgen.conv2d_weight_gradient``)."""
+    from kgen.ops.conv_wgrad import conv2d_weight_gradient as eager
+
+    x, dy = _plain(x, dy)
+    return eager(x, dy, tuple(kernel_size), tuple(stride), tuple(padding), tuple(dilation))
+
+
+@_conv2d_weight_gradient.register_fake
+def _conv2d_weight_gradient_fake(x, dy, kernel_size, stride, padding, dilation):
+    k, c, (r, s) = dy.shape[1], x.shape[1], kernel_size
+    return x.new_empty_strided((k, c, r, s), (r * s * c, 1, s * c, c))
 
 
 def _batch_and_channels_swapped(t):

@@ -20,6 +20,7 @@ BUILTIN_FAMILIES = {
     "rmsnorm": "kgen.kernels.memory.rownorm:RmsNorm",
     "conv2d": "kgen.kernels.conv.conv2d:Conv2d",
     "conv2d_wgmma": "kgen.kernels.conv.conv2d_wgmma:Conv2dWgmma",
+    "conv2d_wgrad_wgmma": "kgen.kernels.conv.conv2d_wgrad_wgmma:Conv2dWgradWgmma",
     "conv2d_simt": "kgen.kernels.conv.conv2d_simt:Conv2dSimt",
     "conv2d_winograd": "kgen.kernels.conv.conv2d_winograd:Conv2dWinograd",
     "conv2d_depthwise": "kgen.kernels.conv.depthwise:DepthwiseConv2d",

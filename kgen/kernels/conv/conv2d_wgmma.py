@@ -28,8 +28,8 @@ from kgen.arrays import device_pointer
 from kgen.kernels.conv.family import ConvFamily
 from kgen.kernels.conv.problem import gemm_view, geometry
 from kgen.kernels.gemm.dtypes import ITEMSIZE, epilogue_parts
-from kgen.kernels.gemm.wgmma import GemmWgmma, row_stride, workspace_args, workspace_bytes
-from kgen.kernels.gemm.wgmma_geometry import EMPTY_BITS, SWIZZLE, block_k
+from kgen.kernels.gemm.wgmma import GemmWgmma, row_stride, workspace_args, workspace_recipe
+from kgen.kernels.gemm.wgmma_geometry import SWIZZLE, block_k
 from kgen.problem import Problem, Target
 from kgen.space import Config, Space
 from kgen.spec import KernelSpec, Launch
@@ -87,10 +87,6 @@ class Conv2dWgmma(ConvFamily, KernelSpec):
         has_bias, _ = epilogue_parts(problem)
         bk = block_k(dtype)
         output = _GEMM.output_plan(view, config)
-        partial_bytes, counter_bytes = workspace_bytes(view, config)
-        workspace = ([{"workspace": "partials", "bytes": partial_bytes, "fill": EMPTY_BITS},
-                      {"workspace": "counters", "bytes": counter_bytes, "fill": 0}] if partial_bytes else
-                     [{"value": 0, "type": "uint64"}, {"value": 0, "type": "uint64"}])
 
         def fixed(value, kind):
             return {"value": value, "type": kind}
@@ -107,7 +103,7 @@ class Conv2dWgmma(ConvFamily, KernelSpec):
             {"pointer": "x"}, {"pointer": "w"}, fixed(g.c, "int64"), fixed(k, "int64"), {"pointer": "y"},
             {"pointer": "bias"} if has_bias else fixed(0, "uint64"), fixed(m, "int32"), fixed(n, "int32"),
             fixed(k, "int32"), fixed(n, "int64"), fixed(1.0, "float32"), fixed(0.0, "float32"),
-            {"map_flag": 2, "type": "int32"} if output else fixed(0, "int32"), *workspace]
+            {"map_flag": 2, "type": "int32"} if output else fixed(0, "int32"), *workspace_recipe(view, config)]
 
     def args(self, problem: Problem, config: Config, ops: Mapping[str, Any]) -> list:
         """The GEMM kernel's arguments: the image's im2col map as A's, the weight's tiled map

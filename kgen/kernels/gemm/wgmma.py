@@ -372,10 +372,6 @@ class GemmWgmma(TensorCoreGemm):
         output = self.output_plan(problem, config)
         first, second = ("b", "a") if swapped(problem, config) else ("a", "b")
         rows, cols = kernel_dims(problem, config)
-        partial_bytes, counter_bytes = workspace_bytes(problem, config)
-        workspace = ([{"workspace": "partials", "bytes": partial_bytes, "fill": EMPTY_BITS},
-                      {"workspace": "counters", "bytes": counter_bytes, "fill": 0}] if partial_bytes else
-                     [{"value": 0, "type": "uint64"}, {"value": 0, "type": "uint64"}])
         return [*(tensor_map(plan, plan[0] if plan else None, dtype) for plan in self.map_plans(problem, config)),
                 {**tensor_map(output, "c", out), "optional": True} if output else {"empty_map": True},
                 {"pointer": first}, {"pointer": second}, {"ld": first, "type": "int64"},
@@ -385,7 +381,8 @@ class GemmWgmma(TensorCoreGemm):
                 {"ld": "c", "type": "int64"} if problem["m"] > 1 else {"value": max(problem["n"], 1), "type": "int64"},
                 {"scalar": "alpha", "type": "float32", "default": 1.0},
                 {"scalar": "beta", "type": "float32", "default": 0.0},
-                {"map_flag": 2, "type": "int32"} if output else {"value": 0, "type": "int32"}, *workspace]
+                {"map_flag": 2, "type": "int32"} if output else {"value": 0, "type": "int32"},
+                *workspace_recipe(problem, config)]
 
     def arg_builder(self, problem: Problem, config: Config, lds: tuple):
         """(a, b, c, bias pointers, alpha, beta) -> arguments; tensor maps come from kgen.tma's
@@ -461,6 +458,16 @@ def workspace_args(problem: Problem, config: Config, template: str = GemmWgmma.t
     null without split-K; else partials whose slots start empty (``EMPTY_BITS``) and zeroed
     counters, of ``workspace_bytes``."""
     return split_k_workspace(workspace_bytes(problem, config), template, EMPTY_BITS)
+
+
+def workspace_recipe(problem: Problem, config: Config) -> list[dict]:
+    """``workspace_args`` as the two last items of an export recipe (``kgen.export_runtime.replay``):
+    the workspaces the exported runtime makes, or two null pointers without split-K."""
+    partial_bytes, counter_bytes = workspace_bytes(problem, config)
+    if not partial_bytes:
+        return [{"value": 0, "type": "uint64"}, {"value": 0, "type": "uint64"}]
+    return [{"workspace": "partials", "bytes": partial_bytes, "fill": EMPTY_BITS},
+            {"workspace": "counters", "bytes": counter_bytes, "fill": 0}]
 _EMPTY_MAP = np.zeros((), tma.TMA_DESC_DTYPE)[()]   # the map argument (numpy.void) of an operand cp.async copies
 
 
