@@ -28,8 +28,9 @@ speedup_vs_fastest (checked on up to 9 groups spread over them: 256 experts' flo
 gradients outgrow an 80 GB GPU);
 suite "backward" (ResNet-50's layers at batch 64 but the stem): op "dgrad" (``kgen.torch.
 data_gradient`` against cuDNN's ``torch.nn.grad.conv2d_input``) for each, op "wgrad"
-(``kgen.torch.weight_gradient``: one GEMM for the 1x1 ones, a convolution with batch and
-channels swapped for the others) against ``conv2d_weight``;
+(``kgen.torch.weight_gradient``: ``conv2d_wgrad_wgmma`` where it applies, else one GEMM for
+the 1x1 ones and a convolution with batch and channels swapped for the others) against
+``conv2d_weight``;
 suite "depthwise" (``kgen.conv2d(..., groups=C)``: MobileNetV2's and EfficientNet-B0's depthwise
 layers at batch 64, two odd shapes, one float32) op ("depthwise"), the conv fields (k = c),
 kgen_ms, baselines ({"cudnn": conv2d with groups = C}), tflops, bytes (x, w and y once), gb_s
