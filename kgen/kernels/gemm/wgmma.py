@@ -64,7 +64,7 @@ from kgen.intmath import pow2_at_least
 from kgen.kernels.gemm.dtypes import ITEMSIZE, allowed_outputs
 from kgen.kernels.gemm.tc import TensorCoreGemm, modelled_time
 from kgen.kernels.gemm.workspace import split_k_workspace
-from kgen.kernels.gemm.wgmma_geometry import (BK, DEFAULT_SM_COUNT, DTYPES, EMPTY_BITS, MAX_ACC_FLOATS,
+from kgen.kernels.gemm.wgmma_geometry import (BK, DEFAULT_SM_COUNT, DTYPES, MAX_ACC_FLOATS,
                                               RS_FRAGMENT_REGS, SPLITS, STAGE_CHOICES, STORE_ROWS, SWIZZLE,
                                               block_k, copied_transposed, register_choices, smem_bytes,
                                               staging_choices)
@@ -270,8 +270,7 @@ class GemmWgmma(TensorCoreGemm):
         return default_splitk(rows, cols, problem["k"], bm, bn, sms, block_k(problem["dtype"]))
 
     def context(self, problem: Problem, config, space) -> dict:
-        return {**super().context(problem, config, space), "EMPTY_BITS": hex(EMPTY_BITS),
-                "ROWS_BY_BAND": self.rows_by_band(problem, config)}
+        return {**super().context(problem, config, space), "ROWS_BY_BAND": self.rows_by_band(problem, config)}
 
     def rows_by_band(self, problem: Problem, config) -> bool:
         """Whether the kernel writes a C whose rows TMA cannot store (not 16-byte multiples: N odd
@@ -442,7 +441,8 @@ def default_splitk(m: int, n: int, k: int, bm: int, bn: int, sms: int, bk: int =
 
 
 def workspace_bytes(problem: Problem, config: Config) -> tuple[int, int]:
-    """(partial sums, counters) bytes a split-K config needs; (0, 0) without split-K."""
+    """(partial sums, flags) bytes a split-K config needs, (0, 0) without split-K: a slot of
+    fp32 sums and an int flag per (tile, rows of a consumer, warp, part)."""
     split = config.get("SPLITK", 1)
     if split == 1:
         return 0, 0
@@ -450,24 +450,25 @@ def workspace_bytes(problem: Problem, config: Config) -> tuple[int, int]:
     m, n = kernel_dims(problem, config)
     tiles = _ceil_div(m, bm) * _ceil_div(n, bn)
     groups = 1 if config["PINGPONG"] else config["CONSUMERS"]
-    return tiles * split * bm * bn * 4, tiles * groups * 4 * 4
+    return tiles * split * bm * bn * 4, tiles * groups * 4 * split * 4
 
 
 def workspace_args(problem: Problem, config: Config, template: str = GemmWgmma.template):
     """The split-K workspace pointers of a launch of ``config`` (``kgen.kernels.gemm.workspace``):
-    null without split-K; else partials whose slots start empty (``EMPTY_BITS``) and zeroed
-    counters, of ``workspace_bytes``."""
-    return split_k_workspace(workspace_bytes(problem, config), template, EMPTY_BITS)
+    null without split-K; else partials and zeroed flags, of ``workspace_bytes``."""
+    return split_k_workspace(workspace_bytes(problem, config), template, 0)
 
 
 def workspace_recipe(problem: Problem, config: Config) -> list[dict]:
     """``workspace_args`` as the two last items of an export recipe (``kgen.export_runtime.replay``):
     the workspaces the exported runtime makes, or two null pointers without split-K."""
-    partial_bytes, counter_bytes = workspace_bytes(problem, config)
+    partial_bytes, flag_bytes = workspace_bytes(problem, config)
     if not partial_bytes:
         return [{"value": 0, "type": "uint64"}, {"value": 0, "type": "uint64"}]
-    return [{"workspace": "partials", "bytes": partial_bytes, "fill": EMPTY_BITS},
-            {"workspace": "counters", "bytes": counter_bytes, "fill": 0}]
+    return [{"workspace": "partials", "bytes": partial_bytes, "fill": 0},
+            {"workspace": "flags", "bytes": flag_bytes, "fill": 0}]
+
+
 _EMPTY_MAP = np.zeros((), tma.TMA_DESC_DTYPE)[()]   # the map argument (numpy.void) of an operand cp.async copies
 
 

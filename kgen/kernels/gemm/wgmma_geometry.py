@@ -21,7 +21,6 @@ ALIGN_SLACK = 1024            # the kernel rounds its shared base up to 1024 byt
 STORE_ROWS = 16               # TMA stores: a consumer warp's band of an m64 slab
 STORE_BUFFER = STORE_ROWS * SWIZZLE   # 2 KiB: 16 rows x 128 bytes of output columns
 STORE_BUFFERS_PER_WARP = 2    # one filled while the other drains
-EMPTY_BITS = 0x7FA5A5A5       # a split-K workspace slot between launches: a NaN no arithmetic gives
 
 
 def smem_bytes(bm: int, bn: int, stages: int, consumers: int = 2, tma_store: int = 0, staged: int = 0) -> int:
