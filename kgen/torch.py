@@ -33,7 +33,7 @@ from typing import Optional, Sequence
 import torch
 
 from kgen.arrays import array_kind
-from kgen.errors import InputError
+from kgen.errors import InputError, KgenError
 from kgen.kernels.conv.gradients import (covers_every_pixel, data_gradient_phases, weight_gradient_conv,
                                         weight_gradient_is_gemm)
 from kgen.kernels.conv.problem import output_size, pair
@@ -365,8 +365,11 @@ def _one_wgrad_kernel_runs(x, w, dy, stride, padding, dilation, precision) -> bo
             or (tuple(w.shape[2:]) == (1, 1) and stride == [1, 1] and padding == [0, 0])
             or not x.permute(0, 2, 3, 1).is_contiguous() or not dy.permute(0, 2, 3, 1).is_contiguous()):
         return False
-    (n, c, h, wd), (k, _, r, s) = x.shape, w.shape
-    problem = wgrad_problem(n, h, wd, c, k, r, s, stride=stride, padding=padding, dilation=dilation, dtype=dtype)
+    (n, c, h, wd), (k, _, r, s) = (int(v) for v in x.shape), (int(v) for v in w.shape)   # (traced: specialised)
+    try:
+        problem = wgrad_problem(n, h, wd, c, k, r, s, stride=stride, padding=padding, dilation=dilation, dtype=dtype)
+    except KgenError:                    # a problem the other ways check and report
+        return False
     return supported(problem, x.device.index or 0)
 
 
