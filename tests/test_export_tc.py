@@ -160,6 +160,29 @@ def test_conv_recipe_replays_kgens_own_arguments(fake_driver, monkeypatch, index
         assert _same(g, w), f"{config.name} on {problem.key}: argument {i}: {g!r} != {w!r}"
 
 
+@pytest.mark.parametrize("stride, padding", [(1, 1), (2, 1), (2, 0)])
+def test_weight_gradient_recipe_replays_kgens_own_arguments(fake_driver, monkeypatch, stride, padding):
+    from kgen.kernels.conv.conv2d_wgrad_wgmma import wgrad_problem
+    import kgen.kernels.conv.conv2d_wgrad_wgmma as wgrad_module
+
+    monkeypatch.setattr(tma_encode, "encode_im2col", _fake_im2col)
+    monkeypatch.setattr(wgrad_module, "device_pointer", lambda value, name: value)
+    real = wgmma_module.workspace_args
+    monkeypatch.setattr(wgrad_module, "workspace_args",
+                        lambda *a, **k: lambda stream=None, device=None: real(*a, **k)(STREAM, DEVICE))
+    spec = get_spec("conv2d_wgrad_wgmma")
+    problem = wgrad_problem(64, 28, 28, 128, 128, 3 if padding else 1, 3 if padding else 1, stride=stride,
+                            padding=padding)
+    pointers = {"x": PA, "dy": PB, "dw": PC}
+    for config in [spec.default_config(problem, TARGET), *spec.space(problem, TARGET).sample(6, seed=2)]:
+        want = spec.args(problem, config, pointers)
+        recipe = json.loads(json.dumps(spec.arg_recipe(problem, config)))
+        got = replay.arguments(recipe, {name: (ptr, 0) for name, ptr in pointers.items()}, {}, DEVICE, STREAM)
+        assert len(got) == len(want)
+        for i, (g, w) in enumerate(zip(got, want)):
+            assert _same(g, w), f"{config.name} on {problem.key}: argument {i}: {g!r} != {w!r}"
+
+
 def test_batched_recipe_fixes_the_leading_dimensions():
     from kgen.kernels.gemm.batched import batched_problem, leading_dims
 
@@ -419,6 +442,8 @@ def test_exported_gemm_skinny_gives_the_exact_float32_product(tmp_path):
 GENERIC = {
     "conv2d_wgmma": "conv2d_wgmma|c=128|dh=1|dtype=bfloat16|dw=1|epilogue=none|h=28|k=128|n=1|out_dtype=bfloat16|"
                     "ph=1|pw=1|r=3|s=3|sh=1|sw=1|w=28",
+    "conv2d_wgrad_wgmma": "conv2d_wgrad_wgmma|c=128|dh=1|dtype=bfloat16|dw=1|epilogue=none|h=28|k=128|n=64|"
+                          "out_dtype=bfloat16|ph=1|pw=1|r=3|s=3|sh=1|sw=1|w=28",
     "gemm_batched": "gemm_batched|align_a=8|align_b=8|batch=64|broadcast=none|dtype=bfloat16|epilogue=none|k=64|"
                     "layout=NT|m=512|n=512|out_dtype=bfloat16|precision=native",
     "gemm_batched_wgmma": "gemm_batched_wgmma|align_a=8|align_b=8|batch=64|broadcast=none|dtype=bfloat16|"
@@ -478,6 +503,11 @@ def test_generic_exports_give_kgens_result(family, tmp_path):
         want = kgen.conv2d(x, w, padding=(p["ph"], p["pw"]), dtype="bfloat16")
         got = cupy.full(want.shape, 0xFFFF, dtype=cupy.uint16)
         module.run(GENERIC[family], x=x, w=w, y=got)
+    elif family == "conv2d_wgrad_wgmma":
+        x, dy = rand(p["n"], p["h"], p["w"], p["c"]), rand(p["n"], p["h"], p["w"], p["k"])     # stride 1, same padding
+        want = kgen.conv2d_weight_gradient(x, dy, (p["r"], p["s"]), padding=(p["ph"], p["pw"]), dtype="bfloat16")
+        got = cupy.full(want.shape, 0xFFFF, dtype=cupy.uint16)
+        module.run(GENERIC[family], x=x, dy=dy, dw=got)
     elif family.startswith("gemm_grouped"):
         a, b = rand(p["m"], p["k"]), rand(p["groups"], p["n"], p["k"])                  # layout NT: b read transposed
         ends = cupy.asarray(split_rows(p["m"], p["groups"], seed=5))
