@@ -140,47 +140,44 @@ def _fake_im2col(ptr, dtype, nhwc, window, stride, padding, dilation, channels, 
     return tma_encode.words_to_desc([ptr, *nhwc, *window, *stride, *padding, *dilation, channels, pixels, swizzle])
 
 
-@pytest.mark.parametrize("index", range(len(_conv_cases())))
-def test_conv_recipe_replays_kgens_own_arguments(fake_driver, monkeypatch, index):
-    problem, config = _conv_cases()[index]
+def _assert_recipe_replays_args(monkeypatch, family: str, module, problem, configs, pointers: dict) -> None:
+    """The export recipe of each config, replayed on ``pointers``, gives the arguments the
+    family's ``args`` gives (its im2col maps encoded by a stand-in, its split-K workspace
+    kgen's own on (DEVICE, STREAM) rather than CuPy's current ones)."""
     monkeypatch.setattr(tma_encode, "encode_im2col", _fake_im2col)
-    spec = get_spec("conv2d_wgmma")
-    pointers = {"x": PA, "w": PB, "y": PC, "bias": PBIAS}
-    import kgen.kernels.conv.conv2d_wgmma as conv_module
-
-    real = wgmma_module.workspace_args           # kgen's own, on (DEVICE, STREAM) rather than CuPy's current ones
-    monkeypatch.setattr(conv_module, "workspace_args",
-                        lambda *a, **k: lambda stream=None, device=None: real(*a, **k)(STREAM, DEVICE))
-    monkeypatch.setattr(conv_module, "device_pointer", lambda value, name: value)
-    want = spec.args(problem, config, pointers)
-    recipe = json.loads(json.dumps(spec.arg_recipe(problem, config)))
-    got = replay.arguments(recipe, {name: (ptr, 0) for name, ptr in pointers.items()}, {}, DEVICE, STREAM)
-    assert len(got) == len(want)
-    for i, (g, w) in enumerate(zip(got, want)):
-        assert _same(g, w), f"{config.name} on {problem.key}: argument {i}: {g!r} != {w!r}"
-
-
-@pytest.mark.parametrize("stride, padding", [(1, 1), (2, 1), (2, 0)])
-def test_weight_gradient_recipe_replays_kgens_own_arguments(fake_driver, monkeypatch, stride, padding):
-    from kgen.kernels.conv.conv2d_wgrad_wgmma import wgrad_problem
-    import kgen.kernels.conv.conv2d_wgrad_wgmma as wgrad_module
-
-    monkeypatch.setattr(tma_encode, "encode_im2col", _fake_im2col)
-    monkeypatch.setattr(wgrad_module, "device_pointer", lambda value, name: value)
     real = wgmma_module.workspace_args
-    monkeypatch.setattr(wgrad_module, "workspace_args",
+    monkeypatch.setattr(module, "workspace_args",
                         lambda *a, **k: lambda stream=None, device=None: real(*a, **k)(STREAM, DEVICE))
-    spec = get_spec("conv2d_wgrad_wgmma")
-    problem = wgrad_problem(64, 28, 28, 128, 128, 3 if padding else 1, 3 if padding else 1, stride=stride,
-                            padding=padding)
-    pointers = {"x": PA, "dy": PB, "dw": PC}
-    for config in [spec.default_config(problem, TARGET), *spec.space(problem, TARGET).sample(6, seed=2)]:
+    monkeypatch.setattr(module, "device_pointer", lambda value, name: value)
+    spec = get_spec(family)
+    for config in configs:
         want = spec.args(problem, config, pointers)
         recipe = json.loads(json.dumps(spec.arg_recipe(problem, config)))
         got = replay.arguments(recipe, {name: (ptr, 0) for name, ptr in pointers.items()}, {}, DEVICE, STREAM)
         assert len(got) == len(want)
         for i, (g, w) in enumerate(zip(got, want)):
             assert _same(g, w), f"{config.name} on {problem.key}: argument {i}: {g!r} != {w!r}"
+
+
+@pytest.mark.parametrize("index", range(len(_conv_cases())))
+def test_conv_recipe_replays_kgens_own_arguments(fake_driver, monkeypatch, index):
+    import kgen.kernels.conv.conv2d_wgmma as conv_module
+
+    problem, config = _conv_cases()[index]
+    _assert_recipe_replays_args(monkeypatch, "conv2d_wgmma", conv_module, problem, [config],
+                                {"x": PA, "w": PB, "y": PC, "bias": PBIAS})
+
+
+@pytest.mark.parametrize("stride, padding", [(1, 1), (2, 1), (2, 0)])
+def test_weight_gradient_recipe_replays_kgens_own_arguments(fake_driver, monkeypatch, stride, padding):
+    import kgen.kernels.conv.conv2d_wgrad_wgmma as wgrad_module
+
+    spec = get_spec("conv2d_wgrad_wgmma")
+    problem = wgrad_module.wgrad_problem(64, 28, 28, 128, 128, 3 if padding else 1, 3 if padding else 1,
+                                         stride=stride, padding=padding)
+    configs = [spec.default_config(problem, TARGET), *spec.space(problem, TARGET).sample(6, seed=2)]
+    _assert_recipe_replays_args(monkeypatch, "conv2d_wgrad_wgmma", wgrad_module, problem, configs,
+                                {"x": PA, "dy": PB, "dw": PC})
 
 
 def test_batched_recipe_fixes_the_leading_dimensions():

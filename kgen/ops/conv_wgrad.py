@@ -13,6 +13,8 @@ the rule (``kgen.torch``'s backward takes its other ways for them).
 
 from __future__ import annotations
 
+import functools
+
 from kgen.errors import DtypeError, InputError, ShapeError
 from kgen.kernels.conv.conv2d_wgrad_wgmma import DTYPES, FAMILY, wgrad_problem
 from kgen.kernels.conv.problem import geometry, pair
@@ -24,8 +26,10 @@ from kgen.ops.launch import launch_family, pointer
 _KRSC_AS_KCRS = (0, 3, 1, 2)      # a KRSC result seen with PyTorch's weight shape
 
 
+@functools.lru_cache(maxsize=1024)
 def supported(problem, device: int) -> bool:
-    """Whether the family runs ``problem`` on ``device`` (``kgen.torch`` asks before calling)."""
+    """Whether the family runs ``problem`` on ``device`` (``kgen.torch`` asks before calling, each
+    backward step: remembered)."""
     from kgen.dispatch import default_dispatcher
     from kgen.registry import get_spec
 

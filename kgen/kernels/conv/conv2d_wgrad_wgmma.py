@@ -30,11 +30,11 @@ import numpy as np
 from kgen import tma
 from kgen.arrays import device_pointer
 from kgen.errors import InputError
-from kgen.kernels.conv.family import ConvFamily
+from kgen.kernels.conv.family import ConvFamily, random_operand, tap_windows
 from kgen.kernels.conv.problem import SIZES, alignment, conv2d_problem, geometry
 from kgen.kernels.gemm.dtypes import ITEMSIZE, TC_OUTPUTS
 from kgen.kernels.gemm.problem import tc_problem
-from kgen.kernels.gemm.tc import as_float64, compare_output, to_bf16, torch_stream_of_cupy, torch_view
+from kgen.kernels.gemm.tc import as_float64, compare_output, torch_stream_of_cupy, torch_view
 from kgen.kernels.gemm.wgmma import GemmWgmma, row_stride, workspace_args, workspace_recipe
 from kgen.kernels.gemm.wgmma_geometry import SWIZZLE
 from kgen.problem import Problem, Target
@@ -184,33 +184,20 @@ class Conv2dWgradWgmma(ConvFamily, KernelSpec):
 
         rng = cupy.random.default_rng(seed)
         shapes, dtype, out = self.shapes(problem), problem["dtype"], problem["out_dtype"]
-
-        def values(shape):
-            v = rng.random(shape, dtype=cupy.float32) * 2 - 1
-            return to_bf16(v) if dtype == "bfloat16" else v.astype(dtype)
-
         dw = cupy.empty(shapes["dw"], dtype=cupy.uint16 if out == "bfloat16" else out)
         dw.fill(0xFFFF if out == "bfloat16" else cupy.nan)        # NaN: what the kernel leaves unwritten shows
-        return {"x": values(shapes["x"]), "dy": values(shapes["dy"]), "dw": dw}
+        return {"x": random_operand(rng, shapes["x"], dtype), "dy": random_operand(rng, shapes["dy"], dtype), "dw": dw}
 
     def reference(self, problem: Problem, operands: Mapping[str, Any]) -> dict[str, Any]:
         """dW in float64: for each tap (r, s), dy's pixels transposed times the image's pixels
         under that tap (the padded image's strided window)."""
         import cupy
 
-        dtype = problem["dtype"]
-        x, dy = as_float64(operands["x"], dtype), as_float64(operands["dy"], dtype)
-        g = geometry(problem)
-        p, q = g.output
-        padded = cupy.zeros((g.n, g.h + 2 * g.ph, g.w + 2 * g.pw, g.c), dtype=cupy.float64)
-        padded[:, g.ph:g.ph + g.h, g.pw:g.pw + g.w, :] = x
-        pixels = dy.reshape(-1, g.k).T
+        dtype, g = problem["dtype"], geometry(problem)
+        pixels = as_float64(operands["dy"], dtype).reshape(-1, g.k).T
         dw = cupy.empty((g.k, g.r, g.s, g.c), dtype=cupy.float64)
-        for r in range(g.r):
-            for s in range(g.s):
-                window = padded[:, r * g.dh: r * g.dh + (p - 1) * g.sh + 1: g.sh,
-                                s * g.dw: s * g.dw + (q - 1) * g.sw + 1: g.sw, :]
-                dw[:, r, s, :] = pixels @ window.reshape(-1, g.c)
+        for r, s, window in tap_windows(problem, as_float64(operands["x"], dtype)):
+            dw[:, r, s, :] = pixels @ window.reshape(-1, g.c)
         return {"dw": dw}
 
     def tolerance(self, problem: Problem) -> float:

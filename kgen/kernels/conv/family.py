@@ -75,6 +75,30 @@ def route(target: Target, problem: Problem) -> tuple[tuple[Any, Problem], ...]:
     return tuple(found)
 
 
+def random_operand(rng, shape, dtype: str):
+    """A CuPy array of ``shape`` drawn uniformly from [-1, 1) by ``rng`` (bfloat16 as its uint16
+    bits): never zero, as the checks of the conv families want their inputs."""
+    import cupy
+
+    values = rng.random(shape, dtype=cupy.float32) * 2 - 1
+    return to_bf16(values) if dtype == "bfloat16" else values.astype(dtype)
+
+
+def tap_windows(problem: Problem, x):
+    """(r, s, window) for each filter tap: the pixels of the float64 NHWC image ``x``, zero-padded,
+    that tap reads for every output pixel, an (N, P, Q, C) strided view."""
+    import cupy
+
+    g = geometry(problem)
+    p, q = g.output
+    padded = cupy.zeros((g.n, g.h + 2 * g.ph, g.w + 2 * g.pw, g.c), dtype=cupy.float64)
+    padded[:, g.ph:g.ph + g.h, g.pw:g.pw + g.w, :] = x
+    for r in range(g.r):
+        for s in range(g.s):
+            yield r, s, padded[:, r * g.dh: r * g.dh + (p - 1) * g.sh + 1: g.sh,
+                               s * g.dw: s * g.dw + (q - 1) * g.sw + 1: g.sw, :]
+
+
 class ConvFamily:
     """A mixin of the conv2d specs (listed before their kernel base). A spec names the GEMM family
     whose kernel it extends (``gemm_family``) and the values its configs fix (``fixed``); the
@@ -167,16 +191,11 @@ class ConvFamily:
 
         rng = cupy.random.default_rng(seed)
         shapes, dtype, out = self.shapes(problem), problem["dtype"], problem["out_dtype"]
-
-        def values(shape, dt):
-            x = rng.random(shape, dtype=cupy.float32) * 2 - 1
-            return to_bf16(x) if dt == "bfloat16" else x.astype(dt)
-
         y = cupy.empty(shapes["y"], dtype=cupy.uint16 if out == "bfloat16" else out)
         y.fill(0xFFFF if out == "bfloat16" else cupy.nan)
         has_bias, _ = epilogue_parts(problem)
-        return {"x": values(shapes["x"], dtype), "w": values(shapes["w"], dtype), "y": y,
-                "bias": values(shapes["bias"], out) if has_bias else None}
+        return {"x": random_operand(rng, shapes["x"], dtype), "w": random_operand(rng, shapes["w"], dtype), "y": y,
+                "bias": random_operand(rng, shapes["bias"], out) if has_bias else None}
 
     def reference(self, problem: Problem, operands: Mapping[str, Any]) -> dict[str, Any]:
         """The convolution in float64: for each (r, s), the strided window of the padded image
@@ -187,17 +206,12 @@ class ConvFamily:
         x, w = operands["x"], operands["w"]
         if dtype == "float32" and self.tf32_rounding is not None:
             x, w = to_tf32(x, self.tf32_rounding), to_tf32(w, self.tf32_rounding)
-        x, w = as_float64(x, dtype), as_float64(w, dtype)
+        w = as_float64(w, dtype)
         g = geometry(problem)
         p, q = g.output
-        padded = cupy.zeros((g.n, g.h + 2 * g.ph, g.w + 2 * g.pw, g.c), dtype=cupy.float64)
-        padded[:, g.ph:g.ph + g.h, g.pw:g.pw + g.w, :] = x
         y = cupy.zeros((g.n, p, q, g.k), dtype=cupy.float64)
-        for r in range(g.r):
-            for s in range(g.s):
-                window = padded[:, r * g.dh: r * g.dh + (p - 1) * g.sh + 1: g.sh,
-                                s * g.dw: s * g.dw + (q - 1) * g.sw + 1: g.sw, :]
-                y += window @ w[:, r, s, :].T
+        for r, s, window in tap_windows(problem, as_float64(x, dtype)):
+            y += window @ w[:, r, s, :].T
         return {"y": epilogue_reference(problem, y, operands.get("bias"))}
 
     def tolerance(self, problem: Problem) -> float:
