@@ -191,6 +191,10 @@ class Knobs:
     conv_gradients = _EnvKnob("KGEN_CONV_GRADIENTS", _one_of("kgen", "torch"), lambda: "kgen",
                               "how kgen.torch's conv2d computes gradients: kgen (kgen's forward convolutions and "
                               "GEMMs, kgen.kernels.conv.gradients) or torch (PyTorch's)")
+    conv_phase_streams = _EnvKnob("KGEN_CONV_PHASE_STREAMS", int, lambda: 4,
+                                  "side streams kgen.torch's strided data gradient runs its phase "
+                                  "convolutions on at once (each too small to fill the GPU alone); 0 or 1: one "
+                                  "after another on the caller's stream")
     staging = _EnvKnob("KGEN_STAGING", _parse_bool, lambda: True,
                        "operands the Hopper family cannot read by TMA (rows not a multiple of 16 bytes) "
                        "may be copied into padded rows so it runs them, where that wins with the copy's "

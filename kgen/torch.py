@@ -317,20 +317,61 @@ def data_gradient(x, w, dy, stride=1, padding=0, dilation=1, precision=None):
     phases = data_gradient_phases(w.shape[2:], stride, padding, dilation, x.shape[2:], dy.shape[2:])
     dy = dy.contiguous(memory_format=torch.channels_last)
     flipped = w.flip((2, 3))
-    grad_x = None
-    for phase in phases:
+
+    def phase_output(phase):
         taps = flipped[(slice(None), slice(None)) + phase.flipped_slices(w.shape[2:])]
         sub = taps.transpose(0, 1).contiguous(memory_format=torch.channels_last)
-        out = _conv2d(dy, sub, None, [1, 1], list(phase.padding), list(phase.dilation), None, precision, None)
-        (top, left), (rows, cols) = phase.crop, phase.size
-        if len(phases) == 1 and stride == [1, 1] and (top, left) == (0, 0) and tuple(out.shape[2:]) == (rows, cols):
+        return _conv2d(dy, sub, None, [1, 1], list(phase.padding), list(phase.dilation), None, precision, None)
+
+    outputs = {}
+    if len(phases) == 1 and stride == [1, 1]:
+        outputs[0] = out = phase_output(phases[0])
+        (top, left), (rows, cols) = phases[0].crop, phases[0].size
+        if (top, left) == (0, 0) and tuple(out.shape[2:]) == (rows, cols):
             return out                                   # stride 1: the one convolution is dx
-        if grad_x is None:
-            fresh = torch.empty_like if covers_every_pixel(phases, stride) else torch.zeros_like
-            grad_x = fresh(x, memory_format=torch.channels_last)
+    fresh = torch.empty_like if covers_every_pixel(phases, stride) else torch.zeros_like
+    grad_x = fresh(x, memory_format=torch.channels_last)
+
+    def place(i, phase):
+        out = outputs.pop(i) if i in outputs else phase_output(phase)
+        (top, left), (rows, cols) = phase.crop, phase.size
         grad_x[:, :, phase.offset[0]::stride[0], phase.offset[1]::stride[1]] = out[:, :, top:top + rows,
                                                                                     left:left + cols]
-    return grad_x if grad_x is not None else torch.zeros_like(x, memory_format=torch.channels_last)
+
+    streams = _phase_streams(len(phases), dy)
+    if streams is None:
+        for i, phase in enumerate(phases):
+            place(i, phase)
+        return grad_x
+    caller = torch.cuda.current_stream(dy.device)
+    for side in streams:                                 # the side streams start after what the caller queued
+        side.wait_stream(caller)
+    for i, phase in enumerate(phases):
+        with torch.cuda.stream(streams[i % len(streams)]):
+            place(i, phase)
+    for side in streams:                                 # and the caller goes on once every phase is in place
+        caller.wait_stream(side)
+    return grad_x
+
+
+_PHASE_STREAMS: dict[int, list] = {}
+
+
+def _phase_streams(count: int, dy: Tensor) -> Optional[list]:
+    """Side streams of ``dy``'s device for ``count`` phase convolutions to run at once (each fills
+    only part of the GPU: a stride-2 3x3 layer's four phases at 14x14 are 100-130 tiles each
+    for 132 SMs), at most ``KGEN_CONV_PHASE_STREAMS`` of them, made once per device; None where
+    the phases run one after another on the caller's stream: the knob under 2, one phase, a
+    traced call (``torch.compile``: the graph orders its nodes itself), or a CUDA graph capture."""
+    wanted = min(count, knobs.conv_phase_streams)
+    if (wanted < 2 or not dy.is_cuda or torch.compiler.is_compiling()
+            or torch._subclasses.fake_tensor.is_fake(dy) or torch.cuda.is_current_stream_capturing()):
+        return None
+    device = dy.device.index if dy.device.index is not None else torch.cuda.current_device()
+    made = _PHASE_STREAMS.setdefault(device, [])
+    while len(made) < wanted:
+        made.append(torch.cuda.Stream(device=device))
+    return made[:wanted]
 
 
 def weight_gradient(x, w, dy, stride=1, padding=0, dilation=1, precision=None):

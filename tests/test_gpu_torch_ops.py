@@ -105,6 +105,30 @@ def test_weight_gradient_of_a_window_is_the_swapped_convolution(batch, stride, p
     assert _relerr(got, want) < 2e-2 and _relerr(cudnn, want) < 2e-2
 
 
+@pytest.mark.parametrize("batch, window, stride, padding, dilation", [(64, 3, 2, 1, 1), (3, 3, 3, 1, 1), (4, 5, 2, 2, 2)])
+def test_strided_data_gradient_on_side_streams(monkeypatch, batch, window, stride, padding, dilation):
+    """The phase convolutions of a strided data gradient on KGEN_CONV_PHASE_STREAMS side streams
+    give the bits they give one after another, within rounding of float64, in the order of the
+    caller's (non-default) stream: dy written on it just before the call is what they read."""
+    x = _rand(batch, 64, 15, 14).to(memory_format=torch.channels_last)
+    w = _rand(48, 64, window, window, seed=1)
+    shape = torch.nn.functional.conv2d(x[:1].double(), w.double(), None, stride, padding, dilation).shape[2:]
+    dy = _rand(batch, 48, *shape, seed=2).to(memory_format=torch.channels_last)
+    want = torch.nn.grad.conv2d_input(x.shape, w.double(), dy.double(), stride, padding, dilation)
+    got = {}
+    for streams in (0, 4):
+        monkeypatch.setenv("KGEN_CONV_PHASE_STREAMS", str(streams))
+        caller = torch.cuda.Stream()
+        with torch.cuda.stream(caller):
+            late = torch.zeros_like(dy)
+            torch.cuda._sleep(2_000_000)     # the caller's stream busy: a side stream not waiting for it reads zeros
+            late.copy_(dy)
+            got[streams] = kgen.torch.data_gradient(x, w, late, stride, padding, dilation).clone()
+        caller.synchronize()
+    assert _relerr(got[4], want) < 2e-2
+    assert torch.equal(got[0], got[4])
+
+
 @pytest.mark.parametrize("activation", [None, "gelu"])
 def test_grouped_gemm_compiled_with_gradients(activation):
     """Experts' nn.Linear-like weights (G, N, K) read transposed, an empty group and rows past
