@@ -363,9 +363,11 @@ def _phase_streams(count: int, dy: Tensor) -> Optional[list]:
     for 132 SMs), at most ``KGEN_CONV_PHASE_STREAMS`` of them, made once per device; None where
     the phases run one after another on the caller's stream: the knob under 2, one phase, a
     traced call (``torch.compile``: the graph orders its nodes itself), or a CUDA graph capture."""
+    from torch._subclasses.fake_tensor import is_fake
+
     wanted = min(count, knobs.conv_phase_streams)
-    if (wanted < 2 or not dy.is_cuda or torch.compiler.is_compiling()
-            or torch._subclasses.fake_tensor.is_fake(dy) or torch.cuda.is_current_stream_capturing()):
+    if (wanted < 2 or not dy.is_cuda or torch.compiler.is_compiling() or is_fake(dy)
+            or torch.cuda.is_current_stream_capturing()):
         return None
     device = dy.device.index if dy.device.index is not None else torch.cuda.current_device()
     made = _PHASE_STREAMS.setdefault(device, [])
