@@ -323,32 +323,34 @@ def data_gradient(x, w, dy, stride=1, padding=0, dilation=1, precision=None):
         sub = taps.transpose(0, 1).contiguous(memory_format=torch.channels_last)
         return _conv2d(dy, sub, None, [1, 1], list(phase.padding), list(phase.dilation), None, precision, None)
 
-    outputs = {}
+    first = None
     if len(phases) == 1 and stride == [1, 1]:
-        outputs[0] = out = phase_output(phases[0])
+        first = phase_output(phases[0])
         (top, left), (rows, cols) = phases[0].crop, phases[0].size
-        if (top, left) == (0, 0) and tuple(out.shape[2:]) == (rows, cols):
-            return out                                   # stride 1: the one convolution is dx
+        if (top, left) == (0, 0) and tuple(first.shape[2:]) == (rows, cols):
+            return first                                 # stride 1: the one convolution is dx
     fresh = torch.empty_like if covers_every_pixel(phases, stride) else torch.zeros_like
     grad_x = fresh(x, memory_format=torch.channels_last)
 
-    def place(i, phase):
-        out = outputs.pop(i) if i in outputs else phase_output(phase)
+    def place(phase, out):
         (top, left), (rows, cols) = phase.crop, phase.size
         grad_x[:, :, phase.offset[0]::stride[0], phase.offset[1]::stride[1]] = out[:, :, top:top + rows,
                                                                                     left:left + cols]
 
+    if first is not None:                                # stride 1, its one phase cropped
+        place(phases[0], first)
+        return grad_x
     streams = _phase_streams(len(phases), dy)
     if streams is None:
-        for i, phase in enumerate(phases):
-            place(i, phase)
+        for phase in phases:
+            place(phase, phase_output(phase))
         return grad_x
     caller = torch.cuda.current_stream(dy.device)
     for side in streams:                                 # the side streams start after what the caller queued
         side.wait_stream(caller)
     for i, phase in enumerate(phases):
         with torch.cuda.stream(streams[i % len(streams)]):
-            place(i, phase)
+            place(phase, phase_output(phase))
     for side in streams:                                 # and the caller goes on once every phase is in place
         caller.wait_stream(side)
     return grad_x

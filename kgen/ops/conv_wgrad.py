@@ -69,9 +69,9 @@ def conv2d_weight_gradient(x, dy, kernel_size, stride=1, padding=0, dilation=1, 
     device = same_device([a, g])
     if not supported(problem, device):
         raise InputError(f"conv2d_weight_gradient runs 16-bit inputs on Hopper (sm_90) with C a multiple of "
-                               f"64 and K of 8, in a window TMA's im2col mode can walk; got {a.dtype}, C={c}, K={k}, "
-                               f"{r}x{s} at stride {stride}, padding {padding}, dilation {dilation}",
-                               remedy="use kgen.torch.weight_gradient (which takes other ways) or your framework's")
+                         f"64 and K of 8, in a window TMA's im2col mode can walk; got {a.dtype}, C={c}, K={k}, "
+                         f"{r}x{s} at stride {stride}, padding {padding}, dilation {dilation}",
+                         remedy="use kgen.torch.weight_gradient (which takes other ways) or your framework's")
     shape = (k, r, s, c)
     out_view = out.permute(0, 2, 3, 1) if torch_caller and out is not None else out
     given = output_array(out_view, a, shape, out_dtype)
