@@ -42,16 +42,16 @@ from kgen.space import Config
 from kgen.vendor import VENDOR_CONFIG, VENDOR_DIGEST, is_vendor_config
 
 log = logging.getLogger(__name__)
-_RANK = {"tuned": 0, "raced": 0, "vendor": 1, "model": 2, "nearest": 2, "default": 3}
+_RANK = {"tuned": 0, "raced": 0, "vendor": 1, "arch": 2, "model": 3, "nearest": 3, "default": 4}
 
 
 @dataclass(frozen=True)
 class Choice:
     config: Config
-    how: str                 # "tuned" | "raced" | "vendor" | "model" | "nearest" | "default"
+    how: str                 # "tuned" | "raced" | "vendor" | "arch" | "model" | "nearest" | "default"
     time_ms: float | None = None
     from_problem: str = ""
-    predicted_ms: float | None = None     # the cost model's prediction, for a "model" choice
+    predicted_ms: float | None = None     # the cost model's prediction ("model"), the other card's time ("arch")
 
     @property
     def vendor(self) -> bool:
@@ -60,7 +60,8 @@ class Choice:
     @property
     def rank(self) -> tuple:
         """Order among the choices of several families for one call: measured ones by time,
-        then the vendor library, then the models' picks by predicted time, then defaults."""
+        then the vendor library, then configs measured on another card of this architecture by
+        that card's time, then the models' picks by predicted time, then defaults."""
         if self.time_ms is not None:
             return (0, self.time_ms)
         return (_RANK[self.how], self.predicted_ms if self.predicted_ms is not None else float("inf"))
@@ -149,8 +150,14 @@ class Dispatcher:
         return Choice(Config(VENDOR_CONFIG, ()), "vendor", time_ms, problem.key if record else "")
 
     def _untuned(self, spec, problem: Problem, target: Target, digest: str) -> Choice:
-        """A generated kernel for a problem with no record: KGEN_UNTUNED's order of fallbacks."""
+        """A generated kernel for a problem with no record on this device: the same problem's
+        best on another card of this compute capability (``_same_arch``), then KGEN_UNTUNED's
+        order of fallbacks."""
         policy = knobs.untuned
+        if policy != "default":
+            borrowed = self._same_arch(spec, problem, target, digest)
+            if borrowed is not None:
+                return borrowed
         if policy == "model":
             picked = spec.model_choice(problem, target)
             if picked is not None:
@@ -204,6 +211,28 @@ class Dispatcher:
 
             return trusted_best(self.db, family, key, device, digest, **scope)
         return self.db.best(family, key, device, digest, **scope)
+
+    def _same_arch(self, spec, problem: Problem, target: Target, digest: str) -> Choice | None:
+        """The best config of this very problem measured on another card of this compute
+        capability (an H100's record on an H200), under KGEN_SAME_ARCH_RECORDS: a measurement of
+        the problem on the same SMs ranks above any model's guess; its time, the other card's,
+        is a prediction here ("arch"), so a first-call race still times it where one runs. A
+        record that is replayed, faster than any GPU, or not a valid config here is passed over."""
+        from kgen.db.base import is_replayed, usable_time
+
+        if not knobs.same_arch_records:
+            return None
+        best = self._best(spec.family, problem.key, target.name, digest, policy="arch",
+                          cc=f"{target.cc[0]}.{target.cc[1]}")
+        if best is None or best.provenance.device == target.name or is_replayed(best):
+            return None
+        time_ms = usable_time(best)
+        if time_ms is None or time_ms < floor_ms(spec, problem):
+            return None
+        config = spec.space(problem, target).trusted(best.measurement.config)
+        if config is None:
+            return None
+        return Choice(config, "arch", from_problem=problem.key, predicted_ms=time_ms)
 
     def _nearest(self, spec, problem: Problem, target: Target, digest: str) -> Choice | None:
         from kgen.db.base import is_replayed

@@ -102,6 +102,10 @@ class Knobs:
     dispatch_policy = _EnvKnob("KGEN_DISPATCH_POLICY", _one_of("device", "arch", "any"), lambda: "device",
                                "records dispatch may borrow for an untuned problem's nearest tuned one: "
                                "device (same device name), arch (same compute capability), any")
+    same_arch_records = _EnvKnob("KGEN_SAME_ARCH_RECORDS", _parse_bool, lambda: True,
+                                 "a problem with no record on this device runs the best config measured for "
+                                 "it on another card of the same compute capability (an H100's on an H200) "
+                                 "before any cost model's guess (0: off)")
     cache_dir = _EnvKnob("KGEN_CACHE_DIR", lambda s: Path(s).expanduser(),
                          lambda: knobs.home / "cubins", "on-disk cubin cache")
     use_shipped_db = _EnvKnob("KGEN_USE_SHIPPED_DB", _parse_bool, lambda: True,

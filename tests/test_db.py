@@ -625,6 +625,7 @@ def test_dispatch_policy(gemm_setup, monkeypatch, policy, how, picked):
     from kgen.dispatch import Dispatcher
 
     monkeypatch.setenv("KGEN_UNTUNED", "nearest")       # the policy scopes the nearest problem's records
+    monkeypatch.setenv("KGEN_SAME_ARCH_RECORDS", "0")   # (near's own H100 record would serve it first)
     spec, target, problem, near, configs = gemm_setup
     db = MemoryStore(_gemm_records(H100, "9.0", near, configs[:1], 2.0)
                      + _gemm_records(A100, "8.0", near, configs[1:2], 1.0)
@@ -638,6 +639,33 @@ def test_dispatch_policy(gemm_setup, monkeypatch, policy, how, picked):
     db.commit(_gemm_records(target.name, "9.0", near, configs[3:4], 9.0))
     tuned = Dispatcher(db=db, targets={0: target}).choose(spec, near, target)
     assert tuned.how == "tuned" and tuned.config.name == configs[3].name   # exact: this device only
+
+
+@pytest.mark.parametrize("untuned", ["model", "nearest"])
+def test_same_arch_record_serves_an_untuned_problem(gemm_setup, monkeypatch, untuned):
+    """A problem measured only on another card of this compute capability runs that card's best
+    before any model or nearest guess; another architecture's record, a record faster than any
+    GPU and the knob turned off leave the untuned fallbacks; this device's own record wins."""
+    from kgen.dispatch import Dispatcher
+
+    monkeypatch.setenv("KGEN_UNTUNED", untuned)
+    spec, target, problem, near, configs = gemm_setup
+
+    def choose(*records):
+        return Dispatcher(db=MemoryStore(list(records)), targets={0: target}).choose(spec, problem, target)
+
+    h100 = _gemm_records(H100, "9.0", problem, configs[:2], 0.5)
+    borrowed = choose(*h100, *_gemm_records(A100, "8.0", problem, configs[2:3], 0.1))
+    assert borrowed.how == "arch" and borrowed.config.name == configs[0].name
+    assert borrowed.time_ms is None and borrowed.predicted_ms == 0.5 and borrowed.from_problem == problem.key
+    model = Dispatcher(db=MemoryStore(), targets={0: target}).choose(spec, problem, target)
+    assert model.how != "arch" and borrowed.rank < model.rank
+    assert choose(*_gemm_records(A100, "8.0", problem, configs[2:3], 0.1)).how != "arch"
+    assert choose(*_gemm_records(H100, "9.0", problem, configs[:1], 1e-9)).how != "arch"     # under the floor
+    own = choose(*h100, *_gemm_records(target.name, "9.0", problem, configs[3:4], 9.0))
+    assert own.how == "tuned" and own.config.name == configs[3].name
+    monkeypatch.setenv("KGEN_SAME_ARCH_RECORDS", "0")
+    assert choose(*h100).how != "arch"
 
 
 def test_dispatch_policy_setting(monkeypatch):

@@ -75,7 +75,7 @@ def make_plan(dispatcher, a, b, c) -> _Plan:
     racing = choice.vendor and choice.time_ms is None and race.can_race(dispatcher.launcher)
     call = (a, b, ai, bi, lds, device)
     if exact_float32_routed(problem["m"], problem["n"], problem["dtype"]) and \
-            (racing or choice.how in ("model", "nearest", "default")):
+            (racing or choice.how in ("arch", "model", "nearest", "default")):
         delegate = gemm_tc.make_plan(dispatcher, a, b, c, None, None, None, None, None, exact=True)
         if not delegate.simt:
             if not racing or delegate.how == "raced":      # (it won this process's race of the problem)
