@@ -83,6 +83,7 @@ class GemmSkinny(TensorCoreGemm):
         r = roles(problem)
         elt = ITEMSIZE[dtype]
         y_k = r["y_kcontig"]
+        pad = row_pad(r)
         vecs = vector_choices(elt, y_k, r["align_y"])
         small_cap, big_cap, k_cap = pow2_at_least(r["small"]), pow2_at_least(r["big"]), pow2_at_least(k)
 
@@ -93,7 +94,7 @@ class GemmSkinny(TensorCoreGemm):
             return chunk(y_k, v)
 
         def smem(v):
-            return shared_bytes(v["S"], kc(v) + halo(y_k, r["align_y"], v), bj(v))
+            return shared_bytes(v["S"], kc(v) + halo(y_k, r["align_y"], v) + pad, bj(v))
 
         def threads(v):
             return 32 * v["WJ"] * v["WK"]
@@ -262,9 +263,17 @@ def halo(y_kcontig: int, align_y: int, v):
     return 8 if y_kcontig and v["V"] > align_y else 0
 
 
-def shared_bytes(rows, kc, bj):
-    """Dynamic shared memory of a block: X's staged chunk and the block's sums, as float."""
-    return 4 * rows * (kc + bj)
+def shared_bytes(rows, pitch, bj):
+    """Dynamic shared memory of a block: X's staged chunk (``rows`` rows ``pitch`` floats apart)
+    and the block's sums, as float."""
+    return 4 * rows * (pitch + bj)
+
+
+def row_pad(r: Mapping[str, Any]) -> int:
+    """Floats between X's staged rows past their values of k (``roles``' Y k-contiguous and X
+    i-contiguous: 1, so that the staging's store of one k to every row meets no bank conflict;
+    else 0)."""
+    return int(r["y_kcontig"] and not r["x_kcontig"])
 
 
 def x_vector(problem: Problem, v) -> int:
@@ -281,7 +290,7 @@ def _values(problem: Problem, config: Config) -> dict:
     r = roles(problem)
     bj, kc = block_columns(r["y_kcontig"], v), chunk(r["y_kcontig"], v)
     return {**v, "BJ": bj, "KC": kc, "THREADS": 32 * v["WJ"] * v["WK"],
-            "SMEM": shared_bytes(v["S"], kc + halo(r["y_kcontig"], r["align_y"], v), bj)}
+            "SMEM": shared_bytes(v["S"], kc + halo(r["y_kcontig"], r["align_y"], v) + row_pad(r), bj)}
 
 
 def workspace_sizes(problem: Problem, config: Config) -> tuple[int, int]:
@@ -301,7 +310,7 @@ SPLITS = (1, 2, 4, 8, 16, 32, 64)
 
 
 @functools.lru_cache(maxsize=64)
-def _cores(dtype: str, y_k: int, align_y: int, smem_limit: int) -> dict[str, np.ndarray]:
+def _cores(dtype: str, y_k: int, align_y: int, pad: int, smem_limit: int) -> dict[str, np.ndarray]:
     """Every combination of the parameters but SPLITK that no problem size rules out, as columns
     (a numpy mirror of the space's size-independent constraints)."""
     elt = ITEMSIZE[dtype]
@@ -318,7 +327,7 @@ def _cores(dtype: str, y_k: int, align_y: int, smem_limit: int) -> dict[str, np.
     c["HALO"] = halo(y_k, align_y, c)
     keep = ((threads >= 64) & (threads <= 256) & (live <= 96) & (c["S"] * cols <= 64)
             & ((y_k == 1) | (c["KJ"] % np.maximum(c["U"] * c["WK"], 1) == 0))
-            & (shared_bytes(c["S"], kc + c["HALO"], bj) <= smem_limit))
+            & (shared_bytes(c["S"], kc + c["HALO"] + pad, bj) <= smem_limit))
     return {name: col[keep] for name, col in c.items()}
 
 
@@ -329,7 +338,7 @@ def candidates(problem: Problem, target: Target, all_rows: bool = False) -> dict
     means more passes over the big operand, which the model never prefers by more."""
     r = roles(problem)
     y_k, k = r["y_kcontig"], max(1, problem["k"])
-    cores = _cores(problem["dtype"], y_k, r["align_y"], min(96 * 1024, target.smem_per_block_optin))
+    cores = _cores(problem["dtype"], y_k, r["align_y"], row_pad(r), min(96 * 1024, target.smem_per_block_optin))
     if not all_rows:
         rows = min(SMALL_MAX, pow2_at_least(r["small"]))
         keep = (cores["S"] == rows) | (cores["S"] * 2 == rows)
@@ -345,7 +354,7 @@ def candidates(problem: Problem, target: Target, all_rows: bool = False) -> dict
             & ((c["SPLITK"] == 1) | (blocks * c["SPLITK"] <= 16 * target.sm_count)))
     out = {name: col[keep] for name, col in c.items()}
     out.update(BJ=bj[keep], KC=kc[keep], THREADS=32 * out["WJ"] * out["WK"],
-               SMEM=shared_bytes(out["S"], kc[keep] + out["HALO"], bj[keep]))
+               SMEM=shared_bytes(out["S"], kc[keep] + out["HALO"] + row_pad(r), bj[keep]))
     return out
 
 
