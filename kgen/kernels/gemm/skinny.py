@@ -40,14 +40,14 @@ from kgen.space import Config, Constraint, Param, Space
 from kgen.spec import Launch
 
 SMALL_MAX = 16              # the largest small side the family runs
-MODEL_VERSION = "skinny-analytic-1"
+MODEL_VERSION = "skinny-analytic-2"
 # The analytical model's constants (H200 / H100 SXM): DRAM rate (the measured copy rate), the
 # memory latency the loads in flight cover, L2 rate for the split-K workspace, the fixed cost
 # of a launch as CUDA events see it (the tile families' fitted launch_us are 4.6-8 us), an SM's
 # issue rate (thread instructions per clock) and clock, and the most of the DRAM rate one SM
 # draws (sm_share times its fair share: a few SMs cannot saturate the memory).
 HW = {"dram_bw": 4.25e12, "latency_s": 0.9e-6, "l2_bw": 9e12, "launch_s": 4.5e-6, "issue_clk": 128.0,
-      "clock_hz": 1.755e9, "split_s": 1.5e-6, "max_threads_sm": 2048, "sm_share": 2.5}
+      "clock_hz": 1.755e9, "split_s": 1.5e-6, "max_threads_sm": 2048, "sm_share": 2.5, "stage_round": 0.5}
 
 
 def _cdiv(a, b):
@@ -358,6 +358,22 @@ def candidates(problem: Problem, target: Target, all_rows: bool = False) -> dict
     return out
 
 
+def staging_rounds(problem: Problem, col: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Rounds of loads one staging of X's chunk takes (the template's stage_x: each thread's
+    BATCH vectors of XV in flight, then stored), per config (numpy columns)."""
+    r = roles(problem)
+    elt = ITEMSIZE[problem["dtype"]]
+    s, xrow = col["S"], col["KC"] + col["HALO"]
+    along = xrow if r["x_kcontig"] else s
+    widest = np.minimum(np.minimum(16 // elt, r["align_x"]), along)
+    xv = np.ones_like(s)
+    for width in (2, 4, 8):
+        xv = np.where((width <= widest) & (along % width == 0), width, xv)
+    words = np.ceil(xv * elt / 4)
+    batch = np.where(words >= 4, 2, np.floor(8 / words))
+    return np.ceil(s * xrow / xv / (col["THREADS"] * batch))
+
+
 def predict_seconds(problem: Problem, target: Target, col: Mapping[str, np.ndarray]) -> np.ndarray:
     """Predicted seconds of each config (columns: parameters and BJ, KC, THREADS, SMEM, HALO) on
     ``problem``.
@@ -370,8 +386,8 @@ def predict_seconds(problem: Problem, target: Target, col: Mapping[str, np.ndarr
     m, n, k = problem["m"], problem["n"], max(1, problem["k"])
     r = roles(problem)
     elt, out = ITEMSIZE[problem["dtype"]], TC_OUTPUTS[problem["out_dtype"]][1]
-    col = {key: np.asarray(col[key], dtype=np.float64) for key in ("S", "V", "U", "CJ", "WJ", "KC", "SPLITK",
-                                                                      "THREADS", "SMEM", "HALO")}
+    col = {key: np.asarray(col[key], dtype=np.float64) for key in ("S", "V", "U", "CJ", "WJ", "WK", "R", "KC",
+                                                                      "SPLITK", "THREADS", "SMEM", "HALO")}
     s, vw, u, cj = col["S"], col["V"], col["U"], col["CJ"]
     kc, split, threads, smem = col["KC"], col["SPLITK"], col["THREADS"], col["SMEM"]
     y_k = r["y_kcontig"]
@@ -411,8 +427,9 @@ def predict_seconds(problem: Problem, target: Target, col: Mapping[str, np.ndarr
     instructions = per * k * big * rows
     t_issue = instructions / (np.minimum(blocks, slots) / np.maximum(bps, 1) * HW["issue_clk"] * HW["clock_hz"]
                               ) * np.where(blocks > slots, waves * slots / blocks, 1.0)
-    # a block's chunks run one after another, each with its X staging round trip (2 barriers)
-    t_chain = np.ceil(k_split / kc) * waves * 2 * HW["latency_s"] * 0.5
+    # a block's chunks run one after another, each staging X (its rounds of loads one after
+    # another, every round a round trip, mostly to L2) before reading Y (a round trip)
+    t_chain = np.ceil(k_split / kc) * waves * HW["latency_s"] * (1 + HW["stage_round"] * staging_rounds(problem, col))
     x_bytes = tiles_j * rows * s * k * elt
     t_x = x_bytes / HW["l2_bw"]
     ws_bytes = np.where(split > 1, 2 * split * rows * s * big * 4, 0.0)
