@@ -68,7 +68,7 @@ def gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, *, bias=None, acti
 @dataclass(frozen=True)
 class GemmChoice:
     """What ``kgen.gemm`` runs for a call: the family, the config (``cublas``: the vendor
-    library) and how dispatch chose it (tuned, vendor, model, nearest, default)."""
+    library) and how dispatch chose it (tuned, raced, vendor, arch, model, nearest, default)."""
 
     family: str
     config: str
