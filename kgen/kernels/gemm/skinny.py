@@ -360,8 +360,7 @@ def candidates(problem: Problem, target: Target, all_rows: bool = False) -> dict
 
 def staging_rounds(problem: Problem, col: Mapping[str, np.ndarray]) -> np.ndarray:
     """Rounds of loads one staging of X's chunk takes (the template's stage_x: each thread's
-    vectors of XV, 16 registers' worth at a time, in flight, then stored), per config (numpy
-    columns)."""
+    BATCH vectors of XV in flight, then stored), per config (numpy columns)."""
     r = roles(problem)
     elt = ITEMSIZE[problem["dtype"]]
     s, xrow = col["S"], col["KC"] + col["HALO"]
@@ -371,7 +370,8 @@ def staging_rounds(problem: Problem, col: Mapping[str, np.ndarray]) -> np.ndarra
     for width in (2, 4, 8):
         xv = np.where((width <= widest) & (along % width == 0), width, xv)
     words = np.ceil(xv * elt / 4)
-    return np.ceil(np.ceil(s * xrow / xv / col["THREADS"]) / np.floor(16 / words))
+    batch = np.where(words >= 4, 2, np.floor(8 / words))
+    return np.ceil(s * xrow / xv / (col["THREADS"] * batch))
 
 
 def predict_seconds(problem: Problem, target: Target, col: Mapping[str, np.ndarray]) -> np.ndarray:
