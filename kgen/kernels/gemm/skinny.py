@@ -386,8 +386,8 @@ def predict_seconds(problem: Problem, target: Target, col: Mapping[str, np.ndarr
     m, n, k = problem["m"], problem["n"], max(1, problem["k"])
     r = roles(problem)
     elt, out = ITEMSIZE[problem["dtype"]], TC_OUTPUTS[problem["out_dtype"]][1]
-    col = {key: np.asarray(col[key], dtype=np.float64) for key in ("S", "V", "U", "CJ", "WJ", "WK", "R", "KC",
-                                                                      "SPLITK", "THREADS", "SMEM", "HALO")}
+    col = {key: np.asarray(col[key], dtype=np.float64) for key in ("S", "V", "U", "CJ", "WJ", "KC", "SPLITK",
+                                                                      "THREADS", "SMEM", "HALO")}
     s, vw, u, cj = col["S"], col["V"], col["U"], col["CJ"]
     kc, split, threads, smem = col["KC"], col["SPLITK"], col["THREADS"], col["SMEM"]
     y_k = r["y_kcontig"]
