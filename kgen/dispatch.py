@@ -45,6 +45,15 @@ log = logging.getLogger(__name__)
 _RANK = {"tuned": 0, "raced": 0, "vendor": 1, "arch": 2, "model": 3, "nearest": 3, "default": 4}
 
 
+def _usable(record, floor: float) -> bool:
+    """Whether dispatch may run a record's config: measured (not replayed), with a time at or
+    above the problem's physical floor (``kgen.plausible``)."""
+    from kgen.db.base import is_replayed, usable_time
+
+    time_ms = usable_time(record)
+    return time_ms is not None and time_ms >= floor and not is_replayed(record)
+
+
 @dataclass(frozen=True)
 class Choice:
     config: Config
@@ -183,12 +192,7 @@ class Dispatcher:
             return None
         space = spec.space(problem, target)
         floor = floor_ms(spec, problem)
-
-        def usable(record) -> bool:
-            t = usable_time(record)
-            return t is not None and t >= floor and not is_replayed(record)
-
-        config = space.trusted(best.measurement.config) if usable(best) else None
+        config = space.trusted(best.measurement.config) if _usable(best, floor) else None
         if config is not None:
             return best, config
         if not is_replayed(best):
@@ -196,7 +200,7 @@ class Dispatcher:
                         "(%.4f ms); passed over", problem.key, best.measurement.config_name,
                         best.measurement.time_ms, spec.family, floor)
         records = self.db.records(spec.family, problem.key, target.name, digest)
-        timed = [r for r in records if usable(r)
+        timed = [r for r in records if _usable(r, floor)
                  and (not knobs.verified_only or not needs_verdict(r) or is_trusted(r, records))]
         for record in sorted(timed, key=lambda r: (usable_time(r), r.measurement.config_name)):
             config = space.trusted(record.measurement.config)
@@ -218,21 +222,18 @@ class Dispatcher:
         the problem on the same SMs ranks above any model's guess; its time, the other card's,
         is a prediction here ("arch"), so a first-call race still times it where one runs. A
         record that is replayed, faster than any GPU, or not a valid config here is passed over."""
-        from kgen.db.base import is_replayed, usable_time
+        from kgen.db.base import usable_time
 
         if not knobs.same_arch_records:
             return None
         best = self._best(spec.family, problem.key, target.name, digest, policy="arch",
                           cc=f"{target.cc[0]}.{target.cc[1]}")
-        if best is None or best.provenance.device == target.name or is_replayed(best):
-            return None
-        time_ms = usable_time(best)
-        if time_ms is None or time_ms < floor_ms(spec, problem):
+        if best is None or best.provenance.device == target.name or not _usable(best, floor_ms(spec, problem)):
             return None
         config = spec.space(problem, target).trusted(best.measurement.config)
         if config is None:
             return None
-        return Choice(config, "arch", from_problem=problem.key, predicted_ms=time_ms)
+        return Choice(config, "arch", from_problem=problem.key, predicted_ms=usable_time(best))
 
     def _nearest(self, spec, problem: Problem, target: Target, digest: str) -> Choice | None:
         from kgen.db.base import is_replayed
