@@ -39,7 +39,7 @@ from kgen.plausible import floor_ms
 from kgen.problem import Problem, Target, device_name, target_from_dict
 from kgen.render import render
 from kgen.space import Config
-from kgen.vendor import VENDOR_CONFIG, VENDOR_DIGEST, is_vendor_config
+from kgen.vendor import VENDOR_CONFIG, VENDOR_DIGEST, is_vendor_config, ranking_ms
 
 log = logging.getLogger(__name__)
 _RANK = {"tuned": 0, "raced": 0, "vendor": 1, "arch": 2, "model": 3, "nearest": 3, "default": 4}
@@ -68,11 +68,11 @@ class Choice:
 
     @property
     def rank(self) -> tuple:
-        """Order among the choices of several families for one call: measured ones by time,
-        then the vendor library, then configs measured on another card of this architecture by
+        """Order among the choices of several families for one call: measured ones by time (the
+        vendor library's less KGEN_VENDOR_MARGIN: ``kgen.vendor.ranking_ms``), then the vendor library, then configs measured on another card of this architecture by
         that card's time, then the models' picks by predicted time, then defaults."""
         if self.time_ms is not None:
-            return (0, self.time_ms)
+            return (0, ranking_ms(self.time_ms, self.vendor))
         return (_RANK[self.how], self.predicted_ms if self.predicted_ms is not None else float("inf"))
 
 

@@ -156,6 +156,11 @@ class Knobs:
                       "tune, stored as config 'cublas', and chosen by dispatch where it is the faster "
                       "measured one, or for an untuned problem by its first-call race (KGEN_RACE) or "
                       "ranking (0: generated kernels only)")
+    vendor_margin = _EnvKnob("KGEN_VENDOR_MARGIN", float, lambda: 0.03,
+                             "the fraction by which a generated kernel must be measured faster than the "
+                             "vendor library to be chosen over it, in a first-call race and between records "
+                             "(0: the faster by any amount). Times of a few microseconds differ by about "
+                             "that much from one measurement to the next, so a closer win is not one")
     race = _EnvKnob("KGEN_RACE", _parse_bool, lambda: True,
                     "the first call of a GEMM (batched and grouped included) or conv2d problem that no "
                     "measurement decides (no tuned or vendor record) times its candidates on the call's "

@@ -75,6 +75,15 @@ def test_the_vendor_library_that_wins_is_kept_with_its_time(monkeypatch):
         assert again.config == "cublas" and fake.launcher.races == [2]
 
 
+@pytest.mark.parametrize("generated_ms, kept", [(0.0098, "cublas"), (0.0095, "gemm_mma")])
+def test_a_generated_pick_must_beat_the_vendor_library_by_the_margin(monkeypatch, generated_ms, kept):
+    with racing([0.010, generated_ms], monkeypatch):          # the default margin: 3 %
+        a, b = _half()
+        choice = kgen.gemm_choice(a, b)
+        assert choice.how == "raced" and (choice.config == "cublas") == (kept == "cublas")
+        assert kept == "cublas" or choice.family == kept
+
+
 def test_two_families_race_without_the_vendor(monkeypatch):
     monkeypatch.setenv("KGEN_SKINNY_DTYPES", "float16")
     with racing([0.030, 0.010], monkeypatch, vendor=False) as fake:

@@ -104,6 +104,18 @@ def test_dispatch_takes_the_faster_of_the_tuned_kernel_and_the_vendor(vendor_on,
     assert choice.how == expected and choice.vendor == (expected == "vendor")
 
 
+@pytest.mark.parametrize("margin, tuned_ms, expected", [(None, 0.98, "vendor"), (None, 0.96, "tuned"),
+                                                       ("0", 0.98, "tuned"), ("0.1", 0.92, "vendor")])
+def test_a_generated_kernel_replaces_the_vendor_only_when_faster_by_the_margin(vendor_on, monkeypatch, margin,
+                                                                               tuned_ms, expected):
+    if margin is not None:
+        monkeypatch.setenv("KGEN_VENDOR_MARGIN", margin)
+    db = MemoryStore()
+    db.commit([_tuned(SPEC, P, tuned_ms), _vendor(SPEC, P, 1.0)])
+    choice = Dispatcher(db=db, launcher=FakeLauncher(), targets={0: TARGET}).choose(SPEC, P, TARGET)
+    assert choice.how == expected
+
+
 def test_dispatch_with_the_vendor_off_never_chooses_it(monkeypatch):
     monkeypatch.setenv("KGEN_VENDOR", "0")
     db = MemoryStore()

@@ -8,7 +8,8 @@ and the model's family choice errs on thin problems: docs/untuned_gemm.md), so w
 ``KGEN_RACE`` is on the plan's first call times the candidates instead: the vendor call and the picks of the
 ``KGEN_RACE_FAMILIES`` best-ranked families, each on the call's operands into a scratch
 output of the caller's row stride (the caller's ``c`` is never written), ``KGEN_RACE_RUNS``
-runs in each of two rounds, L2 flushed, on the caller's stream; the fastest serves the
+runs in each of two rounds, L2 flushed, on the caller's stream; the fastest (a generated
+kernel only where faster than the vendor call by more than ``KGEN_VENDOR_MARGIN``) serves the
 process from then on (``Dispatcher.settle``, how "raced"). It is what ``cudnn.benchmark``
 does for convolutions: the cost is paid once per problem, beside the compile of each
 generated candidate. No race runs on a launcher that cannot time (tests' fakes), during
@@ -59,12 +60,15 @@ def race(launcher, calls: Sequence[Callable[[], None]], kind: str, device: int) 
 def keep_fastest(dispatcher, loads: Sequence[Any], calls: Sequence[Callable[[], None]], kind: str,
                  device: int) -> tuple[int, Any] | None:
     """Race ``calls`` (each running the candidate loaded in ``loads``, same order) and keep the
-    fastest as its problem's choice (``Dispatcher.settle``): (its index, the kept choice), or
+    fastest, the vendor library's time less KGEN_VENDOR_MARGIN (``kgen.vendor.ranking_ms``), as
+    its problem's choice (``Dispatcher.settle``): (its index, the kept choice), or
     None where no race ran."""
+    from kgen.vendor import ranking_ms
+
     times = race(dispatcher.launcher, calls, kind, device)
     if times is None:
         return None
-    best = fastest(times)
+    best = fastest([ranking_ms(ms, load.choice.vendor) for load, ms in zip(loads, times)])
     if log.isEnabledFor(logging.DEBUG):
         log.debug("raced %s: %s; kept %s", loads[best].problem.key,
                   ", ".join(f"{load.choice.config.name} {ms * 1e3:.2f} us" for load, ms in zip(loads, times)),
