@@ -28,8 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 TEST_SEEDS = (1, 466571775)        # bench_shapes' seeds: never drawn here
 
 
-def problems(count: int, seed: int) -> list[tuple[int, int, int, str, str]]:
-    """(m, n, k, dtype, layout) of ``count`` skinny problems from ``seed``."""
+def problems(count: int, seed: int, tiny: bool = False) -> list[tuple[int, int, int, str, str]]:
+    """(m, n, k, dtype, layout) of ``count`` skinny problems from ``seed`` (``tiny``: the big side
+    too in [16, 64] and K in [1024, 16384]: a few outputs, each a long dot product)."""
     if seed in TEST_SEEDS:
         raise SystemExit(f"seed {seed} draws bench_shapes' test set; choose another")
     rng = random.Random(seed)
@@ -42,7 +43,8 @@ def problems(count: int, seed: int) -> list[tuple[int, int, int, str, str]]:
 
     out = []
     for _ in range(count):
-        small, big, k = log_uniform(1, 16), log_uniform(256, 16384), log_uniform(64, 16384)
+        small, big, k = ((log_uniform(1, 16), log_uniform(16, 64), log_uniform(1024, 16384)) if tiny else
+                         (log_uniform(1, 16), log_uniform(256, 16384), log_uniform(64, 16384)))
         m, n = (small, big) if rng.random() < 0.5 else (big, small)
         out.append((m, n, k, rng.choice(("bfloat16", "float16", "float32")), rng.choice(("NN", "NT", "TN", "TT"))))
     return out
@@ -73,6 +75,8 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--top", type=int, default=3, help="the model's best configs per problem")
     ap.add_argument("--random", type=int, default=5, help="random valid configs per problem")
+    ap.add_argument("--tiny", action="store_true", help="problems with few outputs and a long K")
+    ap.add_argument("--per-split", action="store_true", help="also the model's best config of every split-K count")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
 
@@ -87,7 +91,7 @@ def main(argv: list[str]) -> None:
     spec, target = get_spec("gemm_skinny"), Target.detect(0)
     flush = l2_flusher(target.l2_bytes)
     rng = random.Random(args.seed)
-    for m, n, k, dtype, layout in problems(args.count, args.seed):
+    for m, n, k, dtype, layout in problems(args.count, args.seed, args.tiny):
         problem = spec.problem(m, n, k, dtype, layout)
         space = spec.space(problem, target)
         picks = spec.model_picks(problem, target, args.top)
@@ -96,6 +100,10 @@ def main(argv: list[str]) -> None:
         cols = candidates(problem, target)
         names = [space.make({p: int(cols[p][i]) for p in PARAMS}).name for i in range(len(cols["S"]))]
         predicted = dict(zip(names, (predict_seconds(problem, target, cols) * 1e3).tolist()))
+        if args.per_split:          # the model's best of each split-K count
+            for split in sorted(set(cols["SPLITK"].tolist())):
+                best = min((name for i, name in enumerate(names) if cols["SPLITK"][i] == split), key=predicted.get)
+                configs.setdefault(best, space.make({p: int(cols[p][names.index(best)]) for p in PARAMS}))
         order = {name: rank for rank, name in enumerate(sorted(predicted, key=predicted.get))}
         head = f"{dtype}:{layout}:{m}x{n}x{k}"
         for _, checked, runs in checked_runs("gemm_skinny", [head, *configs]):

@@ -186,3 +186,22 @@ def test_sass_without_a_disassembler_says_what_to_install(monkeypatch):
     with pytest.raises(KgenError, match="no SASS disassembler") as err:
         sass.sass_of(b"\x7fELF")
     assert "nvidia-cuda-cuobjdump" in err.value.remedy
+
+
+def test_rows_without_vector_stores_get_the_exchanging_epilogue(target):
+    """N no multiple of the thread's column vector renders the epilogue whose lanes exchange
+    values (C_TRANSPOSE: shuffles in the SASS) and compiles for every dtype; N a multiple of it
+    renders the kernel exactly as the template without that epilogue does."""
+    from kgen.kernels.gemm.simt import transposed_stores
+
+    for dtype in DTYPES:
+        odd, even = gemm_problem(300, 1001, 70, dtype, "NN"), gemm_problem(300, 1000, 70, dtype, "NN")
+        space = SPEC.space(odd, target)
+        config = next(c for c in space.sample(200, seed=5) if transposed_stores(1001, space.full_values(c.as_dict())))
+        source = render(SPEC, odd, config, target, space)
+        assert "__shfl_sync" in source.code
+        assert "__shfl_sync" not in render(SPEC, even, config, target, SPEC.space(even, target)).code
+        result = compile_source(source)
+        assert result.failure is None, (config.name, result.failure)
+        if dtype == "float32":
+            assert "SHFL.IDX" in sass_or_skip(result.binary.cubin)

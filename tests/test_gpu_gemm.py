@@ -73,6 +73,37 @@ def test_alpha_beta_and_split_k(dtype):
         assert err <= spec.tolerance(problem), f"{config.name}: {err}"
 
 
+@pytest.mark.parametrize("dtype", sorted(DTYPES))
+def test_exchanging_epilogue_on_rows_without_vector_stores(dtype):
+    """N no multiple of the thread's column vector (C_TRANSPOSE): configs whose row groups fill a
+    warp and configs with several rows to a warp, each layout, alpha and beta, against float64."""
+    import cupy
+
+    from kgen.kernels.gemm.simt import transposed_stores
+    from kgen.measure.launch import CupyKernel
+
+    spec, target = GemmSimt(), _target()
+    groups = set()
+    for i, layout in enumerate(LAYOUTS):
+        problem = gemm_problem(77, 301 + 2 * i, 45, dtype, layout)
+        space = spec.space(problem, target)
+        configs = [c for c in space.sample(400, seed=20 + i) if c["MINB"] == 1
+                   and transposed_stores(problem["n"], space.full_values(c.as_dict()))][:3]
+        assert configs, layout
+        for config in configs:
+            groups.add(min(32, config["BN"] // config["TN"]))
+            binary = compile_source(render(spec, problem, config, target, space)).binary
+            kernel = CupyKernel(binary.cubin, binary.entry, binary.path)
+            ops = spec.inputs(problem, 7)
+            c0 = (cupy.random.default_rng(9).random(ops["c"].shape) - 0.5).astype(dtype)
+            ops.update(c=c0.copy(), alpha=0.75, beta=1.25)
+            want = 0.75 * (ops["a"].astype(cupy.float64) @ ops["b"].astype(cupy.float64)) + 1.25 * c0.astype(cupy.float64)
+            spec.run(kernel, problem, config, ops)
+            err = float(cupy.abs(ops["c"].astype(cupy.float64) - want).max() / cupy.abs(want).max())
+            assert err <= spec.tolerance(problem), f"{config.name} {layout}: {err}"
+    assert len(groups) >= 2, groups
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
 def test_dispatch_matches_cublas_for_every_layout(dtype):
     import cupy

@@ -71,6 +71,17 @@ def _params(vecs: tuple[int, ...]) -> tuple[Param, ...]:
     )
 
 
+def transposed_stores(n: int, values: Mapping[str, Any]) -> bool:
+    """Whether the kernel for a problem with ``n`` columns gets the epilogue whose lanes exchange
+    values so that each store writes consecutive columns (C_TRANSPOSE): where C's rows cannot
+    take the thread's FVN-wide vector stores (N no multiple of FVN), without split-K, where a
+    row's group of lanes is a multiple of FVN (the exchange's rotation needs it). Its scalar
+    stores otherwise write columns FVN apart, a quarter of each 32-byte sector per instruction
+    with FVN 4; problems whose N is a multiple of FVN render the kernel as before."""
+    lanes = min(32, values["BN"] // values["TN"])        # the lanes of one row's group: whole vectors of them
+    return values["FVN"] > 1 and values["SK"] == 1 and n % values["FVN"] != 0 and lanes % values["FVN"] == 0
+
+
 class GemmSimt(GemmFamily, KernelSpec):
     family = "gemm"
     template = "gemm/simt.cu.j2"
@@ -175,6 +186,8 @@ class GemmSimt(GemmFamily, KernelSpec):
         ctx = space.full_values(config.as_dict())
         ctx.update(entry=config.name, dtype=problem["dtype"], layout=problem["layout"],
                    st_t=st, ct_t=ct, out_t=st, st_size=st_size, ct_size=ct_size, out_size=st_size)
+        if transposed_stores(problem["n"], ctx):
+            ctx["C_TRANSPOSE"] = 1
         return ctx
 
     def default_config(self, problem: Problem, target: Target) -> Config:
