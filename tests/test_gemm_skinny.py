@@ -68,6 +68,27 @@ def test_the_model_ranks_deterministically_in_about_a_millisecond():
     assert picks[0] == first[0] and len({c.name for c in picks}) == 4
 
 
+@pytest.mark.parametrize("shape, dtype, layout", [((16, 1, 5735), "float16", "NT"), ((24, 1, 1240), "bfloat16", "NT"),
+                                                  ((1, 22, 1824), "bfloat16", "TN"), ((3, 3, 5256), "float32", "TN")])
+def test_the_spread_choice_fills_half_the_sms_where_the_pick_does_not(shape, dtype, layout):
+    from kgen.kernels.gemm.skinny import SPREAD_SMS, spread_blocks
+
+    problem = SPEC.problem(*shape, dtype, layout)
+    first = SPEC.model_choice(problem, TARGET)[0]
+    config, ms = SPEC.spread_choice(problem, TARGET, first)
+    cols = candidates(problem, TARGET)
+    wanted = min(SPREAD_SMS * TARGET.sm_count, spread_blocks(problem, cols).max())
+
+    def blocks(c):
+        return spread_blocks(problem, {key: np.array([c[key]]) for key in PARAMS})[0]
+
+    assert blocks(first) < wanted <= blocks(config) and ms > 0
+    assert SPEC.space(problem, TARGET).is_valid(config.as_dict())
+    assert SPEC.spread_choice(problem, TARGET, config) is None       # a spread pick needs no other
+    wide = SPEC.problem(8, 7968, 2480, "bfloat16", "TN")             # its pick already fills the SMs
+    assert SPEC.spread_choice(wide, TARGET, SPEC.model_choice(wide, TARGET)[0]) is None
+
+
 def test_predictions_follow_the_bytes():
     """A problem with twice the big operand takes longer; a long K with few columns is spread."""
     small = SPEC.problem(4, 4096, 2048, "bfloat16", "NN")

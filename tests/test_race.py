@@ -87,7 +87,7 @@ def test_a_generated_pick_must_beat_the_vendor_library_by_the_margin(monkeypatch
 def test_two_families_race_without_the_vendor(monkeypatch):
     monkeypatch.setenv("KGEN_SKINNY_DTYPES", "float16")
     with racing([0.030, 0.010], monkeypatch, vendor=False) as fake:
-        a, b = _half(200, 8, 512)                  # a side of 8: gemm_skinny and gemm_mma both run it
+        a, b = _half(2000, 8, 512)                  # a side of 8: gemm_skinny and gemm_mma both run it
         first = kgen.gemm_choice(a, b)
         assert fake.launcher.races == [2] and first.how == "raced"
         assert first.family == "gemm_mma"          # second in rank (skinny ranks first), faster here
@@ -101,23 +101,39 @@ def test_a_half_problem_with_a_small_side_races_gemm_skinny_whatever_kgen_skinny
     winners = {}
     for times in ([0.010, 0.030], [0.030, 0.010]):
         with racing(times, monkeypatch, vendor=False) as fake:
-            a, b = _half(200, 8, 512)
+            a, b = _half(2000, 8, 512)
             choice = kgen.gemm_choice(a, b)
             assert fake.launcher.races == [2] and choice.how == "raced"
             winners[choice.family] = times
             if choice.family == "gemm_skinny":
-                c = FakeArray((200, 8), "float16", ptr=BASE + 0x200_0000, strides=(16, 1))
+                c = FakeArray((2000, 8), "float16", ptr=BASE + 0x200_0000, strides=(16, 1))
                 assert kgen.gemm_choice(a, b, c).family == "gemm_skinny" and fake.launcher.races == [2]
     assert set(winners) == {"gemm_mma", "gemm_skinny"}              # each won where it was timed faster
     with racing(None, monkeypatch, vendor=False, race=False):
-        assert kgen.gemm_choice(*_half(200, 8, 512)).family == "gemm_mma"
+        assert kgen.gemm_choice(*_half(2000, 8, 512)).family == "gemm_mma"
+
+
+def test_a_few_outputs_over_a_long_k_race_gemm_skinnys_pick_spread_over_the_sms(monkeypatch):
+    """16 x 1 x 5735: gemm_skinny's model picks one unsplit block; the race also times its best
+    config that fills half the SMs (``GemmSkinny.spread_choice``), and keeps it where faster."""
+    from kgen.kernels.gemm.problem import tc_problem
+    from kgen.registry import get_spec
+
+    skinny = get_spec("gemm_skinny")
+    problem = tc_problem("gemm_skinny", 16, 1, 5735, "float16")
+    spread = skinny.spread_choice(problem, TARGET, skinny.model_choice(problem, TARGET)[0])[0]
+    with racing([0.030, 0.030, 0.030, 0.010], monkeypatch) as fake:
+        a, b = _half(16, 1, 5735)
+        choice = kgen.gemm_choice(a, b)
+        assert fake.launcher.races == [4]            # cuBLAS, gemm_mma, gemm_skinny's pick, its spread pick
+        assert (choice.family, choice.how, choice.config) == ("gemm_skinny", "raced", spread.name)
 
 
 def test_the_race_takes_as_many_families_as_the_knob_says(monkeypatch):
     monkeypatch.setenv("KGEN_SKINNY_DTYPES", "float16")
     monkeypatch.setenv("KGEN_RACE_FAMILIES", "1")
     with racing([0.030, 0.010, 0.001], monkeypatch) as fake:
-        a, b = _half(200, 8, 512)
+        a, b = _half(2000, 8, 512)
         kgen.gemm_choice(a, b)
         assert fake.launcher.races == [2]           # the vendor library and the best-ranked family
 
@@ -277,7 +293,7 @@ def test_float32_with_a_small_side_races_the_vendor_library_against_the_exact_fa
     """float32 with a side of 16 or less goes to gemm_skinny (exact float32): the one generated
     candidate there, raced against cuBLAS (and, where the race cannot run, the ranking's cuBLAS)."""
     with racing([0.050, 0.010], monkeypatch) as fake:
-        a, b = FakeArray((300, 200)), FakeArray((200, 8), ptr=BASE + 0x100_0000)
+        a, b = FakeArray((3000, 200)), FakeArray((200, 8), ptr=BASE + 0x100_0000)
         choice = kgen.gemm_choice(a, b)
         assert (choice.family, choice.how) == ("gemm_skinny", "raced") and fake.launcher.races == [2]
     with racing(None, monkeypatch) as fake:

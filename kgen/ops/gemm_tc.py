@@ -143,8 +143,9 @@ def make_plan(dispatcher, a, b, c, bias, activation, precision, dtype, out_dtype
                       staging=staging, spans=spans, ldc=user_ldc)
 
     if racing and ranked[0][4].time_ms is None:         # no measurement decides: race
-        contenders = ([vendor] if vendor is not None else []) + ranked[:max(0, knobs.race_families)] \
-            + _next_picks(ranked[0], target)
+        raced_families = ranked[:max(0, knobs.race_families)]
+        contenders = ([vendor] if vendor is not None else []) + raced_families \
+            + _next_picks(ranked[0], target) + _spread_picks(raced_families, target)
         rival = None if exact or in_a != "float32" else _exact_rival(args, target, contenders)
         if len(contenders) + (rival is not None) >= 2:
             raced = _race(dispatcher, contenders, planned, (a, b, bias, m, n, ldc, ai.device, kind), rival)
@@ -204,6 +205,22 @@ def _next_picks(entry, target) -> list:
         return []
     return [(rank, spec, problem, staging, picked)
             for _, _, picked in race.next_model_picks(spec, problem, target, choice.config, knobs.race_tc_picks)]
+
+
+def _spread_picks(entries, target) -> list:
+    """Entries (as ``_ranked``'s) of the config spreading over the SMs (``spread_choice``) of
+    each family among ``entries`` that has one, where that family's choice is its model's pick
+    and the pick runs on a few SMs (gemm_skinny on a few outputs with a long K), for a race to
+    time beside the pick."""
+    from kgen.dispatch import Choice
+
+    found = []
+    for rank, spec, problem, staging, choice in entries:
+        spread = getattr(spec, "spread_choice", None)
+        picked = spread(problem, target, choice.config) if spread is not None and choice.how == "model" else None
+        if picked is not None:
+            found.append((rank, spec, problem, staging, Choice(picked[0], "model", predicted_ms=picked[1])))
+    return found
 
 
 def _exact_rival(args: dict, target, contenders: list):

@@ -177,6 +177,35 @@ class GemmSkinny(TensorCoreGemm):
                     break
         return found
 
+    def spread_choice(self, problem: Problem, target: Target, first: Config) -> tuple[Config, float] | None:
+        """(config, predicted ms) of the model's best config that runs at least
+        ``SPREAD_SMS`` of the SMs' worth of blocks (or as many as any config does), where its
+        pick ``first`` runs fewer: what a first-call race times beside that pick. On problems
+        with a few outputs and a long K the model prefers one or a few unsplit blocks, and such
+        picks ran 2-3x slower than splits over many blocks (``spread_blocks``); None where the
+        pick already spreads or no other config does."""
+        if not self.supports(problem, target):
+            return None
+        cols = candidates(problem, target)
+        if not len(cols["S"]):
+            return None
+        blocks = spread_blocks(problem, cols)
+        wanted = min(SPREAD_SMS * target.sm_count, blocks.max())
+        if spread_blocks(problem, {key: np.array([first[key]]) for key in PARAMS})[0] >= wanted:
+            return None
+        times = np.where(blocks >= wanted, predict_seconds(problem, target, cols), np.inf)
+        # predictions within 0.1 us are ties (the launch and split terms dominate them): the
+        # config with more bytes in flight per lane first
+        inflight = cols["U"] * cols["V"] * (cols["CJ"] if roles(problem)["y_kcontig"] else 1)
+        space = self.space(problem, target)
+        for i in np.lexsort((-inflight, np.round(times * 1e7))):
+            if not np.isfinite(times[i]):
+                return None
+            values = {name: int(cols[name][i]) for name in PARAMS}
+            if space.is_valid(values):
+                return space.make(values), float(times[i]) * 1e3
+        return None
+
     def model_version(self) -> str | None:
         return MODEL_VERSION
 
@@ -307,6 +336,11 @@ def workspace_sizes(problem: Problem, config: Config) -> tuple[int, int]:
 
 PARAMS = ("S", "V", "U", "CJ", "WJ", "WK", "KJ", "R", "SPLITK")
 SPLITS = (1, 2, 4, 8, 16, 32, 64)
+# ``spread_choice``: the fraction of the SMs a race's second skinny candidate fills with blocks.
+# H100 (docs/evidence/nvidia-h100-80gb-hbm3/gemv_route_*_ca354f7.json): 24 x 1 x 1240, 180 x 1 x
+# 2184 and 184 x 1 x 8552 ran the model's unsplit picks of 1-6 blocks in 18.7-25.8 us, where
+# 1 x 22 x 1824 and 1 x 56 x 1927 ran picks split 16 ways in 7.9-8.7 us (cuBLAS 6.6-9.1).
+SPREAD_SMS = 0.5
 
 
 @functools.lru_cache(maxsize=64)
@@ -356,6 +390,14 @@ def candidates(problem: Problem, target: Target, all_rows: bool = False) -> dict
     out.update(BJ=bj[keep], KC=kc[keep], THREADS=32 * out["WJ"] * out["WK"],
                SMEM=shared_bytes(out["S"], kc[keep] + out["HALO"] + row_pad(r), bj[keep]))
     return out
+
+
+def spread_blocks(problem: Problem, col: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Blocks each config launches (numpy columns of the parameters): rows x column tiles x splits."""
+    r = roles(problem)
+    v = {key: np.asarray(col[key], dtype=np.int64) for key in ("S", "V", "CJ", "WJ", "SPLITK")}
+    tiles = column_tiles(r["y_kcontig"], r["align_y"], v, r["big"])
+    return _cdiv(r["small"], v["S"]) * tiles * v["SPLITK"]
 
 
 def staging_rounds(problem: Problem, col: Mapping[str, np.ndarray]) -> np.ndarray:
