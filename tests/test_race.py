@@ -129,6 +129,28 @@ def test_a_few_outputs_over_a_long_k_race_gemm_skinnys_pick_spread_over_the_sms(
         assert (choice.family, choice.how, choice.config) == ("gemm_skinny", "raced", spread.name)
 
 
+def test_exact_float32_with_a_few_outputs_races_the_spread_pick_then_the_vendor(monkeypatch):
+    """3 x 3 x 5256 float32 (exact: gemm_skinny alone): its pick and its spread pick race first,
+    then the winner races cuBLAS (each race is given the times 30 us, then 10 us); later plans
+    of the problem race no more."""
+    from kgen.dispatch import default_dispatcher
+    from kgen.kernels.gemm.problem import tc_problem
+    from kgen.ops import gemm_simt
+    from kgen.registry import get_spec
+
+    skinny = get_spec("gemm_skinny")
+    problem = tc_problem("gemm_skinny", 3, 3, 5256, "float32")
+    spread = skinny.spread_choice(problem, TARGET, skinny.model_choice(problem, TARGET)[0])[0]
+    with racing([0.030, 0.010], monkeypatch) as fake:
+        a, b = FakeArray((3, 5256)), FakeArray((5256, 3), ptr=BASE + 0x100_0000)
+        choice = kgen.gemm_choice(a, b)
+        assert fake.launcher.races == [2, 2]
+        assert (choice.family, choice.how, choice.config) == ("gemm_skinny", "raced", spread.name)
+        plan = gemm_simt.make_plan(default_dispatcher(), a, b, None)
+        assert plan.delegate is not None and plan.delegate.config.name == spread.name
+        assert fake.launcher.races == [2, 2]
+
+
 def test_the_race_takes_as_many_families_as_the_knob_says(monkeypatch):
     monkeypatch.setenv("KGEN_SKINNY_DTYPES", "float16")
     monkeypatch.setenv("KGEN_RACE_FAMILIES", "1")
@@ -199,7 +221,7 @@ def test_a_float32_small_side_keeps_the_exact_family_that_wins_and_races_once(mo
     monkeypatch.setattr(vendor, "_torch_installed", lambda: True)
     monkeypatch.setattr(vendor, "_torch_call", lambda problem: lambda *args: None)
     with racing([0.050, 0.010], monkeypatch) as fake:
-        a, b = FakeArray((4, 176)), FakeArray((176, 256), ptr=BASE + 0x100_0000)
+        a, b = FakeArray((4, 176)), FakeArray((176, 4096), ptr=BASE + 0x100_0000)   # (its pick fills the SMs)
         choice = kgen.gemm_choice(a, b)
         assert (choice.family, choice.how) == ("gemm_skinny", "raced") and fake.launcher.races == [2]
         (_, kept), = fake.dispatcher.loaded("gemm_skinny")

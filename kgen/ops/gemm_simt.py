@@ -78,7 +78,7 @@ def make_plan(dispatcher, a, b, c) -> _Plan:
             (racing or choice.how in ("arch", "model", "nearest", "default")):
         delegate = gemm_tc.make_plan(dispatcher, a, b, c, None, None, None, None, None, exact=True)
         if not delegate.simt:
-            if not racing or delegate.how == "raced":      # (it won this process's race of the problem)
+            if not racing or _delegate_won(dispatcher, problem, device):
                 plan.delegate, plan.how = delegate, delegate.how
                 return plan
             raced = _race(dispatcher, plan, dispatcher.prepare(spec, problem, device), delegate, call)
@@ -152,9 +152,12 @@ def _race(dispatcher, plan: _Plan, vendor, delegate, call: tuple, generated=None
             loads.append(pick)
             plans.append(rival)
             calls.append(lambda rival=rival: launch(rival, a, b, scratch, pointers, 1.0, 0.0))
-    else:           # the delegate's generated choice (with the vendor on, its family's own choice is the library)
-        loads.append(dispatcher.load(delegate.spec, delegate.problem, device,
-                                     dispatcher.generated(delegate.spec, delegate.problem, device)))
+    else:           # the delegate's choice (a race among its own candidates may have settled it; with the
+        # vendor on and no such race, its family's own choice is the library: its generated one instead)
+        chosen = dispatcher.decide(delegate.spec, delegate.problem, device)
+        if chosen.vendor:
+            chosen = dispatcher.generated(delegate.spec, delegate.problem, device)
+        loads.append(dispatcher.load(delegate.spec, delegate.problem, device, chosen))
         plans.append(replace(plan, delegate=delegate, how=delegate.how))
         calls.append(lambda: gemm_tc.run(dispatcher, delegate, a, b, scratch, 1.0, 0.0))
     kept = race.keep_fastest(dispatcher, loads, calls, kind, device)
@@ -164,7 +167,18 @@ def _race(dispatcher, plan: _Plan, vendor, delegate, call: tuple, generated=None
     winner.how = kept[1].how
     if winner.delegate is not None:
         winner.delegate.how = winner.how
+        dispatcher.plans[_delegate_won_key(problem, device)] = True
     return winner
+
+
+def _delegate_won_key(problem: Problem, device: int) -> tuple:
+    return ("exact family won the vendor race", problem.key, device)
+
+
+def _delegate_won(dispatcher, problem: Problem, device: int) -> bool:
+    """Whether this process's race of ``problem`` against the vendor call kept the family that
+    computes float32 exactly (a race among that family's own candidates does not count)."""
+    return _delegate_won_key(problem, device) in dispatcher.plans
 
 
 def float32_interface(x):
