@@ -69,8 +69,9 @@ class Choice:
     @property
     def rank(self) -> tuple:
         """Order among the choices of several families for one call: measured ones by time (the
-        vendor library's less KGEN_VENDOR_MARGIN: ``kgen.vendor.ranking_ms``), then the vendor library, then configs measured on another card of this architecture by
-        that card's time, then the models' picks by predicted time, then defaults."""
+        vendor library's less KGEN_VENDOR_MARGIN: ``kgen.vendor.ranking_ms``), then the vendor
+        library, then configs measured on another card of this architecture by that card's time,
+        then the models' picks by predicted time, then defaults."""
         if self.time_ms is not None:
             return (0, ranking_ms(self.time_ms, self.vendor))
         return (_RANK[self.how], self.predicted_ms if self.predicted_ms is not None else float("inf"))

@@ -159,8 +159,7 @@ class Knobs:
     vendor_margin = _EnvKnob("KGEN_VENDOR_MARGIN", float, lambda: 0.03,
                              "the fraction by which a generated kernel must be measured faster than the "
                              "vendor library to be chosen over it, in a first-call race and between records "
-                             "(0: the faster by any amount). Times of a few microseconds differ by about "
-                             "that much from one measurement to the next, so a closer win is not one")
+                             "(0: the faster by any amount)")
     race = _EnvKnob("KGEN_RACE", _parse_bool, lambda: True,
                     "the first call of a GEMM (batched and grouped included) or conv2d problem that no "
                     "measurement decides (no tuned or vendor record) times its candidates on the call's "

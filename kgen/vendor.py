@@ -31,7 +31,7 @@ def is_vendor_config(name: str) -> bool:
 def ranking_ms(time_ms: float, vendor: bool) -> float:
     """The time a measured candidate is ranked by against the others: the vendor library's less
     ``KGEN_VENDOR_MARGIN``, so that a generated kernel replaces it only where measured faster
-    by more than that fraction (a closer difference is within the noise of the measurement).
+    by more than that fraction (on a closer difference the library the user has keeps its place).
 
     >>> ranking_ms(10.0, False), round(ranking_ms(10.0, True), 6)
     (10.0, 9.7)

@@ -191,7 +191,7 @@ def test_sass_without_a_disassembler_says_what_to_install(monkeypatch):
 def test_rows_without_vector_stores_get_the_exchanging_epilogue(target):
     """N no multiple of the thread's column vector renders the epilogue whose lanes exchange
     values (C_TRANSPOSE: shuffles in the SASS) and compiles for every dtype; N a multiple of it
-    renders the kernel exactly as the template without that epilogue does."""
+    renders no exchange."""
     from kgen.kernels.gemm.simt import transposed_stores
 
     for dtype in DTYPES:
