@@ -85,6 +85,8 @@ def test_the_spread_choice_fills_half_the_sms_where_the_pick_does_not(shape, dty
     assert blocks(first) < wanted <= blocks(config) and ms > 0
     assert SPEC.space(problem, TARGET).is_valid(config.as_dict())
     assert SPEC.spread_choice(problem, TARGET, config) is None       # a spread pick needs no other
+    picks = SPEC.model_picks(problem, TARGET, 3)                     # what a tune measures first
+    assert picks[0] == first and picks[-1] == config and len(picks) == 3
     wide = SPEC.problem(8, 7968, 2480, "bfloat16", "TN")             # its pick already fills the SMs
     assert SPEC.spread_choice(wide, TARGET, SPEC.model_choice(wide, TARGET)[0]) is None
 

@@ -157,7 +157,13 @@ class GemmSkinny(TensorCoreGemm):
         return ranked[0] if ranked else None
 
     def model_picks(self, problem: Problem, target: Target, count: int) -> list[Config]:
-        return [config for config, _ in self._ranked(problem, target, count)]
+        """The ``count`` configs a tune measures first: the model's best, the last of them
+        replaced by its pick spread over the SMs where the first runs on few (``spread_choice``)."""
+        picks = [config for config, _ in self._ranked(problem, target, count)]
+        spread = self.spread_choice(problem, target, picks[0]) if count >= 2 and picks else None
+        if spread is not None and spread[0] not in picks:
+            picks = picks[:count - 1] + [spread[0]]
+        return picks
 
     def _ranked(self, problem: Problem, target: Target, count: int) -> list[tuple[Config, float]]:
         """Up to ``count`` (config, predicted ms), fastest first, each confirmed valid in the space."""
