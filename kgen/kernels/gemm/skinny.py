@@ -173,9 +173,16 @@ class GemmSkinny(TensorCoreGemm):
         if not len(cols["S"]):
             return []
         times = predict_seconds(problem, target, cols)
+        return self._valid_in_order(problem, target, cols, times, np.argsort(times, kind="stable"), count)
+
+    def _valid_in_order(self, problem: Problem, target: Target, cols, times, order, count: int):
+        """Up to ``count`` (config, predicted ms) of the candidate columns ``cols`` taken in
+        ``order``, each confirmed valid in the space; a time of inf ends the list."""
         space = self.space(problem, target)
         found = []
-        for i in np.argsort(times, kind="stable"):
+        for i in order:
+            if not np.isfinite(times[i]):
+                break
             values = {name: int(cols[name][i]) for name in PARAMS}
             if space.is_valid(values):
                 found.append((space.make(values), float(times[i]) * 1e3))
@@ -203,14 +210,8 @@ class GemmSkinny(TensorCoreGemm):
         # predictions within 0.1 us are ties (the launch and split terms dominate them): the
         # config with more bytes in flight per lane first
         inflight = cols["U"] * cols["V"] * (cols["CJ"] if roles(problem)["y_kcontig"] else 1)
-        space = self.space(problem, target)
-        for i in np.lexsort((-inflight, np.round(times * 1e7))):
-            if not np.isfinite(times[i]):
-                return None
-            values = {name: int(cols[name][i]) for name in PARAMS}
-            if space.is_valid(values):
-                return space.make(values), float(times[i]) * 1e3
-        return None
+        found = self._valid_in_order(problem, target, cols, times, np.lexsort((-inflight, np.round(times * 1e7))), 1)
+        return found[0] if found else None
 
     def model_version(self) -> str | None:
         return MODEL_VERSION
